@@ -1,0 +1,5 @@
+/** The lifecycle, pure. See recognitionJob.machine.ts. */
+export * from './statuses.js';
+export * from './recognitionJob.types.js';
+export * from './recognitionJob.machine.js';
+export * from './decide.js';

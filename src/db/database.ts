@@ -1,0 +1,110 @@
+/**
+ * Connections to PostgreSQL: the pool, the typed Kysely handle, creating the database and
+ * running migrations. Everything that knows about `pg` lives under `src/db/`.
+ */
+import { Kysely, Migrator, PostgresDialect, sql, type MigrationResult } from 'kysely';
+import pg from 'pg';
+import { migrations } from './migrations/index.js';
+import type { Database } from './schema.js';
+
+/** A typed database handle and the pool behind it. */
+export interface Db {
+  db: Kysely<Database>;
+  pool: pg.Pool;
+  close(): Promise<void>;
+}
+
+export interface DbOptions {
+  /** Pool size: enough for the inbox's concurrency plus the watchdog and publisher. */
+  max?: number;
+  /** How long to wait for a connection before failing (a retryable error for the loops). */
+  connectionTimeoutMillis?: number;
+  /** Called on errors of idle clients (a restarted server), so they are logged, not thrown. */
+  onIdleError?: (err: Error) => void;
+  applicationName?: string;
+}
+
+/** Open a pool and a Kysely handle on `url`. The caller closes it. */
+export function openDb(url: string, opts: DbOptions = {}): Db {
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: opts.max ?? 10,
+    connectionTimeoutMillis: opts.connectionTimeoutMillis ?? 5_000,
+    // A dead server must not hang a step forever: fail the statement and let the loop nak.
+    query_timeout: 60_000,
+    application_name: opts.applicationName ?? 'recognition-core',
+    keepAlive: true,
+  });
+  pool.on('error', (err) => opts.onIdleError?.(err));
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  return { db, pool, close: () => db.destroy() };
+}
+
+/** The database name of a connection URL. */
+export function databaseName(url: string): string {
+  const name = decodeURIComponent(new URL(url).pathname.replace(/^\//, ''));
+  if (!name) throw new Error('DATABASE_URL names no database');
+  return name;
+}
+
+/** Create the database named in `url` when it does not exist, through the server's `postgres` database. */
+export async function createDatabaseIfMissing(url: string, template?: string): Promise<boolean> {
+  const name = databaseName(url);
+  const admin = new URL(url);
+  admin.pathname = '/postgres';
+  const client = new pg.Client({ connectionString: admin.toString() });
+  await client.connect();
+  try {
+    const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+    if (found.rowCount) return false;
+    const ident = client.escapeIdentifier(name);
+    const tmpl = template ? ` TEMPLATE ${client.escapeIdentifier(template)}` : '';
+    try {
+      await client.query(`CREATE DATABASE ${ident}${tmpl}`);
+    } catch (err) {
+      // Another process created it between our check and our create: that is fine.
+      if ((err as { code?: string }).code !== '42P04') throw err;
+      return false;
+    }
+    return true;
+  } finally {
+    await client.end();
+  }
+}
+
+/** Drop the database named in `url` (tests and the demo's clean start). */
+export async function dropDatabase(url: string): Promise<void> {
+  const admin = new URL(url);
+  const name = databaseName(url);
+  admin.pathname = '/postgres';
+  const client = new pg.Client({ connectionString: admin.toString() });
+  await client.connect();
+  try {
+    await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(name)} WITH (FORCE)`);
+  } finally {
+    await client.end();
+  }
+}
+
+function migrator(db: Kysely<Database>): Migrator {
+  return new Migrator({ db, provider: { getMigrations: async () => migrations } });
+}
+
+/** Apply every pending migration. Harmless when there is none. Throws on failure. */
+export async function migrateToLatest(db: Kysely<Database>): Promise<MigrationResult[]> {
+  const { error, results } = await migrator(db).migrateToLatest();
+  if (error) throw error instanceof Error ? error : new Error(String(error));
+  return results ?? [];
+}
+
+/** Names of the migrations the database has not applied yet. */
+export async function pendingMigrations(db: Kysely<Database>): Promise<string[]> {
+  const infos = await migrator(db).getMigrations();
+  return infos.filter((m) => !m.executedAt).map((m) => m.name);
+}
+
+/** The database clock; every timestamp the project writes comes from it. */
+export async function dbNow(db: Kysely<Database>): Promise<Date> {
+  const { rows } = await sql<{ now: Date }>`SELECT now() AS now`.execute(db);
+  return rows[0]!.now;
+}

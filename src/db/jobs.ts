@@ -1,0 +1,103 @@
+/**
+ * Reading and creating files and jobs. Creating a job is an insert; every later change of a job
+ * goes through the step (`src/daemon/step.ts`).
+ */
+import { sql, type Kysely } from 'kysely';
+import { FILE_STATUS } from '../../machines/index.js';
+import { UsageError } from '../errors.js';
+import type { Database, FileRow, JobRow, S3ObjectRow, TransitionRow } from './schema.js';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const SERVICE = /^[A-Za-z0-9_-]{1,100}$/;
+
+/** Throws a UsageError unless `id` is a uuid. */
+export function assertUuid(id: string, what: string): void {
+  if (!UUID.test(id)) throw new UsageError(`${what} is not a uuid: ${JSON.stringify(id)}`);
+}
+
+/** Register an uploaded file: its `s3_object` (role `uploads`) and its `stored_file` (UPLOADED). */
+export async function addFile(
+  db: Kysely<Database>,
+  file: { bucket: string; key: string; name: string; createdBy?: string },
+): Promise<FileRow> {
+  if (!file.bucket || !file.key || !file.name) throw new UsageError('a file needs a bucket, a key and a name');
+  return db.transaction().execute(async (tx) => {
+    const obj = await tx
+      .insertInto('s3_object')
+      .values({ bucket: file.bucket, key: file.key, bucket_role: 'uploads', created_by: file.createdBy ?? 'recognition-core' })
+      .onConflict((oc) => oc.columns(['bucket', 'key']).doNothing())
+      .returning('id')
+      .executeTakeFirst();
+    if (!obj) throw new UsageError(`s3://${file.bucket}/${file.key} is already registered`);
+    return tx
+      .insertInto('stored_file')
+      .values({ s3_object_id: obj.id, original_name: file.name })
+      .returningAll()
+      .executeTakeFirstOrThrow();
+  });
+}
+
+/**
+ * Create a job for a file, in one transaction: insert it `pending` (attempt = the file's last
+ * attempt + 1), point the file's `current_recognition_job_id` at it and set the file `QUEUED`.
+ * The insert wakes the publisher (NOTIFY).
+ */
+export async function createJob(
+  db: Kysely<Database>,
+  input: { fileId: string; targetService: string },
+): Promise<JobRow> {
+  assertUuid(input.fileId, 'file id');
+  if (!SERVICE.test(input.targetService)) {
+    throw new UsageError(`service name must be 1-100 letters, digits, '-' or '_': ${JSON.stringify(input.targetService)}`);
+  }
+  return db.transaction().execute(async (tx) => {
+    const file = await tx
+      .selectFrom('stored_file')
+      .select(['id'])
+      .where('id', '=', input.fileId)
+      .forUpdate()
+      .executeTakeFirst();
+    if (!file) throw new UsageError(`no stored_file with id ${input.fileId}`);
+    const { max } = await tx
+      .selectFrom('recognition_job')
+      .select((eb) => eb.fn.max<number | null>('attempt').as('max'))
+      .where('file_id', '=', input.fileId)
+      .executeTakeFirstOrThrow();
+    const job = await tx
+      .insertInto('recognition_job')
+      .values({ file_id: input.fileId, attempt: (max ?? 0) + 1, target_service: input.targetService })
+      .returningAll()
+      .executeTakeFirstOrThrow();
+    await tx
+      .updateTable('stored_file')
+      .set({ current_recognition_job_id: job.id, status: FILE_STATUS.QUEUED, error_code: null, updated_at: sql`now()` })
+      .where('id', '=', input.fileId)
+      .execute();
+    return job;
+  });
+}
+
+/** A job with its file and, if any, its result object. */
+export interface JobView {
+  job: JobRow;
+  file: FileRow;
+  result: S3ObjectRow | null;
+}
+
+/** Load a job, its file and its result object; undefined when there is no such job. */
+export async function loadJob(db: Kysely<Database>, jobId: string): Promise<JobView | undefined> {
+  assertUuid(jobId, 'job id');
+  const job = await db.selectFrom('recognition_job').selectAll().where('id', '=', jobId).executeTakeFirst();
+  if (!job) return undefined;
+  const file = await db.selectFrom('stored_file').selectAll().where('id', '=', job.file_id).executeTakeFirstOrThrow();
+  const result = job.result_s3_object_id
+    ? ((await db.selectFrom('s3_object').selectAll().where('id', '=', job.result_s3_object_id).executeTakeFirst()) ?? null)
+    : null;
+  return { job, file, result };
+}
+
+/** A job's transitions, oldest first. */
+export async function loadTransitions(db: Kysely<Database>, jobId: string): Promise<TransitionRow[]> {
+  assertUuid(jobId, 'job id');
+  return db.selectFrom('recognition_job_transition').selectAll().where('job_id', '=', jobId).orderBy('id').execute();
+}

@@ -1,0 +1,10 @@
+/**
+ * Every migration, in order. Listed in code (not read from a folder) so the compiled daemon and
+ * the tests run exactly the same set. Add a new one at the end; never edit an applied one.
+ */
+import type { Migration } from 'kysely';
+import * as m0001 from './0001_initial.js';
+
+export const migrations: Record<string, Migration> = {
+  '0001_initial': m0001,
+};
