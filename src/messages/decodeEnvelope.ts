@@ -1,0 +1,152 @@
+/**
+ * Turns the raw bytes of a `recognition.result` message into a typed envelope, or into the
+ * quarantine reason that says why it can never be applied.
+ */
+import { QUARANTINE_REASON, RESULT_STATUSES } from '../../machines/statuses.js';
+import type { QuarantineReason } from '../../machines/statuses.js';
+import { checkResultEnvelope } from './schemas.js';
+import type { ResultEnvelope } from './schemas.js';
+
+/**
+ * Deepest nesting of arrays/objects accepted. Envelopes are shallow (metrics a few levels at most);
+ * the bound keeps anything that later walks or re-serialises the value recursively (loggers,
+ * `JSON.stringify` into a jsonb column) from overflowing the stack.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * Keys that can reach `Object.prototype` when a parsed object is later merged or spread.
+ * `JSON.parse` itself makes them harmless own properties, but no legitimate envelope uses them.
+ */
+const FORBIDDEN_KEYS: ReadonlySet<string> = new Set(['__proto__', 'constructor', 'prototype']);
+
+/** An unpaired UTF-16 surrogate (`\ud800` in JSON text): PostgreSQL text and jsonb refuse it. */
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** What {@link decodeEnvelope} returns: the envelope, or a quarantine reason with its details. */
+export type DecodeResult =
+  | { ok: true; envelope: ResultEnvelope; msgId: string | null }
+  | { ok: false; reason: QuarantineReason; details: unknown; jobId?: string; msgId?: string | null };
+
+/** The raw message: its payload, its `Nats-Msg-Id` header (`''` or `undefined` when absent), the size limit. */
+export interface DecodeInput {
+  data: Uint8Array;
+  msgId: string | undefined;
+  maxBytes: number;
+}
+
+/**
+ * Decodes one message from `recognition.result`. Pure; never throws, whatever the input.
+ *
+ * Checks, in order, each failure naming the first that fails:
+ * 1. `data` longer than `maxBytes` → `PAYLOAD_TOO_LARGE`, details `{ bytes, limit }`;
+ * 2. not UTF-8, not JSON, a `__proto__`/`constructor`/`prototype` key at any depth, nesting deeper
+ *    than {@link MAX_JSON_DEPTH}, or a string/key PostgreSQL cannot store (U+0000, an unpaired
+ *    surrogate) → `INVALID_JSON`, details `{ message }`;
+ * 3. not valid against the result envelope schema → `SCHEMA_INVALID`, details = every Ajv error
+ *    (`instancePath`, `schemaPath`, `keyword`, `params`, `message`);
+ * 4. a result (`done`/`needs_check`/`error`) without a msg id → `MISSING_MSG_ID`.
+ *
+ * An ack (`processing`) needs no msg id. `msgId` is `null` when the header is absent or empty, the
+ * header value otherwise. A failure carries `jobId` whenever the payload has a string `job_id`.
+ * Strings in the envelope are kept verbatim; unknown top-level fields are kept too.
+ */
+export function decodeEnvelope(input: DecodeInput): DecodeResult {
+  try {
+    return decode(input);
+  } catch (err) {
+    // Unreachable for a Uint8Array; guards against a caller passing something else at runtime.
+    return {
+      ok: false,
+      reason: QUARANTINE_REASON.INVALID_JSON,
+      details: { message: `undecodable: ${describe(err)}` },
+    };
+  }
+}
+
+function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
+  const msgId = typeof header === 'string' && header !== '' ? header : null;
+  const fail = (reason: QuarantineReason, details: unknown, jobId?: string): DecodeResult =>
+    jobId === undefined
+      ? { ok: false, reason, details, msgId }
+      : { ok: false, reason, details, jobId, msgId };
+
+  if (data.byteLength > maxBytes) {
+    return fail(QUARANTINE_REASON.PAYLOAD_TOO_LARGE, { bytes: data.byteLength, limit: maxBytes });
+  }
+
+  let text: string;
+  try {
+    text = utf8.decode(data);
+  } catch {
+    return fail(QUARANTINE_REASON.INVALID_JSON, { message: 'payload is not valid UTF-8' });
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    return fail(QUARANTINE_REASON.INVALID_JSON, { message: `payload is not JSON: ${describe(err)}` });
+  }
+  const unsafe = findUnsafeJson(value);
+  if (unsafe !== null) return fail(QUARANTINE_REASON.INVALID_JSON, { message: unsafe });
+
+  const jobId = readJobId(value);
+  const check = checkResultEnvelope(value);
+  if (!check.valid) return fail(QUARANTINE_REASON.SCHEMA_INVALID, check.errors, jobId);
+
+  const envelope = check.value;
+  if (msgId === null && (RESULT_STATUSES as readonly string[]).includes(envelope.status)) {
+    return fail(
+      QUARANTINE_REASON.MISSING_MSG_ID,
+      { message: `a ${envelope.status} result needs a Nats-Msg-Id header to be applied idempotently` },
+      jobId,
+    );
+  }
+  return { ok: true, envelope, msgId };
+}
+
+/** Iterative (no recursion on hostile depth): returns why `root` is unsafe, or `null`. */
+function findUnsafeJson(root: unknown): string | null {
+  const stack: { value: unknown; depth: number }[] = [{ value: root, depth: 0 }];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const { value, depth } = item;
+    if (typeof value === 'string') {
+      if (!isStorableText(value)) return 'a string contains U+0000 or an unpaired surrogate';
+      continue;
+    }
+    if (value === null || typeof value !== 'object') continue;
+    if (depth >= MAX_JSON_DEPTH) return `JSON nested deeper than ${MAX_JSON_DEPTH} levels`;
+    if (Array.isArray(value)) {
+      for (const element of value as unknown[]) stack.push({ value: element, depth: depth + 1 });
+      continue;
+    }
+    for (const [key, element] of Object.entries(value)) {
+      if (FORBIDDEN_KEYS.has(key)) return `forbidden key "${key}" (prototype pollution attempt)`;
+      if (!isStorableText(key)) return 'a key contains U+0000 or an unpaired surrogate';
+      stack.push({ value: element, depth: depth + 1 });
+    }
+  }
+  return null;
+}
+
+function isStorableText(s: string): boolean {
+  return !s.includes('\u0000') && !LONE_SURROGATE.test(s);
+}
+
+function readJobId(value: unknown): string | undefined {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  const jobId: unknown = (value as Record<string, unknown>)['job_id'];
+  return typeof jobId === 'string' ? jobId : undefined;
+}
+
+/** A short, storable description of a thrown value (it may embed a fragment of the payload). */
+function describe(err: unknown): string {
+  try {
+    const text = err instanceof Error ? err.message : String(err);
+    return text.slice(0, 200).replace(/[\p{Cc}\p{Cs}]/gu, '?');
+  } catch {
+    return 'unknown error';
+  }
+}

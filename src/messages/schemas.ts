@@ -1,0 +1,202 @@
+/**
+ * The two message contracts with recognition services, as JSON Schema 2020-12.
+ *
+ * The schemas are written here as `as const` objects so that the TypeScript types are derived from
+ * them (`FromSchema`) and cannot drift. `schemas/*.schema.json` at the repository root are the same
+ * objects serialised for services and other tools; a unit test (`test/unit/messages.schema.test.ts`)
+ * fails when a file differs from its object here; `UPDATE_SCHEMAS=1 npx vitest run
+ * test/unit/messages.schema.test.ts` rewrites the files from the objects.
+ */
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import type { ErrorObject } from 'ajv/dist/2020.js';
+import addFormatsModule from 'ajv-formats';
+import type { FromSchema, JSONSchema } from 'json-schema-to-ts';
+import { ENVELOPE_STATUS } from '../../machines/statuses.js';
+
+/**
+ * Canonical hyphenated UUID. Added next to `format: uuid` because ajv-formats also accepts a
+ * `urn:uuid:` prefix, which PostgreSQL's `uuid` type rejects: such a message would pass the schema
+ * and then fail in the database on every redelivery.
+ */
+const UUID_PATTERN = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
+
+/** Upper bounds keep one hostile field from filling a text column or a log line. */
+const NAME_MAX = 200;
+/** S3 itself limits bucket names to 63 and keys to 1024 bytes; the schema is a little looser on buckets. */
+const BUCKET_MAX = 255;
+const KEY_MAX = 1024;
+const ERROR_MESSAGE_MAX = 10_000;
+
+const uuid = { type: 'string', format: 'uuid', pattern: UUID_PATTERN } as const;
+const dateTime = { type: 'string', format: 'date-time' } as const;
+const bucket = { type: 'string', minLength: 1, maxLength: BUCKET_MAX } as const;
+const s3Object = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['bucket', 'key'],
+  properties: { bucket, key: { type: 'string', minLength: 1, maxLength: KEY_MAX } },
+} as const;
+
+/**
+ * `schemas/recognition-result-message.schema.json`: the envelope a service sends on
+ * `recognition.result` (an ack with `status = processing`, or a result). Unknown extra top-level
+ * fields are allowed; the listed ones are strictly typed. `error` is required exactly when
+ * `status = error`; `result_s3` is allowed only with `done`/`needs_check`.
+ */
+export const resultEnvelopeSchema = {
+  $schema: 'https://json-schema.org/draft/2020-12/schema',
+  $id: 'https://recognition-core/schemas/recognition-result-message.schema.json',
+  title: 'Recognition result envelope (service → core, subject recognition.result)',
+  type: 'object',
+  required: ['job_id', 'status', 'service'],
+  properties: {
+    job_id: uuid,
+    status: {
+      type: 'string',
+      enum: [
+        ENVELOPE_STATUS.processing,
+        ENVELOPE_STATUS.done,
+        ENVELOPE_STATUS.needs_check,
+        ENVELOPE_STATUS.error,
+      ],
+    },
+    service: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['name', 'version'],
+      properties: {
+        name: { type: 'string', minLength: 1, maxLength: NAME_MAX },
+        version: { type: 'string', minLength: 1, maxLength: NAME_MAX },
+      },
+    },
+    result_s3: s3Object,
+    result_schema_version: { type: 'string', maxLength: NAME_MAX },
+    metrics: { type: 'object' },
+    error: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['code', 'message'],
+      properties: {
+        code: { type: 'string', minLength: 1, maxLength: NAME_MAX },
+        message: { type: 'string', maxLength: ERROR_MESSAGE_MAX },
+      },
+    },
+    sent_at: dateTime,
+  },
+  allOf: [
+    {
+      if: { required: ['status'], properties: { status: { const: ENVELOPE_STATUS.error } } },
+      then: { required: ['error'], properties: { result_s3: false } },
+      else: { properties: { error: false } },
+    },
+    {
+      if: { required: ['status'], properties: { status: { const: ENVELOPE_STATUS.processing } } },
+      then: { properties: { result_s3: false } },
+    },
+  ],
+} as const satisfies JSONSchema;
+
+/**
+ * `schemas/recognition-job-message.schema.json`: the job the core publishes on
+ * `recognition.job.<target_service>`. Closed: every field required, nothing else allowed.
+ */
+export const jobMessageSchema = {
+  $schema: 'https://json-schema.org/draft/2020-12/schema',
+  $id: 'https://recognition-core/schemas/recognition-job-message.schema.json',
+  title: 'Recognition job message (core → service, subject recognition.job.<target_service>)',
+  type: 'object',
+  additionalProperties: false,
+  required: [
+    'job_id',
+    'file_id',
+    'attempt',
+    'source_s3',
+    'result_s3_prefix',
+    'reply_subject',
+    'reply_deadline',
+    'published_at',
+  ],
+  properties: {
+    job_id: uuid,
+    file_id: uuid,
+    attempt: { type: 'integer', minimum: 1 },
+    source_s3: s3Object,
+    result_s3_prefix: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['bucket', 'key_prefix'],
+      properties: { bucket, key_prefix: { type: 'string', minLength: 1, maxLength: KEY_MAX } },
+    },
+    reply_subject: { type: 'string', const: 'recognition.result' },
+    reply_deadline: dateTime,
+    published_at: dateTime,
+  },
+} as const satisfies JSONSchema;
+
+/**
+ * A result envelope that passed {@link resultEnvelopeSchema}: a union discriminated by `status`
+ * (`error` carries `error`; `done`/`needs_check` may carry `result_s3`; `processing` carries
+ * neither). Derived from the schema, so it cannot drift from it.
+ */
+export type ResultEnvelope = FromSchema<typeof resultEnvelopeSchema, { parseIfThenElseKeywords: true }>;
+
+/** A job message that passed {@link jobMessageSchema}. Derived from the schema. */
+export type JobMessage = FromSchema<typeof jobMessageSchema>;
+
+/** One validator error, copied from Ajv as plain JSON-serialisable data (for quarantine details). */
+export interface SchemaError {
+  instancePath: string;
+  schemaPath: string;
+  keyword: string;
+  params: Record<string, unknown>;
+  message?: string;
+}
+
+/** Outcome of a schema check: the value, typed, or every error Ajv found (`allErrors`). */
+export type SchemaCheck<T> = { valid: true; value: T } | { valid: false; errors: SchemaError[] };
+
+// Strict mode makes a typo in a schema keyword fail at module load instead of being ignored.
+// strictRequired is off only because it flags the standard idiom of `then: { required: [...] }`
+// naming properties declared at the top level.
+const ajv = new Ajv2020({ strict: true, strictRequired: false, allErrors: true });
+addFormatsModule.default(ajv, ['uuid', 'date-time']);
+const validateResultEnvelope = ajv.compile<ResultEnvelope>(resultEnvelopeSchema);
+const validateJob = ajv.compile<JobMessage>(jobMessageSchema);
+
+function toSchemaErrors(errors: ErrorObject[] | null | undefined): SchemaError[] {
+  return (errors ?? []).map(({ instancePath, schemaPath, keyword, params, message }) => ({
+    instancePath,
+    schemaPath,
+    keyword,
+    params: { ...params },
+    ...(message === undefined ? {} : { message }),
+  }));
+}
+
+/**
+ * Checks any value against {@link resultEnvelopeSchema}. Pure and synchronous; never throws for
+ * values produced by `JSON.parse`. Does not check the `Nats-Msg-Id` rule (see `decodeEnvelope`).
+ */
+export function checkResultEnvelope(value: unknown): SchemaCheck<ResultEnvelope> {
+  return validateResultEnvelope(value)
+    ? { valid: true, value }
+    : { valid: false, errors: toSchemaErrors(validateResultEnvelope.errors) };
+}
+
+/** Checks any value against {@link jobMessageSchema}; returns the typed value or all errors. Pure. */
+export function checkJobMessage(value: unknown): SchemaCheck<JobMessage> {
+  return validateJob(value)
+    ? { valid: true, value }
+    : { valid: false, errors: toSchemaErrors(validateJob.errors) };
+}
+
+/** Type guard: `true` exactly when `value` is valid against {@link jobMessageSchema}. Pure. */
+export function validateJobMessage(value: unknown): value is JobMessage {
+  return validateJob(value);
+}
+
+/** Each schema by its file name under `schemas/` (its `$id` ends with that name). */
+export const SCHEMA_FILES = {
+  'recognition-result-message.schema.json': resultEnvelopeSchema,
+  'recognition-job-message.schema.json': jobMessageSchema,
+} as const;
