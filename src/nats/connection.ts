@@ -1,0 +1,79 @@
+/**
+ * The NATS connection: credentials and TLS from the configuration, reconnecting forever (the loops
+ * pause meanwhile and readiness goes red), and a live `connected` flag for /readyz.
+ */
+import { readFileSync } from 'node:fs';
+import { credsAuthenticator, type NatsConnection } from '@nats-io/nats-core';
+import { connect, type NodeConnectionOptions } from '@nats-io/transport-node';
+import type { Config } from '../config.js';
+import type { Logger } from '../logger.js';
+
+type NatsConfig = Pick<
+  Config,
+  'NATS_URL' | 'NATS_USER' | 'NATS_PASSWORD' | 'NATS_TOKEN' | 'NATS_CREDS' | 'NATS_TLS_CA' | 'NATS_TLS_CERT' | 'NATS_TLS_KEY'
+>;
+
+/** A connection and whether it is up right now. */
+export interface Nats {
+  nc: NatsConnection;
+  isConnected(): boolean;
+}
+
+/** Connection options from the configuration (exported for tests). */
+export function natsOptions(cfg: NatsConfig, name: string): NodeConnectionOptions {
+  const opts: NodeConnectionOptions = {
+    servers: cfg.NATS_URL.split(',').map((s) => s.trim()),
+    name,
+    maxReconnectAttempts: -1,
+    reconnectTimeWait: 500,
+    waitOnFirstConnect: false,
+    // Detect a dead server within seconds, so readiness goes red promptly.
+    pingInterval: 5_000,
+    maxPingOut: 2,
+  };
+  if (cfg.NATS_USER) {
+    opts.user = cfg.NATS_USER;
+    opts.pass = cfg.NATS_PASSWORD;
+  }
+  if (cfg.NATS_TOKEN) opts.token = cfg.NATS_TOKEN;
+  if (cfg.NATS_CREDS) opts.authenticator = credsAuthenticator(readFileSync(cfg.NATS_CREDS));
+  if (cfg.NATS_TLS_CA || cfg.NATS_TLS_CERT) {
+    opts.tls = {
+      ...(cfg.NATS_TLS_CA ? { caFile: cfg.NATS_TLS_CA } : {}),
+      ...(cfg.NATS_TLS_CERT ? { certFile: cfg.NATS_TLS_CERT, keyFile: cfg.NATS_TLS_KEY } : {}),
+    };
+  }
+  return opts;
+}
+
+/**
+ * Connect to NATS. The first connection must succeed (a wrong URL or credentials end the start
+ * with a clear error); afterwards the client reconnects forever and the status is logged.
+ */
+export async function connectNats(cfg: NatsConfig, logger: Logger, name = 'recognition-core'): Promise<Nats> {
+  const nc = await connect(natsOptions(cfg, name));
+  let connected = true;
+  void (async () => {
+    for await (const s of nc.status()) {
+      switch (s.type) {
+        case 'disconnect':
+          connected = false;
+          logger.warn({ event: 'nats_disconnected', server: s.server }, 'NATS disconnected; reconnecting');
+          break;
+        case 'reconnect':
+          connected = true;
+          logger.info({ event: 'nats_reconnected', server: s.server }, 'NATS reconnected');
+          break;
+        case 'error':
+          logger.warn({ event: 'nats_error', err: s.error }, 'NATS error');
+          break;
+        default:
+          break;
+      }
+    }
+  })();
+  void nc.closed().then(() => {
+    connected = false;
+  });
+  return { nc, isConnected: () => connected && !nc.isClosed() };
+}

@@ -1,0 +1,81 @@
+/**
+ * Creating or updating the streams and the inbox consumer (SPEC §5). Idempotent: doing it again at
+ * every start is harmless. Operators who provision streams themselves set NATS_PROVISION=false.
+ */
+import { nanos } from '@nats-io/nats-core';
+import {
+  AckPolicy,
+  DeliverPolicy,
+  RetentionPolicy,
+  StorageType,
+  type JetStreamManager,
+  type StreamConfig,
+} from '@nats-io/jetstream';
+import { INBOX_CONSUMER, JOBS_STREAM, JOB_SUBJECT_PREFIX, RESULTS_STREAM, RESULT_SUBJECT } from './subjects.js';
+
+export interface ProvisionOptions {
+  duplicateWindowMs: number;
+  replicas: number;
+  /** JetStream redelivers an envelope not acked in this time; the inbox signals progress meanwhile. */
+  ackWaitMs: number;
+  /** Envelopes delivered and not yet acked, across every instance sharing core-inbox. */
+  maxAckPending: number;
+}
+
+/** How long the streams keep messages: a week, so operators can inspect and replay. */
+const MAX_AGE_MS = 7 * 24 * 3600 * 1000;
+
+async function ensureStream(jsm: JetStreamManager, cfg: Partial<StreamConfig> & { name: string }): Promise<void> {
+  try {
+    const info = await jsm.streams.info(cfg.name);
+    const c = info.config;
+    const differs =
+      JSON.stringify(c.subjects) !== JSON.stringify(cfg.subjects) ||
+      c.duplicate_window !== cfg.duplicate_window ||
+      c.num_replicas !== cfg.num_replicas;
+    if (differs) {
+      await jsm.streams.update(cfg.name, {
+        subjects: cfg.subjects!,
+        duplicate_window: cfg.duplicate_window!,
+        num_replicas: cfg.num_replicas!,
+      });
+    }
+  } catch (err) {
+    if (!/stream not found/i.test((err as Error).message)) throw err;
+    await jsm.streams.add(cfg);
+  }
+}
+
+/** Create or update both streams and the durable pull consumer `core-inbox`. */
+export async function provisionStreams(jsm: JetStreamManager, opts: ProvisionOptions): Promise<void> {
+  const common = {
+    storage: StorageType.File,
+    retention: RetentionPolicy.Limits,
+    duplicate_window: nanos(opts.duplicateWindowMs),
+    num_replicas: opts.replicas,
+    max_age: nanos(MAX_AGE_MS),
+  };
+  await ensureStream(jsm, { name: RESULTS_STREAM, subjects: [RESULT_SUBJECT], ...common });
+  await ensureStream(jsm, { name: JOBS_STREAM, subjects: [`${JOB_SUBJECT_PREFIX}>`], ...common });
+  const consumer = {
+    durable_name: INBOX_CONSUMER,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    filter_subject: RESULT_SUBJECT,
+    ack_wait: nanos(opts.ackWaitMs),
+    // Never give up on an envelope: transient failures are retried as long as it takes.
+    max_deliver: -1,
+    max_ack_pending: opts.maxAckPending,
+  };
+  try {
+    await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
+    await jsm.consumers.update(RESULTS_STREAM, INBOX_CONSUMER, {
+      ack_wait: consumer.ack_wait,
+      max_deliver: consumer.max_deliver,
+      max_ack_pending: consumer.max_ack_pending,
+    });
+  } catch (err) {
+    if (!/consumer not found/i.test((err as Error).message)) throw err;
+    await jsm.consumers.add(RESULTS_STREAM, consumer);
+  }
+}
