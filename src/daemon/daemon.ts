@@ -1,0 +1,153 @@
+/**
+ * The daemon: one process running the inbox, the watchdog and the publisher, with health and
+ * metrics over HTTP. `startDaemon` brings it up in order and `stop` takes it down in reverse.
+ */
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { sql } from 'kysely';
+import type { Config } from '../config.js';
+import { openDb, pendingMigrations, type Db } from '../db/database.js';
+import { MigrationsPendingError } from '../errors.js';
+import type { Logger } from '../logger.js';
+import { createMetrics, type Metrics } from '../metrics.js';
+import { connectNats, type Nats } from '../nats/connection.js';
+import { provisionStreams } from '../nats/provision.js';
+import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
+import { startHttpServer, type HttpServer, type RouteHandler } from '../http/server.js';
+import { startInbox, type Inbox, type InboxOptions } from './inbox.js';
+
+export interface DaemonOptions {
+  config: Config;
+  logger: Logger;
+  /** Which loops to run (all by default); tests and benchmarks run parts. */
+  loops?: { inbox?: boolean; watchdog?: boolean; publisher?: boolean; deadLetters?: boolean; http?: boolean };
+  /** Extra HTTP pages. */
+  routes?: (d: { db: Db; metrics: Metrics }) => Record<string, RouteHandler>;
+  /** Test hook passed to the inbox. */
+  beforeInboxBatch?: InboxOptions['beforeBatch'];
+}
+
+export interface Daemon {
+  db: Db;
+  nats: Nats;
+  metrics: Metrics;
+  http: HttpServer | undefined;
+  inbox: Inbox | undefined;
+  /** Graceful stop: stop pulling, finish and commit in-flight work, drain NATS, close the pool. */
+  stop(): Promise<void>;
+}
+
+/** Readiness of the database: a trivial query answers. */
+async function dbReachable(db: Db): Promise<boolean> {
+  await sql`SELECT 1`.execute(db.db);
+  return true;
+}
+
+/**
+ * Start the daemon:
+ *   1. open the pool; the database must answer and its migrations be current (else refuse);
+ *   2. connect to NATS; create or update the streams and core-inbox (unless NATS_PROVISION=false);
+ *   3. start the loops;
+ *   4. serve /healthz, /readyz, /metrics.
+ */
+export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
+  const { config: cfg, logger } = opts;
+  const loops = { inbox: true, watchdog: true, publisher: true, deadLetters: true, http: true, ...opts.loops };
+
+  // 1. Database.
+  const db = openDb(cfg.DATABASE_URL, {
+    max: cfg.DB_POOL_SIZE,
+    onIdleError: (err) => logger.warn({ err, event: 'db_idle_error' }, 'idle PostgreSQL connection failed'),
+  });
+  let nats: Nats | undefined;
+  try {
+    const pending = await pendingMigrations(db.db);
+    if (pending.length > 0) throw new MigrationsPendingError(pending);
+
+    // 2. NATS.
+    nats = await connectNats(cfg, logger);
+    const jsm = await jetstreamManager(nats.nc);
+    if (cfg.NATS_PROVISION) {
+      await provisionStreams(jsm, {
+        duplicateWindowMs: cfg.NATS_DUPLICATE_WINDOW_MS,
+        replicas: cfg.NATS_STREAM_REPLICAS,
+        ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
+        maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
+      });
+    }
+    const js = jetstream(nats.nc);
+    const metrics = createMetrics({
+      jobsByStatus: async () => {
+        const rows = await db.db
+          .selectFrom('recognition_job')
+          .select(['status', (eb) => eb.fn.countAll<string>().as('count')])
+          .groupBy('status')
+          .execute();
+        return rows.map((r) => ({ status: r.status, count: Number(r.count) }));
+      },
+      inboxPending: async () => {
+        const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
+        return { pending: info.num_pending, ackPending: info.num_ack_pending };
+      },
+    });
+
+    // 3. Loops.
+    const inbox = loops.inbox
+      ? await startInbox({
+          db: db.db,
+          js,
+          logger,
+          metrics,
+          batchSize: cfg.INBOX_BATCH_SIZE,
+          concurrency: cfg.INBOX_CONCURRENCY,
+          maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
+          ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
+          beforeBatch: opts.beforeInboxBatch,
+        })
+      : undefined;
+
+    // 4. HTTP.
+    const n = nats;
+    const http = loops.http
+      ? await startHttpServer({
+          host: cfg.HTTP_HOST,
+          port: cfg.HTTP_PORT,
+          logger,
+          registry: metrics.registry,
+          readiness: {
+            database: () => dbReachable(db),
+            nats: () => n.isConnected(),
+            ...(inbox ? { consumer: () => inbox.isBound() } : {}),
+          },
+          routes: opts.routes?.({ db, metrics }),
+        })
+      : undefined;
+    logger.info(
+      { event: 'started', http_port: http?.port, loops },
+      `recognition-core started${http ? ` (http on port ${http.port})` : ''}`,
+    );
+
+    let stopped: Promise<void> | undefined;
+    return {
+      db,
+      nats,
+      metrics,
+      http,
+      inbox,
+      stop() {
+        stopped ??= (async () => {
+          logger.info({ event: 'stopping' }, 'stopping: finishing in-flight work');
+          await inbox?.stop();
+          await n.nc.drain().catch(() => undefined);
+          await http?.close();
+          await db.close();
+          logger.info({ event: 'stopped' }, 'stopped');
+        })();
+        return stopped;
+      },
+    };
+  } catch (err) {
+    await nats?.nc.close().catch(() => undefined);
+    await db.close().catch(() => undefined);
+    throw err;
+  }
+}

@@ -1,0 +1,147 @@
+/**
+ * Applying a batch of inbox messages: the part of the inbox that knows the database but not NATS,
+ * shared by the live inbox and `quarantine replay`.
+ *
+ * One transaction per batch: the valid envelopes go through the step (in stream order), the invalid
+ * ones and the envelopes of unknown jobs are written to `inbox_quarantine`. The caller acks every
+ * message after this returns (commit first, ack after), or naks them all when it throws.
+ */
+import { sql, type Kysely, type Transaction } from 'kysely';
+import { QUARANTINE_REASON, type QuarantineReason } from '../../machines/index.js';
+import type { Database } from '../db/schema.js';
+import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
+import type { ResultEnvelope } from '../messages/schemas.js';
+import { applyEvents, type StepItem, type StepOutcome } from './step.js';
+
+/** A message as it came off the stream: everything quarantine keeps. */
+export interface RawMessage {
+  subject: string;
+  stream: string | null;
+  streamSeq: number | null;
+  headers: Record<string, string[]>;
+  data: Uint8Array;
+}
+
+/** A message with its decoding. */
+export interface InboxItem {
+  raw: RawMessage;
+  decoded: DecodeResult;
+}
+
+/** What became of one message. */
+export type InboxOutcome =
+  | { kind: 'step'; outcome: StepOutcome; msgId: string | null }
+  | { kind: 'quarantined'; reason: QuarantineReason; jobId: string | null; msgId: string | null; details: unknown };
+
+/** The `Nats-Msg-Id` of a message, or undefined ('' counts as missing). */
+export function msgIdOf(raw: RawMessage): string | undefined {
+  const v = raw.headers['Nats-Msg-Id']?.[0];
+  return v ? v : undefined;
+}
+
+/** Decode a raw message (pure; never throws). */
+export function decodeItem(raw: RawMessage, maxBytes: number): InboxItem {
+  return { raw, decoded: decodeEnvelope({ data: raw.data, msgId: msgIdOf(raw), maxBytes }) };
+}
+
+/** The machine event of a valid envelope. */
+export function envelopeToStepItem(envelope: ResultEnvelope, msgId: string | null): StepItem {
+  const service = { name: envelope.service.name, version: envelope.service.version };
+  if (envelope.status === 'processing') {
+    return { jobId: envelope.job_id, event: { type: 'ENVELOPE_PROCESSING', msgId, service } };
+  }
+  return {
+    jobId: envelope.job_id,
+    event: {
+      type: 'ENVELOPE_RESULT',
+      msgId: msgId!,
+      status: envelope.status,
+      service,
+      resultS3: 'result_s3' in envelope && envelope.result_s3 ? { bucket: envelope.result_s3.bucket, key: envelope.result_s3.key } : undefined,
+      resultSchemaVersion: envelope.result_schema_version,
+      metrics: envelope.metrics as Record<string, unknown> | undefined,
+      error: 'error' in envelope && envelope.error ? { code: envelope.error.code, message: envelope.error.message } : undefined,
+    },
+  };
+}
+
+interface QuarantineInsert {
+  raw: RawMessage;
+  reason: QuarantineReason;
+  jobId: string | null;
+  msgId: string | null;
+  details: unknown;
+}
+
+/** Insert quarantine rows; a message already quarantined (same stream sequence) is not written twice. */
+async function quarantine(tx: Transaction<Database>, rows: QuarantineInsert[]): Promise<void> {
+  if (rows.length === 0) return;
+  const json = JSON.stringify(
+    rows.map((r) => ({
+      stream: r.raw.stream,
+      stream_seq: r.raw.streamSeq,
+      subject: r.raw.subject,
+      msg_id: r.msgId,
+      job_id: r.jobId,
+      reason: r.reason,
+      details: r.details ?? null,
+      payload: Buffer.from(r.raw.data).toString('base64'),
+      headers: r.raw.headers,
+    })),
+  );
+  await sql`
+    INSERT INTO inbox_quarantine (stream, stream_seq, subject, msg_id, job_id, reason, details, payload, headers)
+    SELECT q.stream, q.stream_seq, q.subject, q.msg_id, q.job_id, q.reason, q.details,
+           decode(q.payload, 'base64'), COALESCE(q.headers, '{}')
+    FROM jsonb_to_recordset(${json}::jsonb) AS q(stream text, stream_seq bigint, subject text, msg_id text,
+         job_id text, reason text, details jsonb, payload text, headers jsonb)
+    ON CONFLICT (stream, stream_seq) WHERE stream_seq IS NOT NULL DO NOTHING`.execute(tx);
+}
+
+/**
+ * Apply a batch inside the caller's transaction. Returns one outcome per item, in order.
+ * Unknown jobs are quarantined (`UNKNOWN_JOB`) in the same transaction.
+ */
+export async function applyInboxBatch(tx: Transaction<Database>, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
+  const outcomes: InboxOutcome[] = new Array(items.length);
+  const steps: StepItem[] = [];
+  const stepIndex: number[] = [];
+  const quarantined: QuarantineInsert[] = [];
+  items.forEach((item, i) => {
+    const d = item.decoded;
+    if (d.ok) {
+      steps.push(envelopeToStepItem(d.envelope, d.msgId));
+      stepIndex.push(i);
+    } else {
+      const q = { raw: item.raw, reason: d.reason, jobId: d.jobId ?? null, msgId: d.msgId ?? null, details: d.details };
+      quarantined.push(q);
+      outcomes[i] = { kind: 'quarantined', ...q };
+    }
+  });
+  const stepped = await applyEvents(tx, steps);
+  stepped.forEach((outcome, n) => {
+    const i = stepIndex[n]!;
+    const item = items[i]!;
+    const msgId = item.decoded.ok ? item.decoded.msgId : null;
+    if (outcome.decision === 'unknown_job') {
+      const q = {
+        raw: item.raw,
+        reason: QUARANTINE_REASON.UNKNOWN_JOB,
+        jobId: outcome.jobId,
+        msgId,
+        details: { message: `no recognition_job with id ${outcome.jobId}` },
+      };
+      quarantined.push(q);
+      outcomes[i] = { kind: 'quarantined', ...q };
+    } else {
+      outcomes[i] = { kind: 'step', outcome, msgId };
+    }
+  });
+  await quarantine(tx, quarantined);
+  return outcomes;
+}
+
+/** Apply a batch in its own transaction (committed when this resolves). */
+export function applyInboxBatchTx(db: Kysely<Database>, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
+  return db.transaction().execute((tx) => applyInboxBatch(tx, items));
+}
