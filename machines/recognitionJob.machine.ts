@@ -192,6 +192,8 @@ export const recognitionJobMachine = setup({
             errorMessage: event.error?.message ?? null,
             resultSchemaVersion: event.resultSchemaVersion ?? null,
             resultMsgId: event.msgId,
+            // A result can finish a job still `pending` (its publish commit was lost): no more publishing.
+            nextPublishAt: null,
           }
         : {},
     ),

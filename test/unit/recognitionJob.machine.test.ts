@@ -1,0 +1,478 @@
+/**
+ * The lifecycle of a recognition job, as a table: what every event does in every state (SPEC §2–§3).
+ *
+ * Each row names a state and an event variant and states the whole outcome: the decision, the next
+ * status, the context fields the transition writes (the next context must equal the state's sample
+ * context plus exactly these), the effects in order, and the reason when nothing changed. The
+ * sample contexts and events are in test/helpers/machineSamples.ts.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  CORE_ERROR_CODE,
+  FINAL_JOB_STATUSES,
+  JOB_EVENT_TYPES,
+  JOB_STATUSES,
+  decide,
+  hydrate,
+  publishBackoffMs,
+  type JobContext,
+  type JobDecision,
+  type JobEffect,
+  type JobEffects,
+  type JobEvent,
+  type JobStatus,
+  type NoChangeReason,
+} from '../../machines/index.js';
+import {
+  ACK_MSG_ID,
+  DONE_MSG_ID,
+  ERROR_MSG_ID,
+  EVENT_VARIANT_NAMES,
+  NEEDS_CHECK_MSG_ID,
+  NOW,
+  PUBLISH_ERROR,
+  PUBLISH_RETRY_POLICY,
+  REPLY_TIMEOUT_MS,
+  RESULT_S3,
+  SERVICE,
+  SERVICE_ERROR,
+  baseContext,
+  contextIn,
+  eventVariant,
+  eventVariants,
+  type EventVariantName,
+} from '../helpers/machineSamples.js';
+
+// ---------------------------------------------------------------------------------------------
+// The vocabulary of expectations
+// ---------------------------------------------------------------------------------------------
+
+interface Expected {
+  decision: JobDecision['decision'];
+  /** The next status; `undefined` means the job stays where it was. */
+  to: JobStatus | undefined;
+  /** The context fields the transition writes. */
+  changes: Partial<JobContext>;
+  effects: JobEffect[];
+  reason: NoChangeReason | null;
+}
+
+/** The event is applied: the job moves to `to`, writes `changes` and returns `effects`. */
+const applied = (to: JobStatus, changes: Partial<JobContext>, effects: JobEffect[]): Expected => ({
+  decision: 'applied',
+  to,
+  changes,
+  effects,
+  reason: null,
+});
+
+/** The event changes nothing; the machine says why, so the shell can log and count it. */
+const stays = (decision: JobEffects['noteNoChange']['decision'], reason: NoChangeReason): Expected => ({
+  decision,
+  to: undefined,
+  changes: {},
+  effects: [{ type: 'noteNoChange', params: { decision, reason } }],
+  reason,
+});
+
+const fileStatus = (status: 'PROCESSING' | 'ERROR', errorCode: string | null = null): JobEffect => ({
+  type: 'setFileStatus',
+  params: { status, errorCode },
+});
+const logged = (
+  event: JobEvent['type'],
+  msgId: string | null,
+  detail: Record<string, unknown> = {},
+): JobEffect => ({ type: 'recordTransition', params: { event, msgId, detail } });
+const resultObject: JobEffect = {
+  type: 'registerResultObject',
+  params: { bucket: RESULT_S3.bucket, key: RESULT_S3.key, createdBy: SERVICE.name },
+};
+
+const DEADLINE_PASSED_AT = eventVariant('DEADLINE_PASSED, deadline passed').event.now;
+
+// The three results, from any state that accepts them (pending, published, processing).
+const done = applied(
+  'done',
+  {
+    serviceName: SERVICE.name,
+    serviceVersion: SERVICE.version,
+    finishedAt: NOW,
+    metrics: { pages: 12, rows: 480 },
+    errorCode: null,
+    errorMessage: null,
+    resultSchemaVersion: '2.1',
+    resultMsgId: DONE_MSG_ID,
+    nextPublishAt: null,
+  },
+  [
+    resultObject,
+    fileStatus('PROCESSING'),
+    logged('ENVELOPE_RESULT', DONE_MSG_ID, { status: 'done', service: SERVICE.name }),
+  ],
+);
+const needsCheck = applied(
+  'needs_check',
+  {
+    serviceName: SERVICE.name,
+    serviceVersion: SERVICE.version,
+    finishedAt: NOW,
+    metrics: { pages: 12, low_confidence_cells: 7 },
+    errorCode: null,
+    errorMessage: null,
+    resultSchemaVersion: null,
+    resultMsgId: NEEDS_CHECK_MSG_ID,
+    nextPublishAt: null,
+  },
+  [
+    fileStatus('PROCESSING'),
+    logged('ENVELOPE_RESULT', NEEDS_CHECK_MSG_ID, { status: 'needs_check', service: SERVICE.name }),
+  ],
+);
+const serviceError = applied(
+  'error',
+  {
+    serviceName: SERVICE.name,
+    serviceVersion: SERVICE.version,
+    finishedAt: NOW,
+    metrics: null,
+    errorCode: SERVICE_ERROR.code,
+    errorMessage: SERVICE_ERROR.message,
+    resultSchemaVersion: null,
+    resultMsgId: ERROR_MSG_ID,
+    nextPublishAt: null,
+  },
+  [
+    fileStatus('ERROR', SERVICE_ERROR.code),
+    logged('ENVELOPE_RESULT', ERROR_MSG_ID, {
+      status: 'error',
+      service: SERVICE.name,
+      error_code: SERVICE_ERROR.code,
+    }),
+  ],
+);
+const timedOut = applied(
+  'timeout',
+  {
+    errorCode: CORE_ERROR_CODE.TIMEOUT,
+    errorMessage: 'no result before reply_deadline',
+    finishedAt: DEADLINE_PASSED_AT,
+  },
+  [fileStatus('ERROR', CORE_ERROR_CODE.TIMEOUT), logged('DEADLINE_PASSED', null)],
+);
+
+// ---------------------------------------------------------------------------------------------
+// The table
+// ---------------------------------------------------------------------------------------------
+
+type Row = [state: JobStatus, variant: EventVariantName, expected: Expected];
+
+/** Every final status answers every event alike: nothing changes, each case told apart. */
+const finalRows = (state: JobStatus): Row[] => [
+  [state, 'PUBLISHED', stays('ignored', 'not_accepted')],
+  [state, 'PUBLISH_FAILED, attempts left', stays('ignored', 'not_accepted')],
+  [state, 'PUBLISH_FAILED, last attempt', stays('ignored', 'not_accepted')],
+  [state, 'DELIVERY_EXHAUSTED', stays('ignored', 'not_accepted')],
+  [state, 'ENVELOPE_PROCESSING', stays('ignored', 'ack_not_accepted')],
+  [state, 'ENVELOPE_RESULT done, with result_s3', stays('late', 'result_after_final')],
+  [state, 'ENVELOPE_RESULT needs_check, without result_s3', stays('late', 'result_after_final')],
+  [state, 'ENVELOPE_RESULT error', stays('late', 'result_after_final')],
+  [state, 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
+  [state, 'DEADLINE_PASSED, deadline passed', stays('ignored', 'not_accepted')],
+  [state, 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'not_accepted')],
+];
+
+const TABLE: Row[] = [
+  // pending: created, the job message not yet accepted by JetStream.
+  [
+    'pending',
+    'PUBLISHED',
+    applied(
+      'published',
+      {
+        publishAttempts: 1,
+        publishedAt: NOW,
+        replyDeadline: new Date(NOW.getTime() + REPLY_TIMEOUT_MS),
+        nextPublishAt: null,
+      },
+      [logged('PUBLISHED', null)],
+    ),
+  ],
+  [
+    'pending',
+    'PUBLISH_FAILED, attempts left', // the 2nd of 3 attempts failed: retry after 2 × base delay
+    applied('pending', { publishAttempts: 2, nextPublishAt: new Date(NOW.getTime() + 2_000) }, [
+      logged('PUBLISH_FAILED', null, { error: PUBLISH_ERROR }),
+    ]),
+  ],
+  [
+    'pending',
+    'PUBLISH_FAILED, last attempt', // the 3rd of 3 attempts failed: dead letter
+    applied(
+      'dlq',
+      {
+        publishAttempts: 3,
+        nextPublishAt: null,
+        errorCode: CORE_ERROR_CODE.PUBLISH_FAILED,
+        errorMessage: PUBLISH_ERROR,
+        finishedAt: NOW,
+      },
+      [
+        fileStatus('ERROR', CORE_ERROR_CODE.PUBLISH_FAILED),
+        logged('PUBLISH_FAILED', null, { error: PUBLISH_ERROR }),
+      ],
+    ),
+  ],
+  ['pending', 'DELIVERY_EXHAUSTED', stays('ignored', 'not_accepted')],
+  ['pending', 'ENVELOPE_PROCESSING', stays('ignored', 'ack_not_accepted')],
+  // The job message went out but the publisher's commit was lost: the work was done, it counts.
+  ['pending', 'ENVELOPE_RESULT done, with result_s3', done],
+  ['pending', 'ENVELOPE_RESULT needs_check, without result_s3', needsCheck],
+  ['pending', 'ENVELOPE_RESULT error', serviceError],
+  ['pending', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
+  ['pending', 'DEADLINE_PASSED, deadline passed', stays('ignored', 'not_accepted')],
+  ['pending', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'not_accepted')],
+
+  // published: in the stream, waiting for the service's ack.
+  ['published', 'PUBLISHED', stays('ignored', 'not_accepted')],
+  ['published', 'PUBLISH_FAILED, attempts left', stays('ignored', 'not_accepted')],
+  ['published', 'PUBLISH_FAILED, last attempt', stays('ignored', 'not_accepted')],
+  [
+    'published',
+    'DELIVERY_EXHAUSTED',
+    applied(
+      'dlq',
+      {
+        errorCode: CORE_ERROR_CODE.MAX_DELIVERIES,
+        errorMessage: 'the job message reached its maximum deliveries without being taken',
+        finishedAt: NOW,
+      },
+      [
+        fileStatus('ERROR', CORE_ERROR_CODE.MAX_DELIVERIES),
+        logged('DELIVERY_EXHAUSTED', null, { deliveries: 5 }),
+      ],
+    ),
+  ],
+  [
+    'published',
+    'ENVELOPE_PROCESSING', // SPEC §3.1: the service confirmed
+    applied('processing', { startedAt: NOW, serviceName: SERVICE.name, serviceVersion: SERVICE.version }, [
+      fileStatus('PROCESSING'),
+      logged('ENVELOPE_PROCESSING', ACK_MSG_ID, { service: SERVICE.name }),
+    ]),
+  ],
+  // The ack was lost or overtaken: the result is applied all the same.
+  ['published', 'ENVELOPE_RESULT done, with result_s3', done],
+  ['published', 'ENVELOPE_RESULT needs_check, without result_s3', needsCheck],
+  ['published', 'ENVELOPE_RESULT error', serviceError],
+  ['published', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
+  ['published', 'DEADLINE_PASSED, deadline passed', timedOut],
+  ['published', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'deadline_not_passed')],
+
+  // processing: the service acked and is working.
+  ['processing', 'PUBLISHED', stays('ignored', 'not_accepted')],
+  ['processing', 'PUBLISH_FAILED, attempts left', stays('ignored', 'not_accepted')],
+  ['processing', 'PUBLISH_FAILED, last attempt', stays('ignored', 'not_accepted')],
+  ['processing', 'DELIVERY_EXHAUSTED', stays('ignored', 'not_accepted')],
+  ['processing', 'ENVELOPE_PROCESSING', stays('duplicate', 'repeated_ack')], // SPEC §3.1: a repeated ack
+  ['processing', 'ENVELOPE_RESULT done, with result_s3', done], // SPEC §3.2: success
+  ['processing', 'ENVELOPE_RESULT needs_check, without result_s3', needsCheck],
+  ['processing', 'ENVELOPE_RESULT error', serviceError], // SPEC §3.2: service error
+  ['processing', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')], // redelivery
+  ['processing', 'DEADLINE_PASSED, deadline passed', timedOut], // SPEC §3.3: taken but never answered
+  ['processing', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'deadline_not_passed')],
+
+  // Final statuses are never left (SPEC §2); a result after one is logged, not applied (§3.2).
+  ...FINAL_JOB_STATUSES.flatMap(finalRows),
+];
+
+/** Runs one row: the state's sample context, with the variant's and the case's overrides. */
+function run(state: JobStatus, variantName: EventVariantName, overrides: Partial<JobContext> = {}) {
+  const variant = eventVariant(variantName);
+  const context = contextIn(state, { ...variant.context, ...overrides });
+  return { context, event: variant.event, result: decide({ status: state, context }, variant.event) };
+}
+
+const withoutFileEffects = (effects: JobEffect[]) => effects.filter((e) => e.type !== 'setFileStatus');
+
+describe('recognition job lifecycle, every (state × event)', () => {
+  // A job that is no longer its file's current job does everything the same, but never touches the file.
+  describe.each([true, false])('fileIsCurrent = %s', (fileIsCurrent) => {
+    it.each(TABLE)('%s × %s', (state, variantName, expected) => {
+      const { context, result } = run(state, variantName, { fileIsCurrent });
+
+      expect(result.decision).toBe(expected.decision);
+      expect(result.from).toBe(state);
+      expect(result.to).toBe(expected.to ?? state);
+      expect(result.context).toEqual({ ...context, ...expected.changes });
+      expect(result.effects).toEqual(fileIsCurrent ? expected.effects : withoutFileEffects(expected.effects));
+      expect(result.reason).toBe(expected.reason);
+    });
+  });
+
+  it('covers every state with every event variant, and every event type', () => {
+    const pairs = TABLE.map(([state, variant]) => `${state} × ${variant}`);
+    expect(new Set(pairs).size).toBe(pairs.length);
+    expect(pairs.sort()).toEqual(
+      JOB_STATUSES.flatMap((state) => EVENT_VARIANT_NAMES.map((variant) => `${state} × ${variant}`)).sort(),
+    );
+    expect(new Set(eventVariants().map((v) => v.event.type))).toEqual(new Set(JOB_EVENT_TYPES));
+  });
+});
+
+describe('publish backoff', () => {
+  const policy = { maxAttempts: 20, baseDelayMs: 1_000, maxDelayMs: 60_000 };
+
+  it('doubles with every failed attempt and stops at the cap', () => {
+    const delays = Array.from({ length: 10 }, (_, i) => publishBackoffMs(i + 1, policy));
+    expect(delays).toEqual([1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000, 60_000, 60_000]);
+  });
+
+  it('is never above the cap and never shrinks as failures accumulate', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 200 }),
+        fc.integer({ min: 1, max: 10_000 }),
+        fc.integer({ min: 0, max: 1_000_000 }),
+        (failed, baseDelayMs, extra) => {
+          const p = { maxAttempts: 1_000, baseDelayMs, maxDelayMs: baseDelayMs + extra };
+          const delay = publishBackoffMs(failed, p);
+          expect(delay).toBeGreaterThanOrEqual(baseDelayMs);
+          expect(delay).toBeLessThanOrEqual(p.maxDelayMs);
+          expect(publishBackoffMs(failed + 1, p)).toBeGreaterThanOrEqual(delay);
+        },
+      ),
+    );
+  });
+
+  it('schedules the next publish attempt at now + the backoff of the failures so far', () => {
+    let job = { status: 'pending' as JobStatus, context: baseContext() };
+    const event = { type: 'PUBLISH_FAILED', now: NOW, error: PUBLISH_ERROR, policy } as const;
+    const scheduled: number[] = [];
+    for (let i = 0; i < 9; i++) {
+      const result = decide(job, event);
+      expect(result.to).toBe('pending');
+      scheduled.push(result.context.nextPublishAt!.getTime() - NOW.getTime());
+      job = { status: result.to, context: result.context };
+    }
+    expect(scheduled).toEqual([1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000, 60_000]);
+    expect(job.context.publishAttempts).toBe(9);
+  });
+
+  it('sends the job to dlq exactly when the failed attempt is the last allowed one', () => {
+    let job = { status: 'pending' as JobStatus, context: baseContext() };
+    const event = eventVariant('PUBLISH_FAILED, attempts left').event;
+    const statuses: JobStatus[] = [];
+    for (let i = 0; i < PUBLISH_RETRY_POLICY.maxAttempts; i++) {
+      const result = decide(job, event);
+      statuses.push(result.to);
+      job = { status: result.to, context: result.context };
+    }
+    expect(statuses).toEqual(['pending', 'pending', 'dlq']);
+  });
+});
+
+describe('hydrate', () => {
+  it.each(JOB_STATUSES)('accepts %s and keeps the context as given', (status) => {
+    const context = contextIn(status);
+    const snapshot = hydrate({ status, context });
+    expect(snapshot.value).toBe(status);
+    expect(snapshot.context).toEqual(context);
+  });
+
+  it('throws for a status the machine does not know', () => {
+    expect(() => hydrate({ status: 'cancelled' as JobStatus, context: baseContext() })).toThrow(
+      /unknown recognition_job status: cancelled/,
+    );
+  });
+
+  it('round-trips: what decide returns is what hydrate accepts again, unchanged', () => {
+    for (const fileIsCurrent of [true, false]) {
+      for (const [state, variantName] of TABLE) {
+        const { result } = run(state, variantName, { fileIsCurrent });
+        const snapshot = hydrate({ status: result.to, context: result.context });
+        expect(snapshot.value).toBe(result.to);
+        expect(snapshot.context).toEqual(result.context);
+      }
+    }
+  });
+
+  it('round-trips an applied result: delivered again, it is a duplicate and changes nothing', () => {
+    for (const [state, variantName, expected] of TABLE) {
+      if (expected.decision !== 'applied' || !variantName.startsWith('ENVELOPE_RESULT')) continue;
+      const { event, result } = run(state, variantName);
+      const again = decide({ status: result.to, context: result.context }, event);
+      expect(again).toEqual({
+        decision: 'duplicate',
+        from: result.to,
+        to: result.to,
+        context: result.context,
+        effects: [{ type: 'noteNoChange', params: { decision: 'duplicate', reason: 'same_msg_id' } }],
+        reason: 'same_msg_id',
+      });
+    }
+  });
+});
+
+describe('final statuses', () => {
+  const arbitraryEvent: fc.Arbitrary<JobEvent> = (() => {
+    const now = fc.date({ min: new Date('2020-01-01Z'), max: new Date('2030-01-01Z'), noInvalidDate: true });
+    const service = fc.record({ name: fc.constantFrom('tabular-parser', 'ocr'), version: fc.string() });
+    const msgId = fc.oneof(fc.string(), fc.constantFrom(DONE_MSG_ID, ERROR_MSG_ID, NEEDS_CHECK_MSG_ID));
+    return fc.oneof(
+      fc.record({
+        type: fc.constant('PUBLISHED' as const),
+        now,
+        replyTimeoutMs: fc.integer({ min: 1, max: 1e9 }),
+      }),
+      fc.record({
+        type: fc.constant('PUBLISH_FAILED' as const),
+        now,
+        error: fc.string(),
+        policy: fc.record({
+          maxAttempts: fc.integer({ min: 1, max: 10 }),
+          baseDelayMs: fc.integer({ min: 1, max: 1e6 }),
+          maxDelayMs: fc.integer({ min: 1, max: 1e7 }),
+        }),
+      }),
+      fc.record({ type: fc.constant('DELIVERY_EXHAUSTED' as const), now, deliveries: fc.nat() }),
+      fc.record({ type: fc.constant('ENVELOPE_PROCESSING' as const), now, msgId: fc.option(msgId), service }),
+      fc.record(
+        {
+          type: fc.constant('ENVELOPE_RESULT' as const),
+          now,
+          msgId,
+          status: fc.constantFrom('done' as const, 'needs_check' as const, 'error' as const),
+          service,
+          resultS3: fc.record({ bucket: fc.string(), key: fc.string() }),
+          error: fc.record({ code: fc.string(), message: fc.string() }),
+        },
+        { requiredKeys: ['type', 'now', 'msgId', 'status', 'service'] },
+      ),
+      fc.record({ type: fc.constant('DEADLINE_PASSED' as const), now }),
+    );
+  })();
+
+  it('are never left, whatever the events, and nothing but a no-change note comes out', () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom(...FINAL_JOB_STATUSES),
+        fc.boolean(),
+        fc.array(arbitraryEvent, { minLength: 1, maxLength: 8 }),
+        (status, fileIsCurrent, events) => {
+          const context = contextIn(status, { fileIsCurrent });
+          let job = { status: status as JobStatus, context };
+          for (const event of events) {
+            const result = decide(job, event);
+            expect(result.decision).not.toBe('applied');
+            expect(result.to).toBe(status);
+            expect(result.context).toEqual(context);
+            expect(result.effects.map((e) => e.type)).toEqual(['noteNoChange']);
+            job = { status: result.to, context: result.context };
+          }
+        },
+      ),
+    );
+  });
+});
