@@ -1,0 +1,52 @@
+/**
+ * An in-process daemon for integration tests: real PostgreSQL (the test's database), a real
+ * nats-server (the test's own), configuration through the same `loadConfig` as production.
+ */
+import { loadConfig } from '../../src/config.js';
+import { startDaemon, type Daemon, type DaemonOptions } from '../../src/daemon/daemon.js';
+import { createLogSink, type LogSink } from './logSink.js';
+
+export interface TestDaemon extends Daemon {
+  logs: LogSink;
+}
+
+export async function startTestDaemon(opts: {
+  databaseUrl: string;
+  natsUrl: string;
+  env?: Record<string, string>;
+  loops?: DaemonOptions['loops'];
+  beforeInboxBatch?: DaemonOptions['beforeInboxBatch'];
+}): Promise<TestDaemon> {
+  const config = loadConfig({
+    DATABASE_URL: opts.databaseUrl,
+    NATS_URL: opts.natsUrl,
+    HTTP_PORT: '0',
+    HTTP_HOST: '127.0.0.1',
+    LOG_LEVEL: 'debug',
+    ...opts.env,
+  });
+  const logs = createLogSink();
+  const daemon = await startDaemon({
+    config,
+    logger: logs.logger,
+    loops: opts.loops ?? { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: false },
+    beforeInboxBatch: opts.beforeInboxBatch,
+  });
+  return Object.assign(daemon, { logs });
+}
+
+/** Poll `check` until it returns a truthy value or `timeoutMs` passes (then throw with `what`). */
+export async function waitFor<T>(check: () => Promise<T> | T, what: string, timeoutMs = 20_000): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await check();
+      if (v) return v as NonNullable<T>;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
