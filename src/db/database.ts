@@ -36,6 +36,10 @@ export function openDb(url: string, opts: DbOptions = {}): Db {
     keepAlive: true,
   });
   pool.on('error', (err) => opts.onIdleError?.(err));
+  // A connection that breaks while checked out (between two statements of a transaction) emits
+  // 'error' with no listener of the pool's attached: without this it would crash the process.
+  // The statement in progress, or the next one, fails and the caller retries.
+  pool.on('connect', (client) => client.on('error', (err) => opts.onIdleError?.(err)));
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   return { db, pool, close: () => db.destroy() };
 }

@@ -19,7 +19,7 @@ export async function insertJob(
 ): Promise<JobFixture> {
   const jobId = opts.jobId ?? randomUUID();
   const status = opts.status ?? 'published';
-  const { fileIsCurrent = true, ...cols } = opts;
+  const { fileIsCurrent = true, jobId: _jobId, ...cols } = opts;
   return db.transaction().execute(async (tx) => {
     const obj = await tx
       .insertInto('s3_object')
