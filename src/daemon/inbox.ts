@@ -14,7 +14,7 @@
  * applying its messages one by one, so a single bad message cannot block its neighbours.
  */
 import { createHash } from 'node:crypto';
-import type { ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
+import type { Consumer, ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
 import { QUARANTINE_REASON } from '../../machines/index.js';
 import type { Database } from '../db/schema.js';
@@ -58,6 +58,34 @@ function rawOf(m: JsMsg): RawMessage {
   return { subject: m.subject, stream: m.info.stream, streamSeq: m.seq, headers, data: m.data };
 }
 
+/** Never wait longer than this at start for a dead instance's envelopes (ack wait is the bound). */
+const MAX_ORPHAN_WAIT_MS = 60_000;
+
+/**
+ * After a crash, the envelopes the dead process had received stay unacked until the ack wait
+ * expires, while newer envelopes would be delivered at once: a job's result could then overtake
+ * its ack. When nobody else is pulling (no other live instance) and some envelopes are still
+ * unacked, wait until the ack wait of the last delivery has passed: JetStream then serves the
+ * redeliveries before new messages, and every job's envelopes are applied in stream order.
+ * (With other instances alive they take those redeliveries, and the machine copes with the
+ * reordering: a result before its ack is applied, the ack after it is ignored.)
+ */
+async function letOrphansComeFirst(consumer: Consumer, ackWaitMs: number, log: Logger): Promise<void> {
+  const info = await consumer.info();
+  if (info.num_ack_pending === 0 || info.num_waiting > 0) return;
+  // The server sends an RFC 3339 time here, though the client's type says nanoseconds.
+  const raw = info.delivered.last_active as unknown;
+  const parsed = typeof raw === 'string' ? Date.parse(raw) : NaN;
+  const lastActive = Number.isFinite(parsed) ? parsed : Date.now();
+  const waitMs = Math.min(lastActive + ackWaitMs + 250 - Date.now(), ackWaitMs + 250, MAX_ORPHAN_WAIT_MS);
+  if (waitMs <= 0) return;
+  log.info(
+    { event: 'orphans_wait', ack_pending: info.num_ack_pending, wait_ms: waitMs },
+    'unacked envelopes of a stopped instance: letting them be redelivered first, so each job stays in order',
+  );
+  await new Promise((r) => setTimeout(r, waitMs));
+}
+
 interface Entry {
   msg: JsMsg;
   item: InboxItem;
@@ -68,6 +96,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   const { logger, metrics } = opts;
   const log = logger.child({ loop: 'inbox' });
   const consumer = await opts.js.consumers.get(RESULTS_STREAM, INBOX_CONSUMER);
+  await letOrphansComeFirst(consumer, opts.ackWaitMs, log);
   const lanes: Entry[][] = Array.from({ length: opts.concurrency }, () => []);
   const busy: boolean[] = lanes.map(() => false);
   const idle: Array<Promise<void>> = lanes.map(() => Promise.resolve());
@@ -197,12 +226,13 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
       try {
         messages = await consumer.consume({ max_messages: Math.min(opts.batchSize * opts.concurrency * 2, 10_000) });
         bound = true;
+        // After stop() the iterator still yields what the client had already received, then ends:
+        // those messages are ours (delivered, unacked), so they are applied like the rest.
         for await (const msg of messages) {
           dispatch(msg);
           while (queued >= maxQueued && !stopping) {
             await new Promise<void>((resolve) => (wakeReader = resolve));
           }
-          if (stopping) break;
         }
       } catch (err) {
         log.warn({ err, event: 'consume_error' }, 'consuming core-inbox failed; retrying');
