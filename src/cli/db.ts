@@ -6,6 +6,8 @@ import { loadConfig } from '../config.js';
 import { createDatabaseIfMissing, migrateToLatest, openDb, type Db } from '../db/database.js';
 import { addFile, createJob, loadJob, loadTransitions } from '../db/jobs.js';
 import { UsageError } from '../errors.js';
+import { historyRun } from '../statecharts/history.js';
+import { inspectOptions, sendToInspector, type InspectOptions } from './statecharts.js';
 
 /** Open the configured database for one command and close it after. */
 export async function withDb<T>(fn: (db: Db) => Promise<T>): Promise<T> {
@@ -66,14 +68,15 @@ export function registerDbCommands(program: Command): void {
       if (!view) throw new UsageError(`no recognition_job with id ${id}`);
       print(view);
     });
-  jobs
-    .command('history <id>')
-    .description("print a job's transitions, oldest first")
-    .action(async (id: string) => {
-      const rows = await withDb(async ({ db }) => {
-        if (!(await loadJob(db, id))) throw new UsageError(`no recognition_job with id ${id}`);
-        return loadTransitions(db, id);
-      });
-      print(rows);
+  inspectOptions(
+    jobs.command('history <id>').description("print a job's transitions, oldest first; --inspect replays them into the Stately inspector"),
+  ).action(async (id: string, o: InspectOptions) => {
+    const { rows, status } = await withDb(async ({ db }) => {
+      const view = await loadJob(db, id);
+      if (!view) throw new UsageError(`no recognition_job with id ${id}`);
+      return { rows: await loadTransitions(db, id), status: view.job.status };
     });
+    print(rows);
+    if (o.inspect) await sendToInspector(historyRun(id, rows, status), o, (line) => process.stderr.write(line + '\n'));
+  });
 }

@@ -34,7 +34,7 @@ const paths = getSimplePaths(recognitionJobMachine, {
   input: baseContext({ nextPublishAt: NOW }),
   events: ALPHABET,
   serializeState: (s: Snapshot) => JSON.stringify([s.value, s.context]),
-}).map((p) => p.steps.map((s) => s.event).filter((e): e is JobEvent => e.type !== 'xstate.init'));
+}).map((p) => p.steps.map((s) => s.event).filter((e): e is JobEvent => (e as { type: string }).type !== 'xstate.init'));
 
 /** What the pure machine predicts for a path: the job, the file's status and the transition log. */
 function predict(events: JobEvent[]) {

@@ -1,0 +1,121 @@
+/**
+ * `statecharts` (write or check `visualizations/`) and `simulate <scenario>` (run a scenario
+ * through the pure machine, optionally into the Stately inspector). Neither needs a service.
+ */
+import { resolve } from 'node:path';
+import { InvalidArgumentError, type Command } from 'commander';
+import type { JobStatus } from '../../machines/index.js';
+import { defaultVisualizationsDir, findStaleFiles, generateStatecharts, writeStatecharts } from '../statecharts/generate.js';
+import {
+  DEFAULT_INSPECT_PORT,
+  inspectorInstructions,
+  startInspection,
+  waitForSignal,
+  type InspectionRun,
+} from '../statecharts/inspector.js';
+import { formatTrace, loadScenario, runScenario, startingRow, type Trace } from '../statecharts/scenario.js';
+
+/** Exit code of `statecharts --check` when a file is stale, and of `simulate` when `expect` fails. */
+export class CheckFailed extends Error {
+  override name = 'CheckFailed';
+}
+
+export function port(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1 || n > 65535) throw new InvalidArgumentError('must be a port number (1-65535)');
+  return n;
+}
+
+export interface InspectOptions {
+  inspect?: boolean;
+  inspectPort: number;
+  inspectExit?: boolean;
+}
+
+/** Add the inspector options shared by `simulate` and `jobs history`. */
+export function inspectOptions(cmd: Command): Command {
+  return cmd
+    .option('--inspect', 'send the run to the Stately inspector (a local inspection server) and wait for Ctrl-C')
+    .option('--inspect-port <port>', 'port of the local inspection server', port, DEFAULT_INSPECT_PORT)
+    .option('--inspect-exit', 'with --inspect: exit once the server holds the run instead of waiting for Ctrl-C');
+}
+
+/**
+ * Start the inspection server, send `run`, print how to open it, then wait for Ctrl-C (or return
+ * at once with `--inspect-exit`). Writes to stderr when stdout carries JSON.
+ */
+export async function sendToInspector(run: InspectionRun, o: InspectOptions, out: (line: string) => void): Promise<void> {
+  const session = await startInspection({ port: o.inspectPort });
+  try {
+    out(inspectorInstructions(session));
+    const count = await session.send(run);
+    out(`  Sent ${count} inspection events (actor ${run.sessionId}).${o.inspectExit ? '' : ' Press Ctrl-C to stop.'}`);
+    if (!o.inspectExit) await waitForSignal();
+  } finally {
+    await session.close();
+    // A browser still connected to the server keeps the process alive: do not wait for it.
+    setTimeout(() => process.exit(), 1_000).unref();
+  }
+}
+
+/** The scenario's run, as the inspector shows it: the job row's columns at each step. */
+export function scenarioRun(trace: Trace, startRow: Record<string, unknown>): InspectionRun {
+  let row = { ...startRow };
+  const steps: InspectionRun['steps'] = [];
+  for (const s of trace.steps) {
+    row = { ...row, ...s.changes };
+    const event = s.event
+      ? ({ ...s.event } as InspectionRun['steps'][number]['event'])
+      : { type: 'QUARANTINED', reason: s.quarantine?.reason ?? null, input: s.input };
+    steps.push({ event, value: s.to, context: { ...row, decision: s.decision, reason: s.reason } });
+  }
+  return {
+    sessionId: `simulate:${trace.scenario}`,
+    start: { value: trace.start.status as JobStatus, context: { ...startRow } },
+    steps,
+  };
+}
+
+export function registerStatechartsCommands(program: Command): void {
+  program
+    .command('statecharts')
+    .description('write the statecharts generated from the machine (visualizations/); --check fails when they are stale')
+    .option('--out <dir>', 'output folder', defaultVisualizationsDir())
+    .option('--check', 'regenerate in memory and exit 1 naming every committed file that differs')
+    .action(async (o: { out: string; check?: boolean }) => {
+      const dir = resolve(o.out);
+      const files = await generateStatecharts();
+      if (o.check) {
+        const stale = await findStaleFiles(dir, files);
+        if (stale.length > 0) {
+          for (const s of stale) {
+            process.stderr.write(
+              `stale: ${resolve(dir, s.name)} ${s.problem === 'missing' ? 'is missing' : `differs from the machine (first at line ${s.line})`}\n`,
+            );
+          }
+          throw new CheckFailed('the statecharts are stale: run `npm run statecharts` and commit the result');
+        }
+        process.stdout.write(`statecharts are fresh (${Object.keys(files).length} files in ${dir})\n`);
+        return;
+      }
+      const written = await writeStatecharts(dir, files);
+      for (const path of written) process.stdout.write(`wrote ${path}\n`);
+    });
+
+  inspectOptions(
+    program
+      .command('simulate <scenario>')
+      .description('run a scenario file (visualizations/scenarios/README.md) through the pure machine and print the trace')
+      .option('--json', 'print the trace as JSON'),
+  ).action(async (file: string, o: InspectOptions & { json?: boolean }) => {
+    const scenario = await loadScenario(file);
+    const trace = runScenario(scenario);
+    process.stdout.write(o.json ? JSON.stringify(trace, null, 2) + '\n' : formatTrace(trace));
+    if (o.inspect) {
+      const startRow = JSON.parse(JSON.stringify(startingRow(scenario))) as Record<string, unknown>;
+      const log = (line: string) => (o.json ? process.stderr : process.stdout).write(line + '\n');
+      await sendToInspector(scenarioRun(trace, startRow), o, log);
+    }
+    if (trace.unmet.length) throw new CheckFailed(`the scenario's expectations are not met: ${trace.unmet.join('; ')}`);
+  });
+}

@@ -1,0 +1,270 @@
+/**
+ * Renderers of the machine graph: Mermaid and the product owners' Markdown page, Graphviz DOT and
+ * its SVG (Graphviz compiled to WebAssembly: deterministic, no browser, no network, no system
+ * package), and the Stately Studio file. Pure but for the WASM instance, which is cached.
+ */
+import { instance, type Viz } from '@viz-js/viz';
+import type { ActionRef, GraphTransition, MachineGraph } from './machineGraph.js';
+import { graphEvents } from './machineGraph.js';
+import type { TableRow } from './stateEventTable.js';
+
+/** Where the generated files say they come from. */
+const SOURCE = 'machines/recognitionJob.machine.ts';
+const REGENERATE = '`npm run statecharts`';
+
+/** A transition drawn in the diagrams: it changes the status, or records a transition in place. */
+function isDrawn(t: GraphTransition): boolean {
+  if (t.target !== null) return true;
+  // A targetless transition that only notes "nothing changed" is not a move; one that records is
+  // (the publish retry: the job stays pending but the attempt is logged).
+  return !t.actions.every((a) => (typeof a === 'string' ? a : a.type) === 'noteNoChange');
+}
+
+/** The drawn edges: state transitions, and root transitions expanded to the states they reach. */
+export function drawnEdges(graph: MachineGraph): Array<GraphTransition & { from: string; to: string }> {
+  const out: Array<GraphTransition & { from: string; to: string }> = [];
+  for (const state of graph.states) {
+    for (const event of graphEvents(graph)) {
+      const own = graph.transitions.filter((t) => t.source === state.name && t.event === event);
+      const list = own.length > 0 ? own : graph.transitions.filter((t) => t.source === null && t.event === event);
+      for (const t of list) if (isDrawn(t)) out.push({ ...t, from: state.name, to: t.target ?? state.name });
+    }
+  }
+  return out;
+}
+
+/** `[guard]`; an unguarded transition tried after guarded ones reads `[else]` (UML). */
+function guardLabel(t: GraphTransition): string | null {
+  return t.guard ? t.guard : t.order > 0 ? 'else' : null;
+}
+
+function edgeLabel(t: GraphTransition): string {
+  const g = guardLabel(t);
+  return g ? `${t.event} [${g}]` : t.event;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mermaid and Markdown
+// ---------------------------------------------------------------------------------------------
+
+/** A Mermaid `stateDiagram-v2` (no `:` or `;` inside labels: Mermaid ends a label there). */
+export function toMermaid(graph: MachineGraph): string {
+  const lines = ['stateDiagram-v2', `  [*] --> ${graph.initial}`];
+  for (const e of drawnEdges(graph)) lines.push(`  ${e.from} --> ${e.to} : ${edgeLabel(e).replace(/[:;]/g, ' ')}`);
+  for (const s of graph.states) if (s.final) lines.push(`  ${s.name} --> [*]`);
+  return lines.join('\n');
+}
+
+function cell(text: string): string {
+  return text.replace(/\\/g, '\\\\').replace(/\|/g, '\\|').replace(/\n/g, ' ');
+}
+
+function guardCell(r: TableRow): string {
+  if (!r.transition) return 'no transition';
+  const t = r.transition;
+  const words = t.description || '(no description)';
+  const guard = t.guard ? ` — guard \`${t.guard}\`` : '';
+  const fallback = r.via === 'root' ? ' — any state that does not take this event' : '';
+  const failed = r.failedGuards.length ? `; checked first, not holding: ${r.failedGuards.map((g) => `\`${g}\``).join(', ')}` : '';
+  return `${words}${guard}${fallback}${failed}`;
+}
+
+function decisionCell(r: TableRow): string {
+  return `${r.decision}${r.reason ? ` (${r.reason})` : ''}, logged at ${r.level}`;
+}
+
+/** The product owners' page: the diagram, the states, the final statuses and the full table. */
+export function renderMarkdown(graph: MachineGraph, rows: TableRow[], edges: Array<{ from: string; to: string }>): string {
+  const out: string[] = [];
+  out.push(`<!-- Generated from ${SOURCE} by \`recognition-core statecharts\`. Do not edit: run ${REGENERATE}. -->`);
+  out.push('', '# The recognition job lifecycle', '', graph.description, '');
+  out.push(
+    'Every job starts `' + graph.initial + '` and ends in one of the final statuses. The diagram, the tables and the',
+    "database's list of legal status changes are all generated from the machine the daemon runs.",
+    '',
+    '## Diagram',
+    '',
+    '```mermaid',
+    toMermaid(graph),
+    '```',
+    '',
+    'A label reads `EVENT [guard]`: the event, and the condition that must hold (see the table for it in plain',
+    'words). An arrow from a status back to itself changes nothing but the log (a publish retry).',
+    '',
+    '## Statuses',
+    '',
+    '| Status | Final | Meaning |',
+    '|---|---|---|',
+  );
+  for (const s of graph.states) out.push(`| \`${s.name}\` | ${s.final ? 'yes' : 'no'} | ${cell(s.description)} |`);
+  out.push('', '## Final statuses and what they mean for the file', '');
+  out.push('A job in a final status never changes again. Events that still arrive are logged and counted, never applied.', '');
+  for (const s of graph.states.filter((x) => x.final)) out.push(`- **${s.name}**: ${s.description}`);
+  out.push('', '## Legal status changes', '');
+  out.push(
+    'The database refuses any other change of `recognition_job.status` (migration `0002_legal_edges`): a trigger',
+    'checks each change against the table `recognition_job_edge`.',
+    '',
+    '| From | To |',
+    '|---|---|',
+  );
+  for (const e of edges) out.push(`| \`${e.from}\` | \`${e.to}\` |`);
+  out.push('', '## Every event in every status', '');
+  out.push(
+    'One row per status and event (events with several outcomes have one row per outcome). Columns:',
+    '',
+    '- **When (guard)**: the condition, in plain words, of the transition the machine takes; "any state that does not',
+    '  take this event" marks the machine-wide fallback.',
+    '- **File**: the new `stored_file.status`; "if still this job\'s file" means only while the file\'s current job is',
+    '  this one (a newer attempt owns the file otherwise).',
+    '- **S3 object**: whether a result object is registered in `s3_object`.',
+    '- **Transition log**: whether a `recognition_job_transition` row is appended.',
+    '- **Decision**: what the daemon counts, with the reason when nothing changed, and the level the inbox logs it',
+    '  at: `applied` info, `duplicate` debug, `ignored` info, `late` warn. (The watchdog logs a tick that changes',
+    '  nothing at debug, and a dead letter at warn.)',
+    '',
+    '| Status | Event | When (guard) | Next status | File | S3 object | Transition log | Decision |',
+    '|---|---|---|---|---|---|---|---|',
+  );
+  for (const r of rows) {
+    const next = r.to === r.state ? `\`${r.to}\` (stays)` : `**\`${r.to}\`**`;
+    out.push(
+      `| \`${r.state}\` | \`${r.event}\`: ${cell(r.variant)} | ${cell(guardCell(r))} | ${next} | ${cell(r.file)} | ${cell(r.s3)} | ${cell(r.log)} | ${cell(decisionCell(r))} |`,
+    );
+  }
+  out.push('', `Events: ${graphEvents(graph).map((e) => `\`${e}\``).join(', ')}.`, '');
+  return out.join('\n');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graphviz
+// ---------------------------------------------------------------------------------------------
+
+/** Live numbers to draw on the diagram (the live page); absent for the committed SVG. */
+export interface ChartCounts {
+  /** Jobs now in each status. */
+  states: Record<string, number>;
+  /** Applied transitions by `from|to|event`. */
+  edges: Record<string, number>;
+}
+
+export function edgeKey(from: string, to: string, event: string): string {
+  return `${from}|${to}|${event}`;
+}
+
+function q(text: string): string {
+  return `"${text.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`;
+}
+
+/** The diagram in DOT; with `counts`, node and edge labels carry the live numbers. */
+export function toDot(graph: MachineGraph, counts?: ChartCounts): string {
+  const lines = [
+    `digraph ${q(graph.id)} {`,
+    '  graph [rankdir=LR, fontname="Helvetica", fontsize=11, nodesep=0.5, ranksep=0.9, bgcolor="white"];',
+    '  node [shape=box, style="rounded,filled", fillcolor="#eef3fb", color="#3d5a80", fontname="Helvetica", fontsize=12];',
+    '  edge [color="#555555", fontname="Helvetica", fontsize=9];',
+    '  "__start" [shape=point, width=0.15, label="", fillcolor="black"];',
+  ];
+  for (const s of graph.states) {
+    const n = counts ? `\n${counts.states[s.name] ?? 0} job${(counts.states[s.name] ?? 0) === 1 ? '' : 's'}` : '';
+    const final = s.final ? ', peripheries=2, fillcolor="#f3f3f3"' : '';
+    lines.push(`  ${q(s.name)} [id=${q(`state-${s.name}`)}, label=${q(s.name + n)}, tooltip=${q(s.description)}${final}];`);
+  }
+  lines.push(`  "__start" -> ${q(graph.initial)};`);
+  for (const e of drawnEdges(graph)) {
+    const c = counts ? `\n× ${counts.edges[edgeKey(e.from, e.to, e.event)] ?? 0}` : '';
+    const g = guardLabel(e);
+    const label = (g ? `${e.event}\n[${g}]` : e.event) + c;
+    const id = `edge-${e.from}-${e.to}-${e.event}`;
+    lines.push(`  ${q(e.from)} -> ${q(e.to)} [id=${q(id)}, label=${q(label)}, tooltip=${q(e.description)}];`);
+  }
+  lines.push('}');
+  return lines.join('\n') + '\n';
+}
+
+let viz: Promise<Viz> | undefined;
+
+/** Render DOT to SVG with Graphviz (WASM). Throws when Graphviz reports an error. */
+export async function renderSvg(dot: string): Promise<string> {
+  viz ??= instance();
+  return (await viz).renderString(dot, { format: 'svg', engine: 'dot' });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stately Studio
+// ---------------------------------------------------------------------------------------------
+
+type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+
+function transitionConfig(t: GraphTransition, fromRoot: boolean): Json {
+  const out: Record<string, Json> = {};
+  if (t.target !== null) out['target'] = fromRoot ? `.${t.target}` : t.target;
+  if (t.guard) out['guard'] = t.guard;
+  if (t.actions.length) out['actions'] = t.actions.map((a: ActionRef) => a as Json);
+  if (t.description) out['description'] = t.description;
+  return out;
+}
+
+function onConfig(list: GraphTransition[], fromRoot: boolean): Json {
+  const on: Record<string, Json> = {};
+  for (const event of [...new Set(list.map((t) => t.event))]) {
+    const ts = list.filter((t) => t.event === event).sort((a, b) => a.order - b.order);
+    on[event] = ts.length === 1 ? transitionConfig(ts[0]!, fromRoot) : ts.map((t) => transitionConfig(t, fromRoot));
+  }
+  return on;
+}
+
+/** The machine config Stately Studio and the inspector see: states, events, targets, guards, descriptions. */
+export function statelyConfig(graph: MachineGraph): Record<string, Json> {
+  const states: Record<string, Json> = {};
+  for (const s of graph.states) {
+    const node: Record<string, Json> = {};
+    if (s.description) node['description'] = s.description;
+    if (s.tags.length) node['tags'] = s.tags;
+    const own = graph.transitions.filter((t) => t.source === s.name);
+    if (own.length) node['on'] = onConfig(own, false);
+    states[s.name] = node;
+  }
+  const root = graph.transitions.filter((t) => t.source === null);
+  return {
+    id: graph.id,
+    ...(graph.description ? { description: graph.description } : {}),
+    initial: graph.initial,
+    ...(root.length ? { on: onConfig(root, true) } : {}),
+    states,
+  };
+}
+
+const IDENT = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+
+/** A JSON value as a TypeScript literal: unquoted identifier keys, two-space indent, trailing commas. */
+function literal(value: Json, indent: string): string {
+  if (typeof value === 'string') return /['\\\n\r]/.test(value) ? JSON.stringify(value) : `'${value}'`;
+  if (value === null || typeof value !== 'object') return JSON.stringify(value);
+  const inner = indent + '  ';
+  if (Array.isArray(value)) {
+    if (value.every((v) => v === null || typeof v !== 'object')) return `[${value.map((v) => literal(v, inner)).join(', ')}]`;
+    return `[\n${value.map((v) => `${inner}${literal(v, inner)},\n`).join('')}${indent}]`;
+  }
+  const entries = Object.entries(value);
+  if (entries.length === 0) return '{}';
+  if (entries.every(([, v]) => v === null || typeof v !== 'object' || (!Array.isArray(v) && Object.values(v).every((x) => x === null || typeof x !== 'object')))) {
+    const inline = `{ ${entries.map(([k, v]) => `${IDENT.test(k) ? k : `'${k}'`}: ${literal(v, inner).replace(/\n\s*/g, ' ').replace(/, }/g, ' }')}`).join(', ')} }`;
+    if (indent.length + inline.length <= 100) return inline;
+  }
+  return `{\n${entries.map(([k, v]) => `${inner}${IDENT.test(k) ? k : `'${k}'`}: ${literal(v, inner)},\n`).join('')}${indent}}`;
+}
+
+/** A self-contained file Stately Studio imports ("Import from code"): one `createMachine` call. */
+export function renderStatelyFile(graph: MachineGraph): string {
+  return [
+    `// Generated from ${SOURCE} by \`recognition-core statecharts\`. Do not edit: run ${REGENERATE}.`,
+    '// Stately Studio: create a machine, choose "Import from code", paste this file. Guards and actions are',
+    '// named only (their code lives in the machine); final statuses are plain states tagged `final`,',
+    '// because the daemon still reports events that reach a finished job.',
+    "import { createMachine } from 'xstate';",
+    '',
+    `export const machine = createMachine(${literal(statelyConfig(graph), '')});`,
+    '',
+  ].join('\n');
+}

@@ -1,0 +1,221 @@
+/**
+ * The statecharts in `visualizations/` (issue 6): generated from the machine, fresh, complete, and
+ * the same graph in every form — Markdown table, SVG, Stately Studio file.
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { createMachine, type AnyStateMachine } from 'xstate';
+import { describe, expect, it } from 'vitest';
+import { JOB_EVENT_TYPES, JOB_STATUSES, decide, recognitionJobMachine } from '../../machines/index.js';
+import { defaultVisualizationsDir, findStaleFiles, generateStatecharts, STATECHART_FILES } from '../../src/statecharts/generate.js';
+import { legalEdges, readMachineGraph } from '../../src/statecharts/machineGraph.js';
+import { eventVariants, sampleContext } from '../../src/statecharts/samples.js';
+import { buildStateEventTable, decideOn } from '../../src/statecharts/stateEventTable.js';
+import { machine as statelyMachine } from '../../visualizations/recognition-job.stately.js';
+
+const dir = defaultVisualizationsDir();
+
+/** A copy of the lifecycle machine with `change` applied to its config (the real one is untouched). */
+function mutatedMachine(change: (config: Record<string, unknown> & { states: Record<string, Record<string, unknown>> }) => void): AnyStateMachine {
+  // A deep copy (JSON: the config is data but for the context factory, put back below).
+  const config = JSON.parse(JSON.stringify({ ...recognitionJobMachine.config, context: undefined })) as Record<string, unknown> & {
+    states: Record<string, Record<string, unknown>>;
+  };
+  change(config);
+  return createMachine(
+    { ...config, context: recognitionJobMachine.config.context } as never,
+    recognitionJobMachine.implementations as never,
+  ) as unknown as AnyStateMachine;
+}
+
+/**
+ * Well-formed XML, checked without a parser dependency: one root element, every tag closed in order,
+ * attributes quoted and unique, no stray `<` or bare `&` in text. Returns the problems found.
+ */
+function xmlProblems(xml: string): string[] {
+  const problems: string[] = [];
+  const body = xml
+    .replace(/^<\?xml[^?]*\?>/, '')
+    .replace(/<!--[\s\S]*?-->/g, '')
+    .replace(/<!DOCTYPE[^>[]*(\[[\s\S]*?\])?\s*>/, '')
+    .replace(/<!\[CDATA\[[\s\S]*?\]\]>/g, '');
+  const stack: string[] = [];
+  let roots = 0;
+  const tag = /<(\/?)([A-Za-z_][\w:.-]*)((?:\s+[A-Za-z_][\w:.-]*\s*=\s*(?:"[^"<]*"|'[^'<]*'))*)\s*(\/?)>/y;
+  const text = /[^<]*/y;
+  let i = 0;
+  while (i < body.length) {
+    text.lastIndex = i;
+    const t = text.exec(body)![0];
+    if (/&(?!(?:amp|lt|gt|quot|apos|#\d+|#x[0-9a-fA-F]+);)/.test(t)) problems.push(`bare & in text near ${i}`);
+    if (stack.length === 0 && t.trim() !== '') problems.push(`text outside the root near ${i}`);
+    i += t.length;
+    if (i >= body.length) break;
+    tag.lastIndex = i;
+    const m = tag.exec(body);
+    if (!m) {
+      problems.push(`malformed tag near ${i}: ${body.slice(i, i + 40)}`);
+      break;
+    }
+    const [whole, closing, name, attrs, selfClosing] = m;
+    const names = [...attrs!.matchAll(/([A-Za-z_][\w:.-]*)\s*=/g)].map((a) => a[1]);
+    if (new Set(names).size !== names.length) problems.push(`duplicate attribute in <${name}>`);
+    if (/&(?!(?:amp|lt|gt|quot|apos|#\d+|#x[0-9a-fA-F]+);)/.test(attrs!)) problems.push(`bare & in an attribute of <${name}>`);
+    if (closing) {
+      const open = stack.pop();
+      if (open !== name) problems.push(`</${name}> closes <${open ?? 'nothing'}>`);
+    } else if (!selfClosing) {
+      if (stack.length === 0) roots++;
+      stack.push(name!);
+    } else if (stack.length === 0) roots++;
+    i += whole.length;
+  }
+  if (stack.length) problems.push(`unclosed: ${stack.join(' > ')}`);
+  if (roots !== 1) problems.push(`${roots} root elements`);
+  return problems;
+}
+
+describe('the generated statecharts', () => {
+  it('are fresh: regenerating from the machine gives the committed files', async () => {
+    const files = await generateStatecharts();
+    expect(Object.keys(files).sort()).toEqual([...STATECHART_FILES].sort());
+    expect(await findStaleFiles(dir, files)).toEqual([]);
+  });
+
+  it('are reported stale after a change to (a copy of) the machine that is not regenerated', async () => {
+    const newEdge = mutatedMachine((c) => {
+      const processing = c.states['processing']!;
+      processing['on'] = {
+        ...(processing['on'] as object),
+        DELIVERY_EXHAUSTED: {
+          target: 'dlq',
+          description: 'no service took the job message: dead letter',
+          actions: ['applyDeliveryExhausted', { type: 'recordAndSetFile', params: { file: 'ERROR' } }],
+        },
+      };
+    });
+    expect(legalEdges(newEdge)).toContainEqual({ from: 'processing', to: 'dlq' });
+    const stale = await findStaleFiles(dir, await generateStatecharts(newEdge));
+    expect(stale.map((s) => s.name).sort()).toEqual([...STATECHART_FILES].sort());
+    expect(stale.every((s) => s.problem === 'differs' && (s.line ?? 0) > 0)).toBe(true);
+
+    // Words matter too: a changed description alone makes the page and the Studio file stale.
+    const reworded = mutatedMachine((c) => {
+      c.states['timeout']!['description'] = 'Too slow. The file is ERROR.';
+    });
+    const names = (await findStaleFiles(dir, await generateStatecharts(reworded))).map((s) => s.name);
+    expect(names).toContain('recognition-job.md');
+    expect(names).toContain('recognition-job.stately.ts');
+
+    // A new state shows everywhere.
+    const newState = mutatedMachine((c) => {
+      c.states['on_hold'] = { description: 'Held by an operator.', tags: ['final'], on: c.states['done']!['on'] };
+    });
+    expect((await findStaleFiles(dir, await generateStatecharts(newState))).map((s) => s.name).sort()).toEqual(
+      [...STATECHART_FILES].sort(),
+    );
+  });
+
+  it('name a missing file', async () => {
+    const files = await generateStatecharts();
+    expect(await findStaleFiles(join(dir, 'no-such-folder'), files)).toEqual(
+      STATECHART_FILES.map((name) => ({ name, problem: 'missing' })),
+    );
+  });
+});
+
+describe('the state × event table (recognition-job.md)', () => {
+  const graph = readMachineGraph();
+  const rows = buildStateEventTable();
+
+  it('has a row for every (state × event) pair of the machine, in the committed file too', async () => {
+    const md = await readFile(join(dir, 'recognition-job.md'), 'utf8');
+    const tableLines = md.split('\n').filter((l) => /^\| `[a-z_]+` \| `[A-Z_]+`/.test(l));
+    expect(graph.states.map((s) => s.name)).toEqual([...JOB_STATUSES]);
+    for (const state of JOB_STATUSES) {
+      for (const event of JOB_EVENT_TYPES) {
+        expect(rows.filter((r) => r.state === state && r.event === event).length, `${state} × ${event}`).toBeGreaterThan(0);
+        expect(tableLines.filter((l) => l.startsWith(`| \`${state}\` | \`${event}\``)).length, `${state} × ${event} in the file`).toBeGreaterThan(0);
+      }
+    }
+    const variants = Object.values(eventVariants()).flat().length;
+    expect(rows).toHaveLength(JOB_STATUSES.length * variants);
+    expect(tableLines).toHaveLength(rows.length);
+  });
+
+  it('exercises every transition of the machine at least once', () => {
+    const taken = new Set(rows.map((r) => r.transition && `${r.transition.source}|${r.transition.event}|${r.transition.order}`));
+    for (const t of graph.transitions) {
+      // A root fallback is exercised when some state does not take its event.
+      expect(taken.has(`${t.source}|${t.event}|${t.order}`), `${t.source ?? '(root)'} ${t.event} #${t.order}`).toBe(true);
+    }
+  });
+
+  it("computes each row's outcome exactly as decide() does", () => {
+    const variants = eventVariants();
+    for (const state of JOB_STATUSES) {
+      for (const type of JOB_EVENT_TYPES) {
+        for (const v of variants[type]) {
+          const context = { ...sampleContext(state), ...v.context };
+          const expected = decide({ status: state, context }, v.event);
+          const actual = decideOn(recognitionJobMachine, state, context, v.event);
+          expect(actual, `${state} × ${type}: ${v.name}`).toEqual(expected);
+          const row = rows.find((r) => r.state === state && r.event === type && r.variant === v.name)!;
+          expect({ to: row.to, decision: row.decision, reason: row.reason, effects: row.effects }).toEqual({
+            to: expected.to,
+            decision: expected.decision,
+            reason: expected.reason,
+            effects: expected.effects,
+          });
+        }
+      }
+    }
+  });
+
+  it('logs each decision at the level the daemon uses', () => {
+    const level = Object.fromEntries(rows.map((r) => [r.decision, r.level]));
+    expect(level).toEqual({ applied: 'info', duplicate: 'debug', ignored: 'info', late: 'warn' });
+  });
+
+  it('lists every final status with what it means for the file', async () => {
+    const md = await readFile(join(dir, 'recognition-job.md'), 'utf8');
+    const section = md.slice(md.indexOf('## Final statuses'), md.indexOf('## Legal status changes'));
+    for (const s of graph.states.filter((x) => x.final)) expect(section).toContain(`- **${s.name}**: ${s.description}`);
+    expect(md).toContain('```mermaid\nstateDiagram-v2');
+    for (const s of graph.states.filter((x) => x.final)) expect(md).toContain(`  ${s.name} --> [*]`);
+  });
+});
+
+describe('the SVG (recognition-job.svg)', () => {
+  it('is well-formed XML and names every state', async () => {
+    const svg = await readFile(join(dir, 'recognition-job.svg'), 'utf8');
+    expect(xmlProblems(svg)).toEqual([]);
+    expect(svg).toMatch(/<svg[\s>]/);
+    for (const state of JOB_STATUSES) expect(svg).toContain(`<title>${state}</title>`);
+  });
+
+  it('the checker itself rejects broken XML', () => {
+    expect(xmlProblems('<svg><g></svg>')).not.toEqual([]);
+    expect(xmlProblems('<svg a="1" a="2"/>')).not.toEqual([]);
+    expect(xmlProblems('<svg>R&D</svg>')).not.toEqual([]);
+    expect(xmlProblems('<svg/><svg/>')).not.toEqual([]);
+    expect(xmlProblems('<svg><g a="x &amp; y">R&amp;D</g></svg>')).toEqual([]);
+  });
+});
+
+describe('the Stately Studio file (recognition-job.stately.ts)', () => {
+  it('loads as a machine with the same states, edges, guards and descriptions as the real one', () => {
+    const real = readMachineGraph(recognitionJobMachine);
+    const studio = readMachineGraph(statelyMachine as unknown as AnyStateMachine);
+    expect(studio.states).toEqual(real.states);
+    expect(studio.initial).toBe(real.initial);
+    expect(studio.transitions).toEqual(real.transitions);
+    expect(legalEdges(statelyMachine as unknown as AnyStateMachine)).toEqual(legalEdges());
+  });
+
+  it('is self-contained: it imports only createMachine from xstate', async () => {
+    const source = await readFile(join(dir, 'recognition-job.stately.ts'), 'utf8');
+    expect(source.match(/^import .*$/gm)).toEqual(["import { createMachine } from 'xstate';"]);
+    expect(source).toContain('export const machine = createMachine({');
+  });
+});
