@@ -14,13 +14,17 @@ import { provisionStreams } from '../nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
 import { startHttpServer, type HttpServer, type RouteHandler } from '../http/server.js';
 import { startInbox, type Inbox, type InboxOptions } from './inbox.js';
+import { createStatechartRoutes } from '../statecharts/livePage.js';
+import { createDeadLetters, type DeadLetters } from './deadLetters.js';
+import { createPublisher, type Publisher } from './publisher.js';
+import { createWatchdog, type Watchdog } from './watchdog.js';
 
 export interface DaemonOptions {
   config: Config;
   logger: Logger;
   /** Which loops to run (all by default); tests and benchmarks run parts. */
   loops?: { inbox?: boolean; watchdog?: boolean; publisher?: boolean; deadLetters?: boolean; http?: boolean };
-  /** Extra HTTP pages. */
+  /** Extra HTTP pages (default: the live statechart, /statechart and /statechart.json). */
   routes?: (d: { db: Db; metrics: Metrics }) => Record<string, RouteHandler>;
   /** Test hook passed to the inbox. */
   beforeInboxBatch?: InboxOptions['beforeBatch'];
@@ -32,6 +36,9 @@ export interface Daemon {
   metrics: Metrics;
   http: HttpServer | undefined;
   inbox: Inbox | undefined;
+  watchdog: Watchdog | undefined;
+  publisher: Publisher | undefined;
+  deadLetters: DeadLetters | undefined;
   /** Graceful stop: stop pulling, finish and commit in-flight work, drain NATS, close the pool. */
   stop(): Promise<void>;
 }
@@ -105,6 +112,17 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         })
       : undefined;
 
+    const watchdog = loops.watchdog
+      ? createWatchdog({ db: db.db, logger, metrics, intervalMs: cfg.WATCHDOG_INTERVAL_MS, batchSize: cfg.WATCHDOG_BATCH_SIZE })
+      : undefined;
+    watchdog?.start();
+    const publisher = loops.publisher
+      ? createPublisher({ db: db.db, pool: db.pool, js, isConnected: nats.isConnected, logger, metrics, config: cfg })
+      : undefined;
+    await publisher?.start();
+    const deadLetters = loops.deadLetters ? createDeadLetters({ db: db.db, nc: nats.nc, jsm, logger, metrics }) : undefined;
+    await deadLetters?.start();
+
     // 4. HTTP.
     const n = nats;
     const http = loops.http
@@ -118,7 +136,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
             nats: () => n.isConnected(),
             ...(inbox ? { consumer: () => inbox.isBound() } : {}),
           },
-          routes: opts.routes?.({ db, metrics }),
+          routes: (opts.routes ?? createStatechartRoutes)({ db, metrics }),
         })
       : undefined;
     logger.info(
@@ -133,10 +151,13 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       metrics,
       http,
       inbox,
+      watchdog,
+      publisher,
+      deadLetters,
       stop() {
         stopped ??= (async () => {
           logger.info({ event: 'stopping' }, 'stopping: finishing in-flight work');
-          await inbox?.stop();
+          await Promise.all([inbox?.stop(), watchdog?.stop(), publisher?.stop(), deadLetters?.stop()]);
           await n.nc.drain().catch(() => undefined);
           await http?.close();
           await db.close();

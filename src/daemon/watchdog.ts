@@ -31,7 +31,10 @@ export interface WatchdogOptions {
 export interface Watchdog {
   /** Sweep now, then again `intervalMs` after each sweep ends. Idempotent. */
   start(): void;
-  /** Stop scheduling sweeps and wait for the one in flight (if any) to commit or fail. */
+  /**
+   * Stop scheduling sweeps; a sweep in flight ends after its current batch commits (or fails), and
+   * stop() resolves then. What was left due is swept by the next instance or the next start.
+   */
   stop(): Promise<void>;
   /**
    * One sweep: batch after batch until nothing is due (or a batch timed nothing out). Resolves with
@@ -67,7 +70,8 @@ export function dueDeadlinesQuery(batchSize: number) {
 export function createWatchdog(opts: WatchdogOptions): Watchdog {
   const { db, metrics, intervalMs, batchSize } = opts;
   const log = opts.logger.child({ loop: 'watchdog' });
-  const inFlight = new Set<Promise<unknown>>();
+  /** Sweeps in flight, each with its own flag: stop() halts them after their current batch. */
+  const inFlight = new Map<Promise<unknown>, { halted: boolean }>();
   let running = false;
   let timer: NodeJS.Timeout | undefined;
   // Bumped by every start/stop, so a tick of an earlier run never schedules another.
@@ -92,7 +96,7 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
     return { locked: outcomes.length, applied, outcomes };
   }
 
-  async function runSweep(): Promise<number> {
+  async function runSweep(control: { halted: boolean }): Promise<number> {
     const started = performance.now();
     let total = 0;
     let batches = 0;
@@ -116,7 +120,7 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
         // 3. Go on while batches come back full, so a backlog drains in one sweep, not one batch
         //    per tick. Stop when a batch timed nothing out: rows due in SQL that the machine
         //    declines would otherwise be selected again and again.
-        if (locked < batchSize || applied.length === 0) break;
+        if (locked < batchSize || applied.length === 0 || control.halted) break;
       }
     } finally {
       metrics?.watchdogSweepDuration.observe((performance.now() - started) / 1000);
@@ -131,8 +135,9 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
   }
 
   function sweep(): Promise<number> {
-    const p = runSweep();
-    inFlight.add(p);
+    const control = { halted: false };
+    const p = runSweep(control);
+    inFlight.set(p, control);
     void p.then(
       () => inFlight.delete(p),
       () => inFlight.delete(p),
@@ -163,7 +168,8 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
       generation += 1;
       if (timer) clearTimeout(timer);
       timer = undefined;
-      await Promise.allSettled([...inFlight]);
+      for (const control of inFlight.values()) control.halted = true;
+      await Promise.allSettled([...inFlight.keys()]);
     },
     sweep,
   };

@@ -4,7 +4,7 @@
  * A LISTEN lives on one session, so it cannot borrow pool connections; it gets its own client,
  * built from the pool's connection settings (so it carries the same credentials and TLS). When that
  * connection drops (a restarted server, a killed backend) it is reopened with a growing delay, and
- * `onNotify` is called once after every (re)connection: notifications sent while nobody listened
+ * `onNotify` is called once after every recovery: notifications sent while nobody listened
  * are lost, so the listener must assume it missed some.
  */
 import pg from 'pg';
@@ -25,8 +25,8 @@ export interface NotificationListenerOptions {
   /** The channel to LISTEN on (an identifier: letters, digits, underscores). */
   channel: string;
   /**
-   * Called for every notification, and once after every (re)connection (`payload` undefined).
-   * Must not throw; it should only schedule work.
+   * Called for every notification, and once whenever listening resumes after a failure
+   * (`payload` undefined); not after a first connection that succeeded at once. Must not throw; it should only schedule work.
    */
   onNotify: (payload: string | undefined) => void;
   logger: Logger;
@@ -53,6 +53,7 @@ export async function listenForNotifications(opts: NotificationListenerOptions):
   let closed = false;
   let listening = false;
   let failures = 0;
+  let everListened = false;
   let client: pg.Client | undefined;
   let timer: NodeJS.Timeout | undefined;
 
@@ -96,14 +97,19 @@ export async function listenForNotifications(opts: NotificationListenerOptions):
         await c.end().catch(() => undefined);
         return;
       }
-      // 3. Deliver notifications; and one wake-up now, for whatever was missed while deaf.
+      // 3. Deliver notifications; after a reconnection, one wake-up for whatever was missed.
       c.on('notification', (n) => {
         if (n.channel === opts.channel) opts.onNotify(n.payload);
       });
       listening = true;
-      if (failures > 0) log.info({ event: 'listen_restored' }, 'LISTEN connection restored');
+      // Deaf for a while (a drop, or a first connection that failed): say so once.
+      const recovered = everListened || failures > 0;
       failures = 0;
-      opts.onNotify(undefined);
+      if (recovered) {
+        log.info({ event: 'listen_restored' }, 'LISTEN connection restored');
+        opts.onNotify(undefined);
+      }
+      everListened = true;
     } catch (err) {
       if (client === c) {
         client = undefined;

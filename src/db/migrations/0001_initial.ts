@@ -66,8 +66,8 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       ON recognition_job (reply_deadline) WHERE status IN ('published', 'processing');
     CREATE INDEX recognition_job_next_publish_due_idx
       ON recognition_job (next_publish_at) WHERE status = 'pending';
-    CREATE INDEX recognition_job_file_id_idx ON recognition_job (file_id);
-    CREATE INDEX recognition_job_status_idx ON recognition_job (status);
+    -- (file_id lookups use the unique (file_id, attempt) index; every extra index on this table
+    -- is paid by each status change, the hottest write of the system.)
 
     CREATE TABLE recognition_job_transition (
       id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -1,0 +1,231 @@
+/**
+ * Dead letters from JetStream (SPEC §6): a job message that reached a consumer's `max_deliver`
+ * without being acked means no service could take the job. JetStream announces it with a
+ * max-deliveries advisory; this loop turns the advisory into `DELIVERY_EXHAUSTED` for the job
+ * (→ `dlq`, `error_code = MAX_DELIVERIES`, file `ERROR`) through the step.
+ *
+ * Advisories are plain core NATS messages: at most once, never redelivered. One that is lost (this
+ * instance was down, NATS restarted, the database stayed unreachable through every retry) leaves
+ * the job `published` with its `reply_deadline`, and the watchdog times it out: the watchdog is the
+ * safety net, this loop only makes the outcome faster and more precise.
+ *
+ * All instances subscribe in one queue group, so each advisory is handled by one of them. Were two
+ * to handle it anyway, the step makes the second a no-op (`ignored`: the job is already `dlq`).
+ */
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import {
+  ConnectionError,
+  RequestError,
+  TimeoutError,
+  type Msg,
+  type NatsConnection,
+  type Subscription,
+} from '@nats-io/nats-core';
+import type { Kysely } from 'kysely';
+import type { Database } from '../db/schema.js';
+import { isRetryable } from '../errors.js';
+import type { Logger } from '../logger.js';
+import type { Metrics } from '../metrics.js';
+import { JOBS_STREAM, maxDeliveriesAdvisory } from '../nats/subjects.js';
+import { step, type StepOutcome } from './step.js';
+
+/** The queue group every core instance joins for the advisories. */
+export const DEAD_LETTER_QUEUE = 'recognition-core-dead-letters';
+
+/**
+ * Attempts to handle one advisory when the database or NATS fails in a way a retry can fix. The
+ * advisory is not redelivered, so giving up early loses it (the watchdog still times the job out);
+ * retrying forever would pile up advisories behind an outage. Five attempts span about 15 s.
+ */
+const HANDLE_ATTEMPTS = 5;
+/** First pause between those attempts; doubles each time. */
+const HANDLE_RETRY_BASE_MS = 1_000;
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const JOB_MSG_ID = /^job:([0-9a-f-]{36}):\d+$/i;
+
+/** What {@link createDeadLetters} needs. */
+export interface DeadLettersOptions {
+  db: Kysely<Database>;
+  nc: NatsConnection;
+  logger: Logger;
+  metrics?: Metrics;
+  /** Defaults to a manager on `nc` created without a round trip. */
+  jsm?: JetStreamManager;
+  /** The stream whose advisories to follow; `RECOGNITION_JOBS` unless a test says otherwise. */
+  stream?: string;
+}
+
+/** The dead-letter loop. */
+export interface DeadLetters {
+  /** Subscribe (queue group {@link DEAD_LETTER_QUEUE}); resolves once the server has the subscription. */
+  start(): Promise<void>;
+  /** Unsubscribe (handling what was already received) and wait for the advisories in hand. */
+  stop(): Promise<void>;
+  /**
+   * Handle one advisory payload: read the job message at its stream sequence, find its job and
+   * step it with `DELIVERY_EXHAUSTED`. Resolves with the step's outcome, or undefined when the
+   * advisory or the message cannot name a job (logged at warn). Rejects on failures a retry can
+   * fix (the loop retries; direct callers decide).
+   */
+  handleAdvisory(data: Uint8Array | string): Promise<StepOutcome | undefined>;
+}
+
+/** The fields of `io.nats.jetstream.advisory.v1.max_deliver` this loop reads. */
+interface MaxDeliverAdvisory {
+  stream: string;
+  consumer: string;
+  stream_seq: number;
+  deliveries: number;
+}
+
+function parseAdvisory(data: Uint8Array | string): MaxDeliverAdvisory | undefined {
+  try {
+    const v = JSON.parse(typeof data === 'string' ? data : new TextDecoder().decode(data)) as Record<string, unknown>;
+    if (typeof v.stream_seq !== 'number' || !Number.isSafeInteger(v.stream_seq) || v.stream_seq < 1) return undefined;
+    return {
+      stream: typeof v.stream === 'string' ? v.stream : '',
+      consumer: typeof v.consumer === 'string' ? v.consumer : '',
+      stream_seq: v.stream_seq,
+      deliveries: typeof v.deliveries === 'number' ? v.deliveries : 0,
+    };
+  } catch {
+    return undefined;
+  }
+}
+
+/** The job id a stored job message names: its `Nats-Msg-Id` (`job:<id>:<attempt>`), else its payload. */
+function jobIdOf(header: { get(k: string): string } | undefined, json: () => unknown): string | undefined {
+  const fromHeader = JOB_MSG_ID.exec(header?.get('Nats-Msg-Id') ?? '')?.[1];
+  if (fromHeader) return fromHeader;
+  try {
+    const id = (json() as { job_id?: unknown } | null)?.job_id;
+    return typeof id === 'string' && UUID.test(id) ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** NATS failures a retry can fix: no answer in time, no responder yet, the connection is down. */
+function isTransientNatsError(err: unknown): boolean {
+  return err instanceof TimeoutError || err instanceof RequestError || err instanceof ConnectionError;
+}
+
+/** Create the dead-letter loop. Nothing is subscribed until `start()`. */
+export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
+  const { db, nc, metrics } = opts;
+  const stream = opts.stream ?? JOBS_STREAM;
+  const log = opts.logger.child({ loop: 'dead_letters' });
+  const inFlight = new Set<Promise<unknown>>();
+  let jsm = opts.jsm;
+  let sub: Subscription | undefined;
+  let stopping = false;
+  /** Handlers waiting to retry; stop() wakes them so it does not wait out their backoff. */
+  const sleepers = new Set<() => void>();
+  const pause = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        sleepers.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      sleepers.add(wake);
+    });
+
+  async function handleAdvisory(data: Uint8Array | string): Promise<StepOutcome | undefined> {
+    // 1. Parse the advisory.
+    const advisory = parseAdvisory(data);
+    if (!advisory) {
+      log.warn({ event: 'dead_letter_advisory_invalid' }, 'max-deliveries advisory without a stream sequence; ignored');
+      return undefined;
+    }
+    const fields = { stream_seq: advisory.stream_seq, consumer: advisory.consumer, deliveries: advisory.deliveries };
+    // 2. Read the job message it names.
+    jsm ??= await jetstreamManager(nc, { checkAPI: false });
+    const stored = await jsm.streams.getMessage(stream, { seq: advisory.stream_seq });
+    if (!stored) {
+      log.warn(
+        { ...fields, event: 'dead_letter_message_gone' },
+        'the undeliverable job message is no longer in the stream; the watchdog will time its job out',
+      );
+      return undefined;
+    }
+    // 3. Find its job.
+    const jobId = jobIdOf(stored.header, () => stored.json());
+    if (!jobId) {
+      log.warn({ ...fields, subject: stored.subject, event: 'dead_letter_no_job_id' }, 'undeliverable message names no job; ignored');
+      return undefined;
+    }
+    // 4. Step the job (its own transaction).
+    const msgId = stored.header?.get('Nats-Msg-Id') || null;
+    const outcome = await step(db, jobId, { type: 'DELIVERY_EXHAUSTED', deliveries: advisory.deliveries });
+    // 5. Report.
+    const line = { ...fields, job_id: jobId, msg_id: msgId, event: outcome.event, from: outcome.from, to: outcome.to, decision: outcome.decision };
+    if (outcome.decision === 'applied') {
+      metrics?.transitions.inc({ from: outcome.from, event: outcome.event, to: outcome.to });
+      metrics?.deadLetters.inc({ reason: 'MAX_DELIVERIES' });
+      log.warn(line, 'no service took the job message: dead letter');
+    } else if (outcome.decision === 'unknown_job') {
+      log.warn(line, 'undeliverable job message for an unknown job; ignored');
+    } else {
+      log.info({ ...line, reason: outcome.reason }, 'delivery exhausted for a job that no longer waits for delivery; ignored');
+    }
+    return outcome;
+  }
+
+  async function handleWithRetries(m: Msg): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await handleAdvisory(m.data);
+        return;
+      } catch (err) {
+        const retryable = isRetryable(err) || isTransientNatsError(err);
+        if (!retryable || attempt >= HANDLE_ATTEMPTS || stopping) {
+          log.error(
+            { err, event: 'dead_letter_failed', attempts: attempt },
+            'could not handle a max-deliveries advisory; the watchdog will time its job out',
+          );
+          return;
+        }
+        const delay = HANDLE_RETRY_BASE_MS * 2 ** (attempt - 1);
+        log.warn({ err, event: 'dead_letter_retry', attempts: attempt, retry_in_ms: delay }, 'could not handle a max-deliveries advisory yet; retrying');
+        await pause(delay);
+        if (stopping) {
+          log.warn({ event: 'dead_letter_abandoned', attempts: attempt }, 'stopping: the watchdog will time out the job of a pending advisory');
+          return;
+        }
+      }
+    }
+  }
+
+  return {
+    async start() {
+      if (sub) return;
+      stopping = false;
+      sub = nc.subscribe(maxDeliveriesAdvisory(stream), {
+        queue: DEAD_LETTER_QUEUE,
+        callback: (err, m) => {
+          if (err) {
+            log.error({ err, event: 'dead_letter_subscription_error' }, 'advisory subscription failed');
+            return;
+          }
+          const p = handleWithRetries(m);
+          inFlight.add(p);
+          void p.finally(() => inFlight.delete(p));
+        },
+      });
+      // The subscription is registered once the server answered a PING sent after it.
+      await nc.flush();
+    },
+    async stop() {
+      stopping = true;
+      for (const wake of [...sleepers]) wake();
+      const s = sub;
+      sub = undefined;
+      if (s && !s.isClosed()) await s.drain().catch(() => undefined);
+      await Promise.allSettled([...inFlight]);
+    },
+    handleAdvisory,
+  };
+}

@@ -1,0 +1,395 @@
+/**
+ * The publisher (SPEC §6): a transactional outbox from `recognition_job` rows in `pending` to the
+ * `RECOGNITION_JOBS` stream.
+ *
+ * A round locks due `pending` jobs (`FOR UPDATE OF j SKIP LOCKED`), publishes each job message
+ * with `Nats-Msg-Id = job:<job_id>:<attempt>`, waits for JetStream's acks, and records every outcome
+ * through the step (`PUBLISHED` or `PUBLISH_FAILED`) in the same transaction. The row locks are held
+ * across the publish on purpose: another instance skips those jobs instead of publishing them too.
+ *
+ * Exactly one message per job, in effect:
+ * - a crash after JetStream's ack but before the commit leaves the job `pending`; the next round
+ *   publishes it again with the same msg id and JetStream drops it as a duplicate (its ack says
+ *   so) as long as it comes within the stream's duplicate window (2 min by default);
+ * - a publish that timed out while NATS was unreachable may still reach the stream when the client
+ *   reconnects and flushes its buffer; the retry carries the same msg id and is deduplicated too,
+ *   provided the backoff stays shorter than the duplicate window (PUBLISH_BACKOFF_MAX_MS defaults
+ *   to 60 s against a 120 s window). With `isConnected` given, nothing is handed to a client that
+ *   knows it is disconnected, which leaves only the publishes caught by the disconnect itself.
+ *   A job that went to `dlq` meanwhile and whose late message a service still takes gets its
+ *   result logged as `late` by the inbox, never applied.
+ * A job message republished after a lost commit carries a later `reply_deadline` than the copy the
+ * stream kept; the stored (later) deadline is the one the watchdog enforces, so a service that
+ * honours its copy's earlier deadline is never cut short.
+ *
+ * Wake-ups: a `LISTEN recognition_job_created` connection (the insert trigger NOTIFYs), a timer to
+ * the earliest future `next_publish_at` (backoff retries), and a poll every
+ * `PUBLISHER_POLL_INTERVAL_MS` as the safety net. A round that filled its batch is followed by
+ * another at once.
+ */
+import type { JetStreamClient, PubAck } from '@nats-io/jetstream';
+import { sql, type Kysely, type Transaction } from 'kysely';
+import type { Pool } from 'pg';
+import { publishBackoffMs, type PublishRetryPolicy } from '../../machines/index.js';
+import type { Config } from '../config.js';
+import { listenForNotifications, type NotificationListener } from '../db/notifications.js';
+import type { Database } from '../db/schema.js';
+import { isRetryable } from '../errors.js';
+import type { Logger } from '../logger.js';
+import { checkJobMessage, type JobMessage } from '../messages/schemas.js';
+import type { Metrics } from '../metrics.js';
+import { jobMsgId, jobSubject, RESULT_SUBJECT } from '../nats/subjects.js';
+import { applyEvents, type StepItem, type StepOutcome } from './step.js';
+
+/** The channel the `recognition_job` insert trigger notifies (migration 0001). */
+export const JOB_CREATED_CHANNEL = 'recognition_job_created';
+
+/**
+ * Shortest wait before looking again when a due job was left behind (another instance holds its
+ * row while it publishes it): keeps this instance from spinning on a row it cannot take.
+ */
+const MIN_WAKE_DELAY_MS = 100;
+/**
+ * First pause after a failed round, doubling per consecutive failure up to the poll interval:
+ * a failure that repeats (a bug, a broken database) must not turn into a tight loop of errors.
+ */
+const ROUND_RETRY_BASE_MS = 500;
+
+/** The configuration the publisher reads. */
+export type PublisherConfig = Pick<
+  Config,
+  | 'REPLY_TIMEOUT_MS'
+  | 'MAX_PUBLISH_ATTEMPTS'
+  | 'PUBLISH_BACKOFF_BASE_MS'
+  | 'PUBLISH_BACKOFF_MAX_MS'
+  | 'PUBLISH_TIMEOUT_MS'
+  | 'PUBLISHER_POLL_INTERVAL_MS'
+  | 'PUBLISHER_BATCH_SIZE'
+  | 'RESULTS_BUCKET'
+>;
+
+/** What {@link createPublisher} needs. */
+export interface PublisherOptions {
+  db: Kysely<Database>;
+  /**
+   * The pool whose connection settings the LISTEN connection copies (it opens a client of its own
+   * and takes no pool slot). Without it the publisher relies on its timers and poll only.
+   */
+  pool?: Pool;
+  js: JetStreamClient;
+  /**
+   * Whether the NATS connection is up (`Nats.isConnected`). While it is down a job fails at once
+   * instead of being handed to the client: a publish the client buffers while reconnecting can
+   * reach the stream after its job has gone on (even to `dlq`). Without it, every publish is tried.
+   */
+  isConnected?: () => boolean;
+  logger: Logger;
+  metrics?: Metrics;
+  config: PublisherConfig;
+  /** Replaces the step's `applyEvents`; for fault injection in tests only. */
+  applyEvents?: typeof applyEvents;
+}
+
+/** A publisher. */
+export interface Publisher {
+  /**
+   * Start the loop: LISTEN (when a pool was given), a round at once, then rounds on every wake-up.
+   * Resolves once the first LISTEN attempt and the first round have finished (a failed round is
+   * logged, not thrown). Idempotent.
+   */
+  start(): Promise<void>;
+  /** Stop waking up, close the LISTEN connection, and wait for the round in flight to commit. */
+  stop(): Promise<void>;
+  /**
+   * One round in one transaction: lock up to `PUBLISHER_BATCH_SIZE` due pending jobs, publish them
+   * all, record every outcome, commit. Resolves with the number of jobs it locked. Rejects if the
+   * database fails (the transaction rolls back; the jobs stay due and are published again, with
+   * the same msg ids).
+   */
+  publishDue(): Promise<number>;
+  /** Whether the LISTEN connection is up (false without a pool). */
+  isListening(): boolean;
+}
+
+/** A due job as the publisher's query returns it: the job, its upload and the database clock. */
+export interface DueJobRow {
+  job_id: string;
+  file_id: string;
+  attempt: number;
+  target_service: string;
+  publish_attempts: number;
+  source_bucket: string;
+  source_key: string;
+  /** `date_trunc('milliseconds', now())`: the same value the step reads as the event's `now`. */
+  db_now: Date;
+}
+
+/**
+ * The publisher's due query: `batchSize` pending jobs whose `next_publish_at` has come, oldest
+ * first, with their file's upload; only the job rows are locked, and rows another transaction holds
+ * are skipped. Served by the partial index `recognition_job_next_publish_due_idx` (exported so a
+ * test can EXPLAIN the real query).
+ */
+export function duePublishQuery(batchSize: number) {
+  return sql<DueJobRow>`
+    SELECT j.id AS job_id, j.file_id, j.attempt, j.target_service, j.publish_attempts,
+           o.bucket AS source_bucket, o.key AS source_key,
+           date_trunc('milliseconds', now()) AS db_now
+    FROM recognition_job j
+    JOIN stored_file f ON f.id = j.file_id
+    JOIN s3_object o ON o.id = f.s3_object_id
+    WHERE j.status = 'pending' AND j.next_publish_at <= now()
+    ORDER BY j.next_publish_at
+    LIMIT ${batchSize}
+    FOR UPDATE OF j SKIP LOCKED`;
+}
+
+/** Milliseconds until the earliest `next_publish_at` of a pending job (negative: due), or null. */
+function nextDueQuery() {
+  return sql<{ ms: number | null }>`
+    SELECT (EXTRACT(EPOCH FROM (min(next_publish_at) - now())) * 1000)::float8 AS ms
+    FROM recognition_job WHERE status = 'pending'`;
+}
+
+/**
+ * The job message for a due job (SPEC §5). Pure. `reply_deadline` is `db_now + replyTimeoutMs`,
+ * exactly what `PUBLISHED` stores: the step computes it from the same transaction's clock.
+ */
+export function buildJobMessage(
+  row: DueJobRow,
+  opts: { resultsBucket: string; replyTimeoutMs: number },
+): JobMessage {
+  return {
+    job_id: row.job_id,
+    file_id: row.file_id,
+    attempt: row.attempt,
+    source_s3: { bucket: row.source_bucket, key: row.source_key },
+    result_s3_prefix: { bucket: opts.resultsBucket, key_prefix: `results/${row.file_id}/${row.job_id}/` },
+    reply_subject: RESULT_SUBJECT,
+    reply_deadline: new Date(row.db_now.getTime() + opts.replyTimeoutMs).toISOString(),
+    published_at: row.db_now.toISOString(),
+  };
+}
+
+/** One job's publish attempt. */
+type Attempt =
+  | { row: DueJobRow; msgId: string; subject: string; ok: true; ack: PubAck }
+  | { row: DueJobRow; msgId: string; subject: string; ok: false; error: string; permanent: boolean };
+
+function describeError(err: unknown): string {
+  if (err instanceof Error) return `${err.name}: ${err.message}`;
+  return String(err);
+}
+
+/** Create a publisher. Nothing runs until `start()` (or a direct `publishDue()`). */
+export function createPublisher(opts: PublisherOptions): Publisher {
+  const { db, js, metrics, config: cfg } = opts;
+  const apply = opts.applyEvents ?? applyEvents;
+  const log = opts.logger.child({ loop: 'publisher' });
+  const batchSize = cfg.PUBLISHER_BATCH_SIZE;
+  const policy: PublishRetryPolicy = {
+    maxAttempts: cfg.MAX_PUBLISH_ATTEMPTS,
+    baseDelayMs: cfg.PUBLISH_BACKOFF_BASE_MS,
+    maxDelayMs: cfg.PUBLISH_BACKOFF_MAX_MS,
+  };
+  // An invalid job message cannot become valid by waiting: its only attempt is its last one.
+  const permanentPolicy: PublishRetryPolicy = { ...policy, maxAttempts: 1 };
+
+  const inFlight = new Set<Promise<unknown>>();
+  let running = false;
+  let again = false;
+  let looping: Promise<void> | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let listener: NotificationListener | undefined;
+  let failures = 0;
+  /** Resolved after the loop's next round (and when the loop stops). */
+  const roundWaiters: Array<() => void> = [];
+  const releaseWaiters = () => {
+    for (const resolve of roundWaiters.splice(0)) resolve();
+  };
+
+  async function publishOne(row: DueJobRow): Promise<Attempt> {
+    const msgId = jobMsgId(row.job_id, row.attempt);
+    const subject = jobSubject(row.target_service);
+    const message = buildJobMessage(row, { resultsBucket: cfg.RESULTS_BUCKET, replyTimeoutMs: cfg.REPLY_TIMEOUT_MS });
+    const check = checkJobMessage(message);
+    if (!check.valid) {
+      const detail = check.errors.map((e) => `${e.instancePath || '/'} ${e.message ?? e.keyword}`).join('; ');
+      return { row, msgId, subject, ok: false, permanent: true, error: `invalid job message (a bug): ${detail}` };
+    }
+    if (opts.isConnected && !opts.isConnected()) {
+      return { row, msgId, subject, ok: false, permanent: false, error: 'NATS is not connected' };
+    }
+    try {
+      const ack = await js.publish(subject, JSON.stringify(message), { msgID: msgId, timeout: cfg.PUBLISH_TIMEOUT_MS });
+      return { row, msgId, subject, ok: true, ack };
+    } catch (err) {
+      return { row, msgId, subject, ok: false, permanent: false, error: describeError(err) };
+    }
+  }
+
+  function report(attempt: Attempt, outcome: StepOutcome): void {
+    const fields = {
+      job_id: attempt.row.job_id,
+      msg_id: attempt.msgId,
+      event: outcome.event,
+      from: outcome.from,
+      to: outcome.to,
+      decision: outcome.decision,
+    };
+    if (outcome.decision !== 'applied') {
+      // The rows are locked and pending, so the machine takes every outcome; anything else is a bug.
+      log.error({ ...fields, reason: outcome.reason }, 'publish outcome not applied');
+      return;
+    }
+    metrics?.transitions.inc({ from: outcome.from, event: outcome.event, to: outcome.to });
+    if (attempt.ok) {
+      metrics?.publisherResults.inc({ result: 'published' });
+      log.info(
+        { ...fields, subject: attempt.subject, stream_seq: attempt.ack.seq, duplicate: attempt.ack.duplicate },
+        attempt.ack.duplicate ? 'job published (JetStream already had it: duplicate dropped)' : 'job published',
+      );
+    } else if (outcome.to === 'dlq') {
+      metrics?.publisherResults.inc({ result: 'dlq' });
+      metrics?.deadLetters.inc({ reason: 'PUBLISH_FAILED' });
+      log.error(
+        { ...fields, subject: attempt.subject, attempts: attempt.row.publish_attempts + 1, error: attempt.error },
+        'job publish failed for the last time: dead letter',
+      );
+    } else {
+      const attempts = attempt.row.publish_attempts + 1;
+      metrics?.publisherResults.inc({ result: 'failed' });
+      log.warn(
+        { ...fields, subject: attempt.subject, attempts, retry_in_ms: publishBackoffMs(attempts, policy), error: attempt.error },
+        'job publish failed; will retry',
+      );
+    }
+  }
+
+  async function round(): Promise<number> {
+    const started = performance.now();
+    const results = await db.transaction().execute(async (tx: Transaction<Database>) => {
+      // 1. Lock the due jobs (rows other instances hold are skipped).
+      const { rows } = await duePublishQuery(batchSize).execute(tx);
+      if (rows.length === 0) return [];
+      // 2. Build, check and publish every message at once; wait for every ack or failure.
+      const attempts = await Promise.all(rows.map(publishOne));
+      // 3. Record every outcome in one step, still holding the locks.
+      const items: StepItem[] = attempts.map((a) => ({
+        jobId: a.row.job_id,
+        event: a.ok
+          ? { type: 'PUBLISHED', replyTimeoutMs: cfg.REPLY_TIMEOUT_MS }
+          : { type: 'PUBLISH_FAILED', error: a.error, policy: a.permanent ? permanentPolicy : policy },
+      }));
+      const outcomes = await apply(tx, items);
+      return attempts.map((a, i) => ({ attempt: a, outcome: outcomes[i]! }));
+      // 4. Commit (on return).
+    });
+    // 5. Report, only after the commit.
+    if (results.length > 0) {
+      metrics?.stepDuration.observe({ loop: 'publisher' }, (performance.now() - started) / 1000);
+      metrics?.batchSize.observe({ loop: 'publisher' }, results.length);
+    }
+    for (const { attempt, outcome } of results) report(attempt, outcome);
+    return results.length;
+  }
+
+  function publishDue(): Promise<number> {
+    const p = round();
+    inFlight.add(p);
+    void p.then(
+      () => inFlight.delete(p),
+      () => inFlight.delete(p),
+    );
+    return p;
+  }
+
+  /** How long to sleep before the next round: until the earliest retry, at most one poll interval. */
+  async function nextDelay(): Promise<number> {
+    const poll = cfg.PUBLISHER_POLL_INTERVAL_MS;
+    const floor = failures > 0 ? Math.min(ROUND_RETRY_BASE_MS * 2 ** (failures - 1), poll) : MIN_WAKE_DELAY_MS;
+    try {
+      const { rows } = await nextDueQuery().execute(db);
+      const ms = rows[0]?.ms;
+      if (ms === null || ms === undefined) return poll;
+      return Math.min(Math.max(Math.ceil(ms), floor), poll);
+    } catch {
+      // The database is failing; the round already logged it. Try again at the poll interval.
+      return cfg.PUBLISHER_POLL_INTERVAL_MS;
+    }
+  }
+
+  async function loop(): Promise<void> {
+    try {
+      while (running) {
+        if (again) {
+          again = false;
+          try {
+            // A full batch means more may be due: go again at once.
+            if ((await publishDue()) >= batchSize) again = true;
+            failures = 0;
+          } catch (err) {
+            failures += 1;
+            const retryable = isRetryable(err);
+            log[retryable ? 'warn' : 'error'](
+              { err, event: 'publisher_round_failed', retryable },
+              'publisher round failed; the jobs stay pending and are retried',
+            );
+          }
+          releaseWaiters();
+          continue;
+        }
+        const delay = await nextDelay();
+        // A wake-up that came while we looked (NOTIFY) wins over the timer.
+        if (!running || again) continue;
+        timer = setTimeout(() => wake(), delay);
+        break;
+      }
+    } finally {
+      looping = undefined;
+      if (!running) releaseWaiters();
+    }
+  }
+
+  function wake(): void {
+    if (!running) return;
+    again = true;
+    if (timer) clearTimeout(timer);
+    timer = undefined;
+    looping ??= loop();
+  }
+
+  return {
+    async start() {
+      if (running) return;
+      running = true;
+      // 1. LISTEN first, so no job created from now on waits for the poll.
+      if (opts.pool) {
+        listener = await listenForNotifications({
+          connection: opts.pool.options,
+          channel: JOB_CREATED_CHANNEL,
+          applicationName: 'recognition-core:publisher-listen',
+          logger: log,
+          onNotify: () => wake(),
+        });
+      }
+      // 2. A round at once: jobs may have been waiting while no publisher ran. Resolve after it,
+      //    so that from then on every round is the answer to a wake-up.
+      const firstRound = new Promise<void>((resolve) => roundWaiters.push(resolve));
+      wake();
+      await firstRound;
+    },
+    async stop() {
+      running = false;
+      if (timer) clearTimeout(timer);
+      timer = undefined;
+      releaseWaiters();
+      await listener?.close();
+      listener = undefined;
+      await looping;
+      await Promise.allSettled([...inFlight]);
+    },
+    publishDue,
+    isListening: () => listener?.isListening() ?? false,
+  };
+}

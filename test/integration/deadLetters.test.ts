@@ -1,0 +1,200 @@
+/**
+ * Dead letters against a real nats-server and PostgreSQL: a service consumer that takes the job
+ * message and never acks it (max_deliver 2) makes JetStream send its max-deliveries advisory; the
+ * job ends `dlq` with `MAX_DELIVERIES` and its file `ERROR`, handled once across instances.
+ */
+import { randomUUID } from 'node:crypto';
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { nanos, type NatsConnection } from '@nats-io/nats-core';
+import { connect } from '@nats-io/transport-node';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { loadConfig } from '../../src/config.js';
+import { openDb } from '../../src/db/database.js';
+import { addFile, createJob } from '../../src/db/jobs.js';
+import { createDeadLetters, type DeadLetters } from '../../src/daemon/deadLetters.js';
+import { createPublisher } from '../../src/daemon/publisher.js';
+import { createMetrics } from '../../src/metrics.js';
+import { provisionStreams } from '../../src/nats/provision.js';
+import { JOBS_STREAM } from '../../src/nats/subjects.js';
+import { loadAll } from '../helpers/fixtures.js';
+import { createLogSink, type LogSink } from '../helpers/logSink.js';
+import { startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
+import { serverUrl } from '../helpers/pgUrls.js';
+import { startTcpProxy } from '../helpers/tcpProxy.js';
+import { useTestDatabase } from '../helpers/withDatabase.js';
+
+const t = useTestDatabase();
+let server: NatsServerHandle;
+const connections: NatsConnection[] = [];
+let jsm: JetStreamManager;
+
+async function natsConnection(): Promise<NatsConnection> {
+  const nc = await connect({ servers: server.url });
+  connections.push(nc);
+  return nc;
+}
+
+beforeAll(async () => {
+  server = await startNatsServer();
+  jsm = await jetstreamManager(await natsConnection());
+  await provisionStreams(jsm, { duplicateWindowMs: 120_000, replicas: 1, ackWaitMs: 30_000, maxAckPending: 1000 });
+});
+afterAll(async () => {
+  await Promise.all(connections.map((nc) => nc.close().catch(() => undefined)));
+  await server?.cleanup();
+});
+
+const running: DeadLetters[] = [];
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((d) => d.stop()));
+});
+
+async function startDeadLetters() {
+  const logs = createLogSink();
+  const metrics = createMetrics({}, false);
+  const deadLetters = createDeadLetters({ db: t.db, nc: await natsConnection(), logger: logs.logger, metrics });
+  running.push(deadLetters);
+  await deadLetters.start();
+  return { deadLetters, logs, metrics };
+}
+
+/** Create a job and publish it with the real publisher; returns its ids and stream sequence. */
+async function publishedJob() {
+  const file = await addFile(t.db, { bucket: 'arm-ka', key: `uploads/${randomUUID()}.xlsx`, name: 'report.xlsx' });
+  const job = await createJob(t.db, { fileId: file.id, targetService: 'tabular-parser' });
+  const logs = createLogSink();
+  const publisher = createPublisher({ db: t.db, js: jetstream(await natsConnection()), logger: logs.logger, config: loadConfig({}) });
+  expect(await publisher.publishDue()).toBe(1);
+  const line = logs.lines.find((l) => l.job_id === job.id && l.event === 'PUBLISHED');
+  return { jobId: job.id, fileId: file.id, seq: line!.stream_seq as number };
+}
+
+const handled = (logs: LogSink, jobId: string) => logs.lines.filter((l) => l.job_id === jobId && l.event === 'DELIVERY_EXHAUSTED');
+
+describe('max-deliveries advisory', () => {
+  it('a consumer that never acks (max_deliver 2): the job ends dlq with MAX_DELIVERIES, file ERROR, handled by one instance', async () => {
+    // Two core instances in the queue group.
+    const a = await startDeadLetters();
+    const b = await startDeadLetters();
+
+    // The "service": a durable pull consumer on its subject that takes every message and never acks.
+    await jsm.consumers.add(JOBS_STREAM, {
+      durable_name: 'tabular-parser',
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      filter_subject: 'recognition.job.tabular-parser',
+      max_deliver: 2,
+      ack_wait: nanos(1_000),
+    });
+    const consumer = await jetstream(await natsConnection()).consumers.get(JOBS_STREAM, 'tabular-parser');
+    const deliveries: number[] = [];
+    const messages = await consumer.consume({ max_messages: 10 });
+    void (async () => {
+      for await (const m of messages) deliveries.push(m.info.deliveryCount);
+    })();
+
+    const { jobId } = await publishedJob();
+    const before = await loadAll(t.db, jobId);
+    expect(before.job.status).toBe('published');
+
+    await vi.waitFor(
+      async () => {
+        const { job } = await loadAll(t.db, jobId);
+        expect(job.status).toBe('dlq');
+      },
+      { timeout: 15_000, interval: 50 },
+    );
+    messages.stop();
+
+    const after = await loadAll(t.db, jobId);
+    expect(after.job.finished_at).toBeInstanceOf(Date);
+    expect(after.job).toEqual({
+      ...before.job,
+      status: 'dlq',
+      error_code: 'MAX_DELIVERIES',
+      error_message: 'the job message reached its maximum deliveries without being taken',
+      finished_at: after.job.finished_at,
+      updated_at: after.job.updated_at,
+    });
+    expect(after.file).toEqual({ ...before.file, status: 'ERROR', error_code: 'MAX_DELIVERIES', updated_at: after.file.updated_at });
+    expect(after.transitions.map((r) => [r.from_status, r.to_status, r.event, r.detail])).toEqual([
+      ['pending', 'published', 'PUBLISHED', {}],
+      ['published', 'dlq', 'DELIVERY_EXHAUSTED', { deliveries: 2 }],
+    ]);
+    expect(deliveries).toEqual([1, 2]);
+
+    // One instance of the queue group handled it; the other never saw it.
+    const lines = [...handled(a.logs, jobId), ...handled(b.logs, jobId)];
+    expect(lines).toEqual([
+      expect.objectContaining({
+        level: 'warn',
+        loop: 'dead_letters',
+        msg_id: `job:${jobId}:1`,
+        from: 'published',
+        to: 'dlq',
+        decision: 'applied',
+        consumer: 'tabular-parser',
+        deliveries: 2,
+      }),
+    ]);
+    const counted = await Promise.all([a, b].map(async (x) => (await x.metrics.deadLetters.get()).values));
+    expect(counted.flat()).toEqual([expect.objectContaining({ labels: { reason: 'MAX_DELIVERIES' }, value: 1 })]);
+  });
+
+  it('a database outage while handling the advisory is retried (the advisory is not redelivered)', async () => {
+    const pgServer = new URL(serverUrl());
+    const proxy = await startTcpProxy({ host: pgServer.hostname, port: Number(pgServer.port || 5432) });
+    const url = new URL(t.url);
+    url.host = `127.0.0.1:${proxy.port}`;
+    const viaProxy = openDb(url.toString(), { max: 2, connectionTimeoutMillis: 1_000, onIdleError: () => undefined });
+    try {
+      const logs = createLogSink();
+      const deadLetters = createDeadLetters({ db: viaProxy.db, nc: await natsConnection(), logger: logs.logger });
+      running.push(deadLetters);
+      await deadLetters.start();
+      const { jobId, seq } = await publishedJob();
+
+      proxy.cut();
+      // What JetStream would send; handled by the loop, as a real advisory is.
+      const nc = await natsConnection();
+      nc.publish(
+        `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${JOBS_STREAM}.tabular-parser`,
+        JSON.stringify({ type: 'io.nats.jetstream.advisory.v1.max_deliver', stream: JOBS_STREAM, consumer: 'tabular-parser', stream_seq: seq, deliveries: 2 }),
+      );
+      await vi.waitFor(() => expect(logs.lines.some((l) => l.event === 'dead_letter_retry')).toBe(true), { timeout: 5_000, interval: 20 });
+      proxy.restore();
+      await vi.waitFor(async () => expect((await loadAll(t.db, jobId)).job.status).toBe('dlq'), { timeout: 10_000, interval: 50 });
+      expect((await loadAll(t.db, jobId)).job.error_code).toBe('MAX_DELIVERIES');
+    } finally {
+      await Promise.all(running.splice(0).map((d) => d.stop()));
+      await viaProxy.close();
+      await proxy.close();
+    }
+  });
+
+  it('the same advisory handled a second time changes nothing (the step ignores it)', async () => {
+    const { deadLetters } = await startDeadLetters();
+    const { jobId, seq } = await publishedJob();
+    const advisory = JSON.stringify({
+      type: 'io.nats.jetstream.advisory.v1.max_deliver',
+      stream: JOBS_STREAM,
+      consumer: 'tabular-parser',
+      stream_seq: seq,
+      deliveries: 5,
+    });
+    expect(await deadLetters.handleAdvisory(advisory)).toMatchObject({ jobId, decision: 'applied', from: 'published', to: 'dlq' });
+    const before = await loadAll(t.db, jobId);
+    expect(await deadLetters.handleAdvisory(advisory)).toMatchObject({ jobId, decision: 'ignored', from: 'dlq', to: 'dlq' });
+    expect(await loadAll(t.db, jobId)).toEqual(before);
+  });
+
+  it('an advisory for a message no longer in the stream, or not an advisory at all, is logged and dropped', async () => {
+    const { deadLetters, logs } = await startDeadLetters();
+    expect(await deadLetters.handleAdvisory(JSON.stringify({ stream: JOBS_STREAM, stream_seq: 999_999, deliveries: 2 }))).toBeUndefined();
+    expect(await deadLetters.handleAdvisory('not json')).toBeUndefined();
+    expect(logs.lines.map((l) => [l.level, l.event])).toEqual([
+      ['warn', 'dead_letter_message_gone'],
+      ['warn', 'dead_letter_advisory_invalid'],
+    ]);
+  });
+});
