@@ -8,6 +8,9 @@ import { redactUrl } from './config.js';
 import { registerDbCommands } from './cli/db.js';
 import { registerStartCommand } from './cli/start.js';
 import { registerQuarantineCommands } from './cli/quarantine.js';
+import { registerStatechartsCommands } from './cli/statecharts.js';
+import { registerDemoCommand } from './cli/demo.js';
+import { registerServiceCommands } from './cli/service.js';
 
 const program = new Command('recognition-core')
   .description('Core of the document-recognition job exchange: NATS JetStream ⇄ PostgreSQL, one XState machine per job')
@@ -17,6 +20,9 @@ const program = new Command('recognition-core')
 registerStartCommand(program);
 registerDbCommands(program);
 registerQuarantineCommands(program);
+registerStatechartsCommands(program);
+registerDemoCommand(program);
+registerServiceCommands(program);
 
 /** One line on stderr, then the exit code: 2 for usage and configuration, 1 otherwise. */
 function fail(err: unknown): never {

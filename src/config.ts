@@ -35,7 +35,18 @@ const url = (protocols: string[]) =>
 
 /** Variable → [schema, default]. The README's configuration table is generated from the same list. */
 export const CONFIG_VARIABLES = {
-  DATABASE_URL: [url(['postgres:', 'postgresql:']), 'postgres://postgres@127.0.0.1:5432/recognition', 'PostgreSQL connection URL'],
+  DATABASE_URL: [
+    url(['postgres:', 'postgresql:'])
+      .refine((v) => {
+        try {
+          return new URL(v).pathname.replace(/^\//, '') !== '';
+        } catch {
+          return true; // not a URL: reported by url()
+        }
+      }, 'must name a database (postgres://user@host:5432/database)'),
+    'postgres://postgres@127.0.0.1:5432/recognition',
+    'PostgreSQL connection URL',
+  ],
   NATS_URL: [
     z
       .string()

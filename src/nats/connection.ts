@@ -21,8 +21,19 @@ export interface Nats {
 
 /** Connection options from the configuration (exported for tests). */
 export function natsOptions(cfg: NatsConfig, name: string): NodeConnectionOptions {
+  // The client ignores credentials written inside server URLs (nats://user:pass@host, or
+  // nats://token@host): take them out of the URLs, and use them unless NATS_USER/NATS_TOKEN is set.
+  let urlAuth: { user: string; pass: string } | undefined;
+  const servers = cfg.NATS_URL.split(',').map((s) => {
+    const u = new URL(s.trim());
+    if (!u.username) return s.trim();
+    urlAuth ??= { user: decodeURIComponent(u.username), pass: decodeURIComponent(u.password) };
+    u.username = '';
+    u.password = '';
+    return u.toString();
+  });
   const opts: NodeConnectionOptions = {
-    servers: cfg.NATS_URL.split(',').map((s) => s.trim()),
+    servers,
     name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 500,
@@ -36,6 +47,14 @@ export function natsOptions(cfg: NatsConfig, name: string): NodeConnectionOption
     opts.pass = cfg.NATS_PASSWORD;
   }
   if (cfg.NATS_TOKEN) opts.token = cfg.NATS_TOKEN;
+  if (urlAuth && !cfg.NATS_USER && !cfg.NATS_TOKEN) {
+    if (urlAuth.pass) {
+      opts.user = urlAuth.user;
+      opts.pass = urlAuth.pass;
+    } else {
+      opts.token = urlAuth.user;
+    }
+  }
   if (cfg.NATS_CREDS) opts.authenticator = credsAuthenticator(readFileSync(cfg.NATS_CREDS));
   if (cfg.NATS_TLS_CA || cfg.NATS_TLS_CERT) {
     opts.tls = {

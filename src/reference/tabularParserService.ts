@@ -1,0 +1,317 @@
+/**
+ * The reference `tabular-parser` recognition service: an example of how a service talks to the
+ * core, and the counterpart the demo and the end-to-end tests run against.
+ *
+ * Terminology: a *job message* is what the core publishes on `recognition.job.tabular-parser`; an
+ * *envelope* is what the service answers on `recognition.result` — first an ack
+ * (`status = processing`), later a result (`done`, `needs_check` or `error`).
+ *
+ * Per job message:
+ *   1. validate it against the job schema (an invalid one is terminated: retrying cannot fix it);
+ *   2. draw its fate from the seeded generator: `done`, `needs_check`, `error` or `silent`;
+ *   3. publish the ack envelope (`Nats-Msg-Id = ack:<job_id>:<attempt>`);
+ *   4. `silent`: ack the job message and never answer (the core's watchdog times the job out);
+ *      otherwise wait `replyDelayMs` (± jitter), publish the result
+ *      (`Nats-Msg-Id = result:<job_id>:<attempt>`), then ack the job message.
+ * The job message is acked only after the envelopes were stored by JetStream: a service that dies
+ * in between gets the job again, and the msg ids make the repeated envelopes harmless duplicates.
+ *
+ * It reads through a real JetStream durable pull consumer (`tabular-parser` on `RECOGNITION_JOBS`,
+ * filtered to its subject), so several copies of the service share the work.
+ */
+import {
+  AckPolicy,
+  DeliverPolicy,
+  jetstream,
+  jetstreamManager,
+  type ConsumerMessages,
+  type JsMsg,
+} from '@nats-io/jetstream';
+import { nanos, type NatsConnection } from '@nats-io/nats-core';
+import type { Logger } from '../logger.js';
+import { checkJobMessage, type JobMessage } from '../messages/schemas.js';
+import { JOBS_STREAM, RESULT_SUBJECT, jobSubject } from '../nats/subjects.js';
+
+/** The service's name: its subject suffix, its durable consumer and `service.name` in envelopes. */
+export const TABULAR_PARSER = 'tabular-parser';
+
+/** What the service does with one job. `silent` acks the job but never sends a result. */
+export type Fate = 'done' | 'needs_check' | 'error' | 'silent';
+export const FATES: readonly Fate[] = ['done', 'needs_check', 'error', 'silent'];
+
+/** Relative weights of the fates (any non-negative numbers; at least one positive). */
+export type FateWeights = Record<Fate, number>;
+
+/** The default mix: mostly `done`, with enough of every other fate that a demo of 50 jobs shows each. */
+export const DEFAULT_WEIGHTS: FateWeights = { done: 55, needs_check: 15, error: 15, silent: 15 };
+
+/** Error codes a real parser reports; the generator picks one for each `error`. */
+const ERROR_CODES = [
+  { code: 'UNSUPPORTED_FORMAT', message: 'the file is not a spreadsheet this parser reads (xls 95, ods)' },
+  { code: 'CORRUPTED_FILE', message: 'the workbook could not be opened: truncated zip archive' },
+] as const;
+
+/**
+ * mulberry32: a tiny seeded PRNG (32-bit state), uniform in [0, 1). Pure and deterministic: the
+ * same seed gives the same sequence, so a demo run can be repeated.
+ */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Pick a fate for `r` in [0, 1) by cumulative weight. Pure. */
+export function pickFate(weights: FateWeights, r: number): Fate {
+  const total = FATES.reduce((s, f) => s + Math.max(0, weights[f]), 0);
+  if (!(total > 0)) throw new Error('tabular-parser: at least one fate weight must be positive');
+  let x = r * total;
+  for (const f of FATES) {
+    x -= Math.max(0, weights[f]);
+    if (x < 0) return f;
+  }
+  return FATES.filter((f) => weights[f] > 0).at(-1)!;
+}
+
+/** Parse `done=55,needs_check=15,error=15,silent=15` (missing fates weigh 0). */
+export function parseWeights(text: string): FateWeights {
+  const out: FateWeights = { done: 0, needs_check: 0, error: 0, silent: 0 };
+  for (const part of text.split(',')) {
+    const [name, value] = part.split('=').map((s) => s.trim());
+    if (!name || !(FATES as readonly string[]).includes(name))
+      throw new Error(`unknown fate ${JSON.stringify(name)} (use ${FATES.join(', ')})`);
+    const n = Number(value);
+    if (!Number.isFinite(n) || n < 0) throw new Error(`weight of ${name} must be a non-negative number`);
+    out[name as Fate] = n;
+  }
+  if (!FATES.some((f) => out[f] > 0)) throw new Error('at least one weight must be positive');
+  return out;
+}
+
+export interface TabularParserOptions {
+  nc: NatsConnection;
+  /** Seed of the fate generator. */
+  seed: number;
+  weights?: FateWeights;
+  /** Mean delay between the ack and the result; each job varies it by ±50 %. */
+  replyDelayMs?: number;
+  /** `service.name` in envelopes (default `tabular-parser`; also the subject suffix and durable). */
+  name?: string;
+  /** `service.version` in envelopes. */
+  version?: string;
+  logger: Logger;
+  /** Jobs handled at once; more stay in the consumer. */
+  maxInFlight?: number;
+}
+
+/** What the service did so far. */
+export interface TabularParserStats {
+  received: number;
+  acked: number;
+  done: number;
+  needs_check: number;
+  error: number;
+  silent: number;
+  invalid: number;
+  /** Jobs given back to JetStream (nak) because publishing an envelope failed. */
+  retried: number;
+  inFlight: number;
+}
+
+export interface TabularParserService {
+  /** Stop pulling, finish the jobs in hand (their results are published), then resolve. */
+  stop(): Promise<void>;
+  stats(): TabularParserStats;
+}
+
+/** JetStream redelivers a job the service has not acked within this time (it died, or NATS did). */
+const ACK_WAIT_MS = 30_000;
+/**
+ * Deliveries before JetStream gives up on a job message; the core's dead-letter loop then moves
+ * the job to `dlq` (MAX_DELIVERIES) instead of letting it wait for a timeout.
+ */
+const MAX_DELIVER = 5;
+
+/** Create the durable consumer if it does not exist yet (idempotent; several copies may race). */
+async function ensureConsumer(nc: NatsConnection, name: string): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  try {
+    await jsm.streams.info(JOBS_STREAM);
+  } catch (err) {
+    if (/stream not found/i.test((err as Error).message)) {
+      throw new Error(
+        `stream ${JOBS_STREAM} not found: start recognition-core first (it creates the streams)`,
+        { cause: err },
+      );
+    }
+    throw err;
+  }
+  try {
+    await jsm.consumers.info(JOBS_STREAM, name);
+  } catch (err) {
+    if (!/consumer not found/i.test((err as Error).message)) throw err;
+    await jsm.consumers.add(JOBS_STREAM, {
+      durable_name: name,
+      filter_subject: jobSubject(name),
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      ack_wait: nanos(ACK_WAIT_MS),
+      max_deliver: MAX_DELIVER,
+    });
+  }
+}
+
+/**
+ * Start the service: ensure its durable consumer, then handle job messages until `stop()`.
+ * Resolves once the consumer is bound. Throws when `RECOGNITION_JOBS` does not exist.
+ */
+export async function startTabularParser(opts: TabularParserOptions): Promise<TabularParserService> {
+  const name = opts.name ?? TABULAR_PARSER;
+  const version = opts.version ?? '1.0.0-reference';
+  const weights = opts.weights ?? DEFAULT_WEIGHTS;
+  const replyDelayMs = opts.replyDelayMs ?? 400;
+  const maxInFlight = opts.maxInFlight ?? 256;
+  const log = opts.logger.child({ component: name });
+  const random = mulberry32(opts.seed);
+  const service = { name, version };
+  const stats: TabularParserStats = {
+    received: 0,
+    acked: 0,
+    done: 0,
+    needs_check: 0,
+    error: 0,
+    silent: 0,
+    invalid: 0,
+    retried: 0,
+    inFlight: 0,
+  };
+
+  await ensureConsumer(opts.nc, name);
+  const js = jetstream(opts.nc);
+  const consumer = await js.consumers.get(JOBS_STREAM, name);
+  const inFlight = new Set<Promise<void>>();
+  let stopping = false;
+  let messages: ConsumerMessages | undefined;
+
+  const publish = (job: JobMessage, msgId: string, body: Record<string, unknown>) =>
+    js.publish(
+      RESULT_SUBJECT,
+      JSON.stringify({ job_id: job.job_id, service, ...body, sent_at: new Date().toISOString() }),
+      { msgID: msgId },
+    );
+
+  /** Steps 3–4 for one job whose fate was drawn. */
+  async function handle(
+    msg: JsMsg,
+    job: JobMessage,
+    fate: Fate,
+    delayMs: number,
+    errorPick: number,
+  ): Promise<void> {
+    const jlog = log.child({ job_id: job.job_id });
+    try {
+      // 3. Ack envelope: the core moves the job to processing.
+      await publish(job, `ack:${job.job_id}:${job.attempt}`, { status: 'processing' });
+      stats.acked++;
+      if (fate !== 'silent') {
+        // 4. The "work", then the result.
+        await new Promise((r) => setTimeout(r, delayMs));
+        const resultMsgId = `result:${job.job_id}:${job.attempt}`;
+        const metrics = { pages: 1 + (errorPick % 12), duration_ms: Math.round(delayMs) };
+        if (fate === 'error') {
+          await publish(job, resultMsgId, {
+            status: 'error',
+            error: ERROR_CODES[errorPick % ERROR_CODES.length],
+            metrics,
+          });
+        } else {
+          await publish(job, resultMsgId, {
+            status: fate,
+            result_s3: {
+              bucket: job.result_s3_prefix.bucket,
+              key: `${job.result_s3_prefix.key_prefix}result.json`,
+            },
+            result_schema_version: '1.0',
+            metrics:
+              fate === 'needs_check' ? { ...metrics, low_confidence_cells: 3 + (errorPick % 20) } : metrics,
+          });
+        }
+      }
+      msg.ack();
+      stats[fate]++;
+      jlog.debug({ event: 'answered', fate }, `job answered: ${fate}`);
+    } catch (err) {
+      // JetStream did not store an envelope (NATS unreachable): give the job back, try again later.
+      stats.retried++;
+      msg.nak(1_000);
+      jlog.warn(
+        { err, event: 'publish_failed', fate },
+        'could not publish an envelope; the job message will come back',
+      );
+    }
+  }
+
+  function onMessage(msg: JsMsg): void {
+    stats.received++;
+    let job: JobMessage;
+    try {
+      // 1. Validate.
+      const check = checkJobMessage(msg.json());
+      if (!check.valid) throw new Error(JSON.stringify(check.errors));
+      job = check.value;
+    } catch (err) {
+      stats.invalid++;
+      msg.term();
+      log.warn({ err, event: 'invalid_job_message', stream_seq: msg.seq }, 'invalid job message: terminated');
+      return;
+    }
+    // 2. Draw everything random now, in delivery order, so a seed gives a repeatable mix.
+    const fate = pickFate(weights, random());
+    const delayMs = replyDelayMs * (0.5 + random());
+    const errorPick = Math.floor(random() * 1000);
+    const task = handle(msg, job, fate, delayMs, errorPick).finally(() => {
+      inFlight.delete(task);
+      stats.inFlight = inFlight.size;
+    });
+    inFlight.add(task);
+    stats.inFlight = inFlight.size;
+  }
+
+  async function read(): Promise<void> {
+    while (!stopping) {
+      try {
+        messages = await consumer.consume({ max_messages: Math.min(maxInFlight, 1000) });
+        for await (const msg of messages) {
+          onMessage(msg);
+          // Back-pressure: hold the next message until a job in hand is finished.
+          while (inFlight.size >= maxInFlight && !stopping) await Promise.race(inFlight);
+          if (stopping) break;
+        }
+      } catch (err) {
+        if (!stopping) log.warn({ err, event: 'consume_error' }, 'consuming job messages failed; retrying');
+      }
+      if (!stopping) await new Promise((r) => setTimeout(r, 1_000));
+    }
+  }
+
+  const reader = read();
+  log.info(
+    { event: 'service_started', seed: opts.seed, weights },
+    `${name} listening on ${jobSubject(name)}`,
+  );
+  return {
+    async stop() {
+      stopping = true;
+      await messages?.close();
+      await reader;
+      await Promise.allSettled([...inFlight]);
+      log.info({ event: 'service_stopped', ...stats }, `${name} stopped`);
+    },
+    stats: () => ({ ...stats }),
+  };
+}
