@@ -67,11 +67,15 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   });
   let nats: Nats | undefined;
   try {
-    const pending = await pendingMigrations(db.db);
+    const pending = await pendingMigrations(db.db).catch((err: unknown) => {
+      throw new Error(`PostgreSQL (DATABASE_URL) is not usable: ${(err as Error).message}`, { cause: err });
+    });
     if (pending.length > 0) throw new MigrationsPendingError(pending);
 
     // 2. NATS.
-    nats = await connectNats(cfg, logger);
+    nats = await connectNats(cfg, logger).catch((err: unknown) => {
+      throw new Error(`NATS (NATS_URL) is not usable: ${(err as Error).message}`, { cause: err });
+    });
     const jsm = await jetstreamManager(nats.nc);
     if (cfg.NATS_PROVISION) {
       await provisionStreams(jsm, {

@@ -120,7 +120,7 @@ describe('redactUrl and secretsOf', () => {
 });
 
 describe('documentation', () => {
-  const docs = ['README.md', 'docs/operations.md']
+  const docs = ['README.md']
     .filter((f) => existsSync(f))
     .map((f) => [f, readFileSync(f, 'utf8')] as const);
 
