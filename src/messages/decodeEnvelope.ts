@@ -97,6 +97,18 @@ function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
   if (!check.valid) return fail(QUARANTINE_REASON.SCHEMA_INVALID, check.errors, jobId);
 
   const envelope = check.value;
+  // S3 limits object keys to 1 024 bytes of UTF-8 (the schema can only count characters), and a
+  // longer key would also overflow PostgreSQL's unique index on s3_object (bucket, key).
+  if ('result_s3' in envelope && envelope.result_s3) {
+    const bytes = new TextEncoder().encode(envelope.result_s3.key).length;
+    if (bytes > S3_KEY_MAX_BYTES) {
+      return fail(
+        QUARANTINE_REASON.SCHEMA_INVALID,
+        [{ instancePath: '/result_s3/key', keyword: 'maxBytes', params: { limit: S3_KEY_MAX_BYTES, bytes }, message: `must be at most ${S3_KEY_MAX_BYTES} bytes of UTF-8` }],
+        jobId,
+      );
+    }
+  }
   if (msgId === null && (RESULT_STATUSES as readonly string[]).includes(envelope.status)) {
     return fail(
       QUARANTINE_REASON.MISSING_MSG_ID,
@@ -106,6 +118,9 @@ function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
   }
   return { ok: true, envelope, msgId };
 }
+
+/** S3's limit on an object key, in bytes of UTF-8. */
+export const S3_KEY_MAX_BYTES = 1024;
 
 /** Iterative (no recursion on hostile depth): returns why `root` is unsafe, or `null`. */
 function findUnsafeJson(root: unknown): string | null {

@@ -285,7 +285,9 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
   async function read(): Promise<void> {
     while (!stopping) {
       try {
-        messages = await consumer.consume({ max_messages: Math.min(maxInFlight, 1000) });
+        // Short pulls (5 s, the client's default is 30 s): after a cluster node fails, a pull held by
+        // it is abandoned within seconds instead of stalling the service for half a minute.
+        messages = await consumer.consume({ max_messages: Math.min(maxInFlight, 1000), expires: 5_000 });
         for await (const msg of messages) {
           onMessage(msg);
           // Back-pressure: hold the next message until a job in hand is finished.

@@ -406,3 +406,22 @@ describe('decodeEnvelope never throws (property tests)', () => {
     );
   });
 });
+
+describe('S3 key length in bytes', () => {
+  const enc = new TextEncoder();
+  const envelope = (key: string) =>
+    enc.encode(
+      JSON.stringify({
+        job_id: '3f1b6c1e-8a3c-4c1e-9d5e-2b7a4f0c9e11',
+        status: 'done',
+        service: { name: 'tabular-parser', version: '1' },
+        result_s3: { bucket: 'arm-ka', key },
+      }),
+    );
+  it('accepts a key of exactly 1 024 bytes and refuses 1 024 characters of four-byte emoji', () => {
+    expect(decodeEnvelope({ data: envelope('k'.repeat(1024)), msgId: 'm', maxBytes: 1 << 20 }).ok).toBe(true);
+    const r = decodeEnvelope({ data: envelope('😀'.repeat(1024)), msgId: 'm', maxBytes: 1 << 20 });
+    expect(r).toMatchObject({ ok: false, reason: 'SCHEMA_INVALID' });
+    expect(JSON.stringify(r)).toContain('maxBytes');
+  });
+});
