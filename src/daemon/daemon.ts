@@ -105,6 +105,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     const inbox = loops.inbox
       ? await startInbox({
           db: db.db,
+          pool: db.pool,
           js,
           logger,
           metrics,

@@ -6,26 +6,36 @@
  * its batch in one transaction → commit → ack. Lanes give bounded concurrency
  * (INBOX_CONCURRENCY) while keeping the messages of one job in stream order: a job always lands in
  * the same lane, and a lane applies one batch at a time. While a lane applies a batch, the
- * consumer keeps pulling the next messages (fetching overlaps applying).
+ * reader keeps pulling the next messages (fetching overlaps applying), in bounded pulls that each
+ * run to their end, so a graceful stop leaves no delivery behind unacked.
+ *
+ * The hot path runs on the pg pool when one is given: the step's statements are prepared once per
+ * connection, and a batch costs four round trips (BEGIN, lock, write, COMMIT) whatever its size.
+ * Acks are sent without waiting, right after the commit, and go out together with the next flush.
  *
  * Failures: a retryable one (database unreachable, deadlock, serialization) naks the whole batch
  * with a delay that grows with the delivery count — JetStream ignores the consumer's backoff for a
  * plain nak — so it is redelivered as often as it takes. Any other failure of a batch falls back to
  * applying its messages one by one, so a single bad message cannot block its neighbours.
  */
-import { createHash } from 'node:crypto';
-import type { Consumer, ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
+import type { Consumer, JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
+import type { Counter } from 'prom-client';
 import { QUARANTINE_REASON } from '../../machines/index.js';
 import type { Database } from '../db/schema.js';
 import { isRetryable } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
-import { applyInboxBatchTx, decodeItem, type InboxItem, type InboxOutcome, type RawMessage } from './inboxBatch.js';
+import { applyInboxBatchTx, decodeItem, type InboxItem, type InboxOutcome, type PgPool, type RawMessage } from './inboxBatch.js';
 
 export interface InboxOptions {
   db: Kysely<Database>;
+  /**
+   * The pg pool behind `db`. When given, batches run on its clients with prepared (named)
+   * statements — the fast path; otherwise through Kysely, unprepared.
+   */
+  pool?: PgPool | undefined;
   js: JetStreamClient;
   logger: Logger;
   metrics?: Metrics | undefined;
@@ -35,6 +45,8 @@ export interface InboxOptions {
   ackWaitMs: number;
   /** Test hook: called before each batch transaction. */
   beforeBatch?: (items: readonly InboxItem[]) => Promise<void> | void;
+  /** Test and bench hook: called as soon as a batch has committed, before its messages are acked. */
+  afterCommit?: (items: readonly InboxItem[], outcomes: readonly InboxOutcome[]) => void;
 }
 
 export interface Inbox {
@@ -57,6 +69,27 @@ function rawOf(m: JsMsg): RawMessage {
   if (m.headers) for (const k of m.headers.keys()) headers[k] = m.headers.values(k);
   return { subject: m.subject, stream: m.info.stream, streamSeq: m.seq, headers, data: m.data };
 }
+
+/**
+ * Lane of a job id: FNV-1a over its characters. Cheap (no crypto hash per message) and stable, so a
+ * job's envelopes always share a lane; uuids spread evenly.
+ */
+export function laneHash(key: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) {
+    h ^= key.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+/**
+ * How long one pull waits on the server for envelopes (the client's minimum): bounds how long
+ * stop() waits for the pull in progress, and how often an idle inbox asks again.
+ */
+const FETCH_EXPIRES_MS = 1_000;
+/** The smallest pull: below this a pull round trip per message would cost more than applying it. */
+const MIN_FETCH = 64;
 
 /** Never wait longer than this at start for a dead instance's envelopes (ack wait is the bound). */
 const MAX_ORPHAN_WAIT_MS = 60_000;
@@ -103,21 +136,38 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   let queued = 0;
   let stopping = false;
   let bound = false;
-  let messages: ConsumerMessages | undefined;
   let wakeReader: (() => void) | undefined;
   // Back-pressure: stop reading from the consumer when this many messages wait in the lanes.
-  const maxQueued = opts.batchSize * opts.concurrency * 4;
+  const maxQueued = Math.max(opts.batchSize * opts.concurrency * 4, MIN_FETCH * 2);
+  // Envelopes asked for per pull: every lane's next batch, twice over (a small floor keeps the
+  // per-message mode from paying one pull round trip per handful of messages).
+  const fetchSize = Math.max(opts.batchSize * opts.concurrency * 2, MIN_FETCH);
+
+  const target = opts.pool ?? opts.db;
 
   const laneOf = (item: InboxItem): number => {
     if (opts.concurrency === 1) return 0;
     const key = item.decoded.ok ? item.decoded.envelope.job_id : (item.decoded.jobId ?? String(item.raw.streamSeq));
-    return createHash('sha1').update(key).digest().readUInt32BE(0) % opts.concurrency;
+    return laneHash(key) % opts.concurrency;
   };
 
-  function report(entry: Entry, out: InboxOutcome): void {
+  /** Log one line per decision; count per batch (one counter update per distinct label set). */
+  function report(entries: readonly Entry[], outs: readonly InboxOutcome[]): void {
+    const counts = new Map<string, { labels: Record<string, string>; counter: 'envelopes' | 'quarantine' | 'transitions'; n: number }>();
+    const count = (counter: 'envelopes' | 'quarantine' | 'transitions', labels: Record<string, string>) => {
+      const key = `${counter}\u0000${Object.values(labels).join('\u0000')}`;
+      const c = counts.get(key);
+      if (c) c.n += 1;
+      else counts.set(key, { labels, counter, n: 1 });
+    };
+    entries.forEach((e, i) => reportOne(e, outs[i]!, count));
+    if (metrics) for (const c of counts.values()) (metrics[c.counter] as Counter<string>).inc(c.labels, c.n);
+  }
+
+  function reportOne(entry: Entry, out: InboxOutcome, count: (counter: 'envelopes' | 'quarantine' | 'transitions', labels: Record<string, string>) => void): void {
     if (out.kind === 'quarantined') {
-      metrics?.envelopes.inc({ outcome: 'quarantined' });
-      metrics?.quarantine.inc({ reason: out.reason });
+      count('envelopes', { outcome: 'quarantined' });
+      count('quarantine', { reason: out.reason });
       log.warn(
         { job_id: out.jobId, msg_id: out.msgId, event: 'quarantined', reason: out.reason, stream_seq: entry.msg.seq, details: out.details },
         `envelope quarantined: ${out.reason}`,
@@ -125,11 +175,11 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
       return;
     }
     const o = out.outcome;
-    metrics?.envelopes.inc({ outcome: o.decision });
+    count('envelopes', { outcome: o.decision });
     const line = { job_id: o.jobId, msg_id: out.msgId, event: o.event, from: o.from, to: o.to, decision: o.decision, reason: o.reason };
     switch (o.decision) {
       case 'applied':
-        metrics?.transitions.inc({ from: o.from!, event: o.event, to: o.to! });
+        count('transitions', { from: o.from!, event: o.event, to: o.to! });
         log.info(line, `job ${o.from} → ${o.to}`);
         break;
       case 'duplicate':
@@ -149,12 +199,13 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     // Long batches (a slow database) must not outlive the ack wait: tell JetStream we are working.
     const keepAlive = setInterval(() => batch.forEach((e) => e.msg.working()), Math.max(1000, opts.ackWaitMs / 3));
     try {
-      await opts.beforeBatch?.(batch.map((e) => e.item));
-      const outcomes = await applyInboxBatchTx(opts.db, batch.map((e) => e.item));
-      batch.forEach((e, i) => {
-        e.msg.ack();
-        report(e, outcomes[i]!);
-      });
+      const items = batch.map((e) => e.item);
+      await opts.beforeBatch?.(items);
+      const outcomes = await applyInboxBatchTx(target, items);
+      opts.afterCommit?.(items, outcomes);
+      // Acks are fire-and-forget: the client writes them out with the next flush.
+      for (const e of batch) e.msg.ack();
+      report(batch, outcomes);
       metrics?.stepDuration.observe({ loop: 'inbox' }, Number(process.hrtime.bigint() - started) / 1e9);
       metrics?.batchSize.observe({ loop: 'inbox' }, batch.length);
     } catch (err) {
@@ -190,9 +241,9 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
       },
     };
     try {
-      const [out] = await applyInboxBatchTx(opts.db, [item]);
+      const outcomes = await applyInboxBatchTx(target, [item]);
       entry.msg.ack();
-      report(entry, out!);
+      report([entry], outcomes);
     } catch (err2) {
       entry.msg.nak(nakDelayMs(entry.msg.info.deliveryCount));
       log.error({ err: err2, event: 'quarantine_failed' }, 'could not quarantine an envelope: nak');
@@ -224,23 +275,25 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   async function read(): Promise<void> {
     while (!stopping) {
       try {
-        messages = await consumer.consume({ max_messages: Math.min(opts.batchSize * opts.concurrency * 2, 10_000) });
-        bound = true;
-        // After stop() the iterator still yields what the client had already received, then ends:
-        // those messages are ours (delivered, unacked), so they are applied like the rest.
-        for await (const msg of messages) {
-          dispatch(msg);
-          while (queued >= maxQueued && !stopping) {
-            await new Promise<void>((resolve) => (wakeReader = resolve));
-          }
+        // Back-pressure: ask for more only while the lanes hold less than `maxQueued`.
+        while (queued >= maxQueued && !stopping) {
+          await new Promise<void>((resolve) => (wakeReader = resolve));
         }
+        if (stopping) break;
+        // One bounded pull at a time, each run to its end (full, or expired): the lanes apply what
+        // it delivers while the next one is being fetched, and stop() never leaves a pull open on
+        // the server — a pull abandoned mid-way would have its later deliveries go nowhere and
+        // sit unacked until the ack wait (the orphans a restart would then have to wait for).
+        const pulled = await consumer.fetch({ max_messages: Math.max(1, Math.min(fetchSize, maxQueued - queued)), expires: FETCH_EXPIRES_MS });
+        bound = true;
+        for await (const msg of pulled) dispatch(msg);
       } catch (err) {
-        log.warn({ err, event: 'consume_error' }, 'consuming core-inbox failed; retrying');
-      } finally {
         bound = false;
+        log.warn({ err, event: 'consume_error' }, 'consuming core-inbox failed; retrying');
+        if (!stopping) await new Promise((r) => setTimeout(r, 1000));
       }
-      if (!stopping) await new Promise((r) => setTimeout(r, 1000));
     }
+    bound = false;
   }
 
   const reader = read();
@@ -248,7 +301,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     async stop() {
       stopping = true;
       wakeReader?.();
-      messages?.stop();
+      // The pull in progress runs to its end (at most FETCH_EXPIRES_MS): what it delivers is ours.
       await reader;
       // Apply and ack what was received: it is ours until acked.
       await Promise.all(idle);

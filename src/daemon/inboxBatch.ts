@@ -6,12 +6,12 @@
  * ones and the envelopes of unknown jobs are written to `inbox_quarantine`. The caller acks every
  * message after this returns (commit first, ack after), or naks them all when it throws.
  */
-import { sql, type Kysely, type Transaction } from 'kysely';
+import type { Kysely } from 'kysely';
 import { QUARANTINE_REASON, type QuarantineReason } from '../../machines/index.js';
 import type { Database } from '../db/schema.js';
 import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
 import type { ResultEnvelope } from '../messages/schemas.js';
-import { applyEvents, type StepItem, type StepOutcome } from './step.js';
+import { applyEvents, pgStepSql, stepSqlOf, type StepItem, type StepOutcome, type StepTransaction } from './step.js';
 
 /** A message as it came off the stream: everything quarantine keeps. */
 export interface RawMessage {
@@ -73,8 +73,16 @@ interface QuarantineInsert {
   details: unknown;
 }
 
+const QUARANTINE_SQL = `
+  INSERT INTO inbox_quarantine (stream, stream_seq, subject, msg_id, job_id, reason, details, payload, headers)
+  SELECT q.stream, q.stream_seq, q.subject, q.msg_id, q.job_id, q.reason, q.details,
+         decode(q.payload, 'base64'), COALESCE(q.headers, '{}')
+  FROM jsonb_to_recordset($1::jsonb) AS q(stream text, stream_seq bigint, subject text, msg_id text,
+       job_id text, reason text, details jsonb, payload text, headers jsonb)
+  ON CONFLICT (stream, stream_seq) WHERE stream_seq IS NOT NULL DO NOTHING`;
+
 /** Insert quarantine rows; a message already quarantined (same stream sequence) is not written twice. */
-async function quarantine(tx: Transaction<Database>, rows: QuarantineInsert[]): Promise<void> {
+async function quarantine(tx: StepTransaction, rows: QuarantineInsert[]): Promise<void> {
   if (rows.length === 0) return;
   const json = JSON.stringify(
     rows.map((r) => ({
@@ -89,20 +97,14 @@ async function quarantine(tx: Transaction<Database>, rows: QuarantineInsert[]): 
       headers: r.raw.headers,
     })),
   );
-  await sql`
-    INSERT INTO inbox_quarantine (stream, stream_seq, subject, msg_id, job_id, reason, details, payload, headers)
-    SELECT q.stream, q.stream_seq, q.subject, q.msg_id, q.job_id, q.reason, q.details,
-           decode(q.payload, 'base64'), COALESCE(q.headers, '{}')
-    FROM jsonb_to_recordset(${json}::jsonb) AS q(stream text, stream_seq bigint, subject text, msg_id text,
-         job_id text, reason text, details jsonb, payload text, headers jsonb)
-    ON CONFLICT (stream, stream_seq) WHERE stream_seq IS NOT NULL DO NOTHING`.execute(tx);
+  await stepSqlOf(tx).query('rc_inbox_quarantine_v1', QUARANTINE_SQL, [json]);
 }
 
 /**
  * Apply a batch inside the caller's transaction. Returns one outcome per item, in order.
  * Unknown jobs are quarantined (`UNKNOWN_JOB`) in the same transaction.
  */
-export async function applyInboxBatch(tx: Transaction<Database>, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
+export async function applyInboxBatch(tx: StepTransaction, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
   const outcomes: InboxOutcome[] = new Array(items.length);
   const steps: StepItem[] = [];
   const stepIndex: number[] = [];
@@ -141,7 +143,44 @@ export async function applyInboxBatch(tx: Transaction<Database>, items: readonly
   return outcomes;
 }
 
-/** Apply a batch in its own transaction (committed when this resolves). */
-export function applyInboxBatchTx(db: Kysely<Database>, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
-  return db.transaction().execute((tx) => applyInboxBatch(tx, items));
+/** A client of a pg pool, as the inbox's fast path uses it (structural: `pg` stays under src/db/). */
+export interface PgPoolClient {
+  query<R>(config: { name?: string; text: string; values?: unknown[] }): Promise<{ rows: R[] }>;
+  release(destroy?: Error | boolean): void;
+}
+
+/** A pg pool (structural). */
+export interface PgPool {
+  connect(): Promise<PgPoolClient>;
+}
+
+function isKysely(db: Kysely<Database> | PgPool): db is Kysely<Database> {
+  return typeof (db as Partial<Kysely<Database>>).transaction === 'function';
+}
+
+/**
+ * Apply a batch in its own transaction (committed when this resolves). On a pg pool the step's
+ * statements are prepared once per connection (named statements); through Kysely they are not.
+ */
+export async function applyInboxBatchTx(db: Kysely<Database> | PgPool, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
+  if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items));
+  const client = await db.connect();
+  let broken: unknown;
+  try {
+    await client.query({ text: 'BEGIN' });
+    try {
+      const outcomes = await applyInboxBatch(pgStepSql(client), items);
+      await client.query({ text: 'COMMIT' });
+      return outcomes;
+    } catch (err) {
+      // A connection that cannot even roll back is broken: the pool must not hand it out again.
+      await client.query({ text: 'ROLLBACK' }).catch((e: unknown) => (broken = e));
+      throw err;
+    }
+  } catch (err) {
+    broken ??= err instanceof Error && /Connection terminated|ECONNRESET|not queryable/i.test(err.message) ? err : undefined;
+    throw err;
+  } finally {
+    client.release(broken instanceof Error ? broken : undefined);
+  }
 }

@@ -2,25 +2,32 @@
  * The step: the only place where a job's machine meets the database, and the only code that
  * ever updates a `recognition_job` row.
  *
- * For a batch of (job, event) items, inside the caller's transaction, in a handful of statements
- * whatever the batch size:
+ * For a batch of (job, event) items, inside the caller's transaction, in two statements for a
+ * batch of up to {@link WRITE_CHUNK} items (one more write per further chunk):
  *   1. lock every job row of the batch (`SELECT … FOR UPDATE`, in id order so that concurrent
  *      batches never deadlock) and read the database clock;
  *   2. hydrate each machine from its row and apply the events in order with the pure `decide()`;
- *   3. register the result objects (`s3_object`), one multi-row upsert;
- *   4. write the changed columns of every changed job, one statement;
- *   5. change the files that are still the jobs' current files, one statement;
- *   6. append the transition log, one statement.
- * The caller commits; only then may it ack the messages the items came from.
+ *   3. write every effect in one statement (data-modifying CTEs, which see one snapshot and whose
+ *      foreign keys are checked at its end):
+ *      a. register the result objects (`s3_object`), one multi-row upsert;
+ *      b. write the changed columns of every changed job, pointing results at their objects;
+ *      c. change the files that are still the jobs' current files;
+ *      d. append the transition log, in the order the events were applied.
+ * The caller commits; only then may it ack the messages the items came from. A large batch is
+ * decided and written chunk by chunk, each chunk's write overlapping the next chunk's decisions.
+ *
+ * Both statements have a fixed text and take their batch as parameters (a uuid array, JSON
+ * documents), so a driver that prepares statements by name ({@link StepSql}) parses and plans
+ * each once per connection. Round trips per batch: BEGIN, lock, write, COMMIT.
  */
-import { sql, type Kysely, type Transaction } from 'kysely';
+import { CompiledQuery, type Transaction } from 'kysely';
+import type { Kysely } from 'kysely';
 import {
   decide,
   type JobDecision,
   type JobEffects,
   type JobEvent,
   type JobState,
-  type JobStatus,
 } from '../../machines/index.js';
 import { changedColumns, rowToJobState, type MutableJobColumn } from '../db/jobRow.js';
 import type { Database, JobRow } from '../db/schema.js';
@@ -40,7 +47,66 @@ export type StepOutcome =
   | ({ jobId: string; event: JobEventInput['type'] } & Omit<JobDecision, 'context'> & { fileId: string })
   | { jobId: string; event: JobEventInput['type']; decision: 'unknown_job'; from: null; to: null; effects: []; reason: null };
 
+/**
+ * How the step sends SQL inside a transaction. `name` identifies `text` (same name, same text), so
+ * an implementation may prepare the statement once per connection and reuse it (see
+ * `pgStepSql`); the Kysely one sends it unprepared.
+ */
+export interface StepSql {
+  query<R>(name: string, text: string, values: readonly unknown[]): Promise<R[]>;
+}
+
+/** A transaction the step can run in: Kysely's, or a {@link StepSql} over a connection in a transaction. */
+export type StepTransaction = Transaction<Database> | StepSql;
+
+function isStepSql(tx: StepTransaction): tx is StepSql {
+  return typeof (tx as Partial<StepSql>).query === 'function';
+}
+
+/** The {@link StepSql} of a transaction: itself, or an adapter over a Kysely transaction. */
+export function stepSqlOf(tx: StepTransaction): StepSql {
+  if (isStepSql(tx)) return tx;
+  return {
+    async query<R>(_name: string, text: string, values: readonly unknown[]) {
+      const { rows } = await tx.executeQuery(CompiledQuery.raw(text, [...values]));
+      return rows as R[];
+    },
+  };
+}
+
+/** A pg client (or anything with its `query({ name, text, values })`): named, i.e. prepared, statements. */
+export interface PgQueryable {
+  query<R>(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: R[] }>;
+}
+
+/**
+ * A {@link StepSql} over a pg client that is inside a transaction: every statement is a named
+ * (prepared) one, parsed and planned once per connection.
+ */
+export function pgStepSql(client: PgQueryable): StepSql {
+  return {
+    async query<R>(name: string, text: string, values: readonly unknown[]) {
+      const { rows } = await client.query<R>({ name, text, values: values as unknown[] });
+      return rows;
+    },
+  };
+}
+
 type LockedRow = JobRow & { file_is_current: boolean; db_now: Date };
+
+/**
+ * Step 1. `unnest` drives the join, so the planner looks each id up in the primary key whatever
+ * the batch and table sizes (`id = ANY(…)` lets it pick a sequential scan on a small table, which
+ * then costs more than the whole rest of the batch).
+ */
+const LOCK_SQL = `
+  SELECT j.*, (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
+         date_trunc('milliseconds', now()) AS db_now
+  FROM unnest($1::uuid[]) AS k(id)
+  JOIN recognition_job j ON j.id = k.id
+  JOIN stored_file f ON f.id = j.file_id
+  ORDER BY j.id
+  FOR UPDATE OF j`;
 
 /** SQL expression reading one changed column from the JSON element `e`, else keeping `j`'s value. */
 const COLUMN_SQL: Record<MutableJobColumn, string> = {
@@ -57,48 +123,80 @@ const COLUMN_SQL: Record<MutableJobColumn, string> = {
   error_code: `e->>'error_code'`,
   error_message: `e->>'error_message'`,
   result_schema_version: `e->>'result_schema_version'`,
-  result_s3_object_id: `(e->>'result_s3_object_id')::bigint`,
+  // A result registered in this batch names its object by bucket and key; `obj` has its id.
+  result_s3_object_id: `COALESCE(obj.id, (e->>'result_s3_object_id')::bigint)`,
   result_msg_id: `e->>'result_msg_id'`,
 };
 
-/** Step 4's SET list: a column changes only when the JSON element `e` names it. */
-const SET_CHANGED_COLUMNS = sql.raw(
-  Object.entries(COLUMN_SQL)
-    .map(([col, expr]) => `${col} = CASE WHEN e ? '${col}' THEN ${expr} ELSE j.${col} END`)
-    .join(', '),
-);
+/** Step 3b's SET list: a column changes only when the JSON element `e` names it. */
+const SET_CHANGED_COLUMNS = Object.entries(COLUMN_SQL)
+  .map(([col, expr]) => {
+    const named = col === 'result_s3_object_id' ? `(e ? '${col}' OR e ? 'result_object')` : `e ? '${col}'`;
+    return `${col} = CASE WHEN ${named} THEN ${expr} ELSE j.${col} END`;
+  })
+  .join(',\n        ');
+
+/** Step 3: $1 objects, $2 job changes, $3 file changes, $4 transitions (JSON arrays, maybe empty). */
+const WRITE_SQL = `
+  WITH obj AS (
+    INSERT INTO s3_object (bucket, key, bucket_role, created_by)
+    SELECT o.bucket, o.key, 'results', o.created_by
+    FROM jsonb_to_recordset($1::jsonb) AS o(bucket text, key text, created_by text)
+    ON CONFLICT (bucket, key) DO UPDATE SET bucket = EXCLUDED.bucket
+    RETURNING id, bucket, key
+  ),
+  job AS (
+    UPDATE recognition_job AS j SET
+        ${SET_CHANGED_COLUMNS},
+        updated_at = now()
+    FROM jsonb_array_elements($2::jsonb) AS e
+    LEFT JOIN obj ON obj.bucket = e->'result_object'->>'bucket' AND obj.key = e->'result_object'->>'key'
+    WHERE j.id = (e->>'id')::uuid
+  ),
+  file AS (
+    -- The guard is repeated in SQL on purpose: only files still pointing at their jobs change.
+    UPDATE stored_file AS f SET status = v.status, error_code = v.error_code, updated_at = now()
+    FROM jsonb_to_recordset($3::jsonb) AS v(file_id uuid, job_id uuid, status text, error_code text)
+    WHERE f.id = v.file_id AND f.current_recognition_job_id = v.job_id
+      AND (f.status, f.error_code) IS DISTINCT FROM (v.status, v.error_code)
+  ),
+  log AS (
+    INSERT INTO recognition_job_transition (job_id, from_status, to_status, event, msg_id, detail)
+    SELECT t.job_id, t.from_status, t.to_status, t.event, t.msg_id, COALESCE(t.detail, '{}')
+    FROM jsonb_to_recordset($4::jsonb)
+      AS t(seq integer, job_id uuid, from_status text, to_status text, event text, msg_id text, detail jsonb)
+    ORDER BY t.seq
+  )
+  -- Every data-modifying CTE runs to completion whether or not it is read.
+  SELECT 1 AS written`;
+
+/** Statement names: the text's version is part of the name, so a changed text is prepared anew. */
+const LOCK_NAME = 'rc_step_lock_v1';
+const WRITE_NAME = 'rc_step_write_v1';
 
 /**
- * Apply `items` in order, inside the caller's transaction `tx`. Several items may name the same
- * job: they are applied one after the other, as the stream delivered them. Runs a fixed number of
- * statements whatever the batch size.
+ * Events decided per write statement. A batch larger than this (the watchdog's) is written in
+ * chunks, each sent as soon as it is decided, so PostgreSQL writes one chunk while the next is
+ * being decided: the two cores work side by side instead of in turn. Small enough to overlap
+ * well, large enough that per-statement costs stay negligible; the inbox's batches fit in one.
  */
-export async function applyEvents(tx: Transaction<Database>, items: readonly StepItem[]): Promise<StepOutcome[]> {
-  if (items.length === 0) return [];
-  // 1. Lock the rows, in id order.
-  const ids = [...new Set(items.map((i) => i.jobId))].sort();
-  const { rows } = await sql<LockedRow>`
-    SELECT j.*, (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
-           date_trunc('milliseconds', now()) AS db_now
-    FROM recognition_job j JOIN stored_file f ON f.id = j.file_id
-    WHERE j.id = ANY(${ids}::uuid[])
-    ORDER BY j.id
-    FOR UPDATE OF j`.execute(tx);
-  const original = new Map<string, JobState>();
-  const current = new Map<string, JobState>();
-  let now: Date | undefined;
-  for (const row of rows) {
-    now = row.db_now;
-    const state = rowToJobState(row, row.file_is_current);
-    original.set(row.id, state);
-    current.set(row.id, state);
-  }
+const WRITE_CHUNK = 250;
 
-  // 2. Decide, in order.
-  const outcomes: StepOutcome[] = [];
-  const objects: Array<{ jobId: string } & JobEffects['registerResultObject']> = [];
-  const files = new Map<string, { file_id: string; job_id: string; status: string; error_code: string | null }>();
-  const transitions: Array<Record<string, unknown>> = [];
+/** Let pending I/O run (a chunk's write goes out, the previous one's reply comes in). */
+const yieldToIo = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** The effects of a run of decided events, as rows for the write statement. */
+interface Effects {
+  objects: Map<string, { jobId: string } & JobEffects['registerResultObject']>;
+  files: Map<string, { file_id: string; job_id: string; status: string; error_code: string | null }>;
+  transitions: Array<Record<string, unknown>>;
+  /** Jobs whose state changed in this run. */
+  touched: Set<string>;
+}
+
+/** Step 2 for `items`: decide each in order against `current` (updated), appending to `outcomes`. */
+function decideAll(items: readonly StepItem[], current: Map<string, JobState>, now: Date | undefined, outcomes: StepOutcome[]): Effects {
+  const fx: Effects = { objects: new Map(), files: new Map(), transitions: [], touched: new Set() };
   for (const item of items) {
     const state = current.get(item.jobId);
     if (!state || !now) {
@@ -107,6 +205,7 @@ export async function applyEvents(tx: Transaction<Database>, items: readonly Ste
     }
     const d = decide(state, { ...item.event, now } as JobEvent);
     current.set(item.jobId, { status: d.to, context: d.context });
+    fx.touched.add(item.jobId);
     outcomes.push({
       jobId: item.jobId,
       fileId: state.context.fileId,
@@ -118,18 +217,18 @@ export async function applyEvents(tx: Transaction<Database>, items: readonly Ste
       reason: d.reason,
     });
     for (const effect of d.effects) {
-      if (effect.type === 'registerResultObject') objects.push({ jobId: item.jobId, ...effect.params });
+      if (effect.type === 'registerResultObject') fx.objects.set(item.jobId, { jobId: item.jobId, ...effect.params });
       else if (effect.type === 'setFileStatus') {
         // The last change of a file within the batch wins, as it would one event at a time.
-        files.set(state.context.fileId, {
+        fx.files.set(state.context.fileId, {
           file_id: state.context.fileId,
           job_id: item.jobId,
           status: effect.params.status,
           error_code: effect.params.errorCode,
         });
       } else if (effect.type === 'recordTransition') {
-        transitions.push({
-          seq: transitions.length,
+        fx.transitions.push({
+          seq: fx.transitions.length,
           job_id: item.jobId,
           from_status: d.from,
           to_status: d.to,
@@ -140,60 +239,73 @@ export async function applyEvents(tx: Transaction<Database>, items: readonly Ste
       }
     }
   }
+  return fx;
+}
 
-  // 3. Register result objects; point their jobs at them.
-  if (objects.length > 0) {
-    const unique = [...new Map(objects.map((o) => [`${o.bucket}\u0000${o.key}`, o])).values()].sort((a, b) =>
-      a.bucket === b.bucket ? (a.key < b.key ? -1 : 1) : a.bucket < b.bucket ? -1 : 1,
-    );
-    const { rows: ids } = await sql<{ id: string; bucket: string; key: string }>`
-      INSERT INTO s3_object (bucket, key, bucket_role, created_by)
-      SELECT o.bucket, o.key, 'results', o.created_by
-      FROM jsonb_to_recordset(${JSON.stringify(unique.map((o) => ({ bucket: o.bucket, key: o.key, created_by: o.createdBy })))}::jsonb)
-        AS o(bucket text, key text, created_by text)
-      ON CONFLICT (bucket, key) DO UPDATE SET bucket = EXCLUDED.bucket
-      RETURNING id, bucket, key`.execute(tx);
-    const byKey = new Map(ids.map((r) => [`${r.bucket}\u0000${r.key}`, r.id]));
-    for (const o of objects) {
-      const state = current.get(o.jobId)!;
-      current.set(o.jobId, {
-        status: state.status,
-        context: { ...state.context, resultS3ObjectId: byKey.get(`${o.bucket}\u0000${o.key}`) ?? null },
-      });
-    }
-  }
-
-  // 4. Write the changed columns of the changed jobs.
+/**
+ * Step 3's parameters for `fx`: the changed columns of each touched job against what was last
+ * written for it (`written`, updated), or null when there is nothing to write.
+ */
+function writeParams(fx: Effects, written: Map<string, JobState>, current: Map<string, JobState>): string[] | null {
   const changes: Array<Record<string, unknown>> = [];
-  for (const [id, after] of current) {
-    const diff = changedColumns(original.get(id)!, after);
+  for (const id of fx.touched) {
+    const after = current.get(id)!;
+    const diff: Record<string, unknown> = changedColumns(written.get(id)!, after);
+    // A registered result object: the statement resolves its id (3a) and points the job at it (3b).
+    const object = fx.objects.get(id);
+    if (object) diff['result_object'] = { bucket: object.bucket, key: object.key };
     if (Object.keys(diff).length > 0) changes.push({ id, ...diff });
+    written.set(id, after);
   }
-  if (changes.length > 0) {
-    await sql`
-      UPDATE recognition_job AS j SET ${SET_CHANGED_COLUMNS}, updated_at = now()
-      FROM jsonb_array_elements(${JSON.stringify(changes)}::jsonb) AS e
-      WHERE j.id = (e->>'id')::uuid`.execute(tx);
+  if (changes.length === 0 && fx.files.size === 0 && fx.transitions.length === 0 && fx.objects.size === 0) return null;
+  // One upsert row per (bucket, key), in a stable order: a row is never affected twice, and
+  // concurrent batches take the unique index's locks in the same order.
+  const unique = [...new Map([...fx.objects.values()].map((o) => [`${o.bucket}\u0000${o.key}`, o])).values()].sort((a, b) =>
+    a.bucket === b.bucket ? (a.key < b.key ? -1 : 1) : a.bucket < b.bucket ? -1 : 1,
+  );
+  return [
+    JSON.stringify(unique.map((o) => ({ bucket: o.bucket, key: o.key, created_by: o.createdBy }))),
+    JSON.stringify(changes),
+    JSON.stringify([...fx.files.values()]),
+    JSON.stringify(fx.transitions),
+  ];
+}
+
+/**
+ * Apply `items` in order, inside the caller's transaction `tx`. Several items may name the same
+ * job: they are applied one after the other, as the stream delivered them. Runs one lock and one
+ * write statement per {@link WRITE_CHUNK} items (the write only when something changes).
+ */
+export async function applyEvents(tx: StepTransaction, items: readonly StepItem[]): Promise<StepOutcome[]> {
+  if (items.length === 0) return [];
+  const db = stepSqlOf(tx);
+  // 1. Lock the rows, in id order.
+  const ids = [...new Set(items.map((i) => i.jobId))];
+  const rows = await db.query<LockedRow>(LOCK_NAME, LOCK_SQL, [ids]);
+  const written = new Map<string, JobState>();
+  const current = new Map<string, JobState>();
+  let now: Date | undefined;
+  for (const row of rows) {
+    now = row.db_now;
+    const state = rowToJobState(row, row.file_is_current);
+    written.set(row.id, state);
+    current.set(row.id, state);
   }
 
-  // 5. Change the files still pointing at their jobs (the guard is repeated in SQL on purpose).
-  if (files.size > 0) {
-    await sql`
-      UPDATE stored_file AS f SET status = v.status, error_code = v.error_code, updated_at = now()
-      FROM jsonb_to_recordset(${JSON.stringify([...files.values()])}::jsonb)
-        AS v(file_id uuid, job_id uuid, status text, error_code text)
-      WHERE f.id = v.file_id AND f.current_recognition_job_id = v.job_id
-        AND (f.status, f.error_code) IS DISTINCT FROM (v.status, v.error_code)`.execute(tx);
+  // 2–3. Decide a chunk in order, send its write, decide the next while PostgreSQL writes.
+  const outcomes: StepOutcome[] = [];
+  const writes: Array<Promise<unknown>> = [];
+  for (let start = 0; start < items.length; start += WRITE_CHUNK) {
+    if (start > 0) await yieldToIo();
+    const fx = decideAll(items.slice(start, start + WRITE_CHUNK), current, now, outcomes);
+    const params = writeParams(fx, written, current);
+    // Settled into a value at once, so a failed write is never an unhandled rejection meanwhile.
+    if (params) writes.push(db.query(WRITE_NAME, WRITE_SQL, params).then(() => undefined, (err: unknown) => ({ err })));
   }
-
-  // 6. Append the transition log, in the order the events were applied.
-  if (transitions.length > 0) {
-    await sql`
-      INSERT INTO recognition_job_transition (job_id, from_status, to_status, event, msg_id, detail)
-      SELECT t.job_id, t.from_status, t.to_status, t.event, t.msg_id, COALESCE(t.detail, '{}')
-      FROM jsonb_to_recordset(${JSON.stringify(transitions)}::jsonb)
-        AS t(seq integer, job_id uuid, from_status text, to_status text, event text, msg_id text, detail jsonb)
-      ORDER BY t.seq`.execute(tx);
+  // Statements run in order on the connection: the first failure is the cause (later ones only
+  // report the aborted transaction).
+  for (const result of await Promise.all(writes)) {
+    if (result) throw (result as { err: unknown }).err;
   }
   return outcomes;
 }

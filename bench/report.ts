@@ -1,0 +1,124 @@
+/**
+ * The bench's report: everything measured in one run (written as JSON) and the markdown table
+ * made from it, with each target of issue 7 and whether this run met it.
+ */
+import type { CpuResult } from './cpu.js';
+import type { LatencyResult } from './latency.js';
+import type { MemoryResult } from './memory.js';
+import type { ThroughputResult } from './throughput.js';
+import type { IdleResult, SweepResult } from './watchdog.js';
+
+/** One run of `npm run bench`. */
+export interface BenchReport {
+  date: string;
+  commit: string;
+  /** Uncommitted changes were present: the figures are of the working tree, not of `commit`. */
+  dirty: boolean;
+  scale: number;
+  durationSeconds?: number;
+  machine: { cpus: number; cpuModel: string; memoryGiB: number; node: string; postgres: string; natsServer: string };
+  /** The configuration defaults the daemon ran with. */
+  defaults: Record<string, number>;
+  throughput: ThroughputResult[];
+  latency?: LatencyResult;
+  watchdog?: { sweeps: SweepResult[]; idle: IdleResult };
+  cpu?: CpuResult;
+  memory?: MemoryResult;
+}
+
+const n0 = (n: number) => Math.round(n).toLocaleString('en-US');
+const ok = (met: boolean) => (met ? '✅' : '❌');
+
+/** The markdown table of a report: measurement, result, target, met. */
+export function renderTable(r: BenchReport): string {
+  const rows: string[][] = [];
+  const find = (prefix: string, level?: string) =>
+    r.throughput.find((t) => t.name.startsWith(prefix) && (level === undefined || t.logLevel === level));
+  const rawMsg = find('raw, one tx per message');
+  const rawBatch = find('raw, one tx per fetched batch');
+  if (rawMsg) rows.push([`raw consumer, one tx per message, 8 in flight`, `${n0(rawMsg.perSecond)} env/s`, 'ceiling', '']);
+  if (rawBatch) rows.push([`raw consumer, one tx per fetched batch of 100`, `${n0(rawBatch.perSecond)} env/s`, 'ceiling', '']);
+  for (const level of ['warn', 'info']) {
+    const msg = find('inbox, per message', level);
+    if (msg) {
+      const ratio = rawMsg ? msg.perSecond / rawMsg.perSecond : NaN;
+      rows.push([
+        `inbox, per message (batch 1, concurrency 8), LOG_LEVEL=${level}`,
+        `${n0(msg.perSecond)} env/s${rawMsg ? ` = ${ratio.toFixed(2)}× raw` : ''}`,
+        level === 'warn' ? '≥ 1.0× raw per message' : '(reported)',
+        level === 'warn' && rawMsg ? ok(ratio >= 1.0) : '',
+      ]);
+    }
+    const b = find('inbox, batched', level);
+    if (b) {
+      const ratio = rawBatch ? b.perSecond / rawBatch.perSecond : NaN;
+      rows.push([
+        `inbox, batched (batch ${b.batchSize}, concurrency ${b.concurrency}), LOG_LEVEL=${level}`,
+        `${n0(b.perSecond)} env/s${rawBatch ? ` = ${ratio.toFixed(2)}× raw` : ''}`,
+        level === 'warn' ? '≥ 10 000 env/s and ≥ 1.2× raw batched' : '(reported)',
+        level === 'warn' && rawBatch ? ok(b.perSecond >= 10_000 && ratio >= 1.2) : '',
+      ]);
+    }
+  }
+  if (r.latency) {
+    const l = r.latency;
+    rows.push([
+      `latency publish → commit at ${n0(l.rate)} env/s (½ batched max), LOG_LEVEL=${l.logLevel}`,
+      `p50 ${l.p50Ms.toFixed(1)} ms, p99 ${l.p99Ms.toFixed(1)} ms (max ${l.maxMs.toFixed(1)} ms)`,
+      'p99 ≤ 50 ms',
+      ok(l.p99Ms <= 50),
+    ]);
+  }
+  if (r.watchdog) {
+    for (const s of r.watchdog.sweeps) {
+      const isTarget = s.due === 100_000 * r.scale;
+      rows.push([
+        `watchdog, ${n0(s.due)} due among ${n0(s.rows)} rows (batch ${s.batchSize})`,
+        `${s.seconds.toFixed(2)} s (${n0(s.perSecond)} jobs/s)`,
+        isTarget && r.scale === 1 ? '≤ 4 s' : '',
+        isTarget && r.scale === 1 ? ok(s.seconds <= 4) : '',
+      ]);
+    }
+    const i = r.watchdog.idle;
+    rows.push([
+      `watchdog idle sweep (nothing due) at ${n0(i.rows)} rows, median of ${i.sweeps}`,
+      `${i.medianMs.toFixed(2)} ms (min ${i.minMs.toFixed(2)}, max ${i.maxMs.toFixed(2)})`,
+      '≤ 2 ms',
+      ok(i.medianMs <= 2),
+    ]);
+  }
+  if (r.cpu) {
+    rows.push([
+      'CPU per event: hydrate + decide() + row diff',
+      `${r.cpu.machineUs.toFixed(2)} µs (plain switch: ${r.cpu.switchUs.toFixed(2)} µs)`,
+      '≤ 30 µs',
+      ok(r.cpu.machineUs <= 30),
+    ]);
+  }
+  if (r.memory && r.memory.checkpoints.length >= 2) {
+    const [a, b] = [r.memory.checkpoints[0]!, r.memory.checkpoints[r.memory.checkpoints.length - 1]!];
+    const growth = b.rssBytes / a.rssBytes - 1;
+    rows.push([
+      `RSS after ${n0(a.events)} / ${n0(b.events)} events (decide()+diff)`,
+      `${(a.rssBytes / 2 ** 20).toFixed(1)} / ${(b.rssBytes / 2 ** 20).toFixed(1)} MiB (${growth >= 0 ? '+' : ''}${(growth * 100).toFixed(1)} %)`,
+      '≤ +10 %',
+      ok(Math.abs(growth) <= 0.1),
+    ]);
+  }
+  const m = r.machine;
+  const header = [
+    `Run ${r.date.slice(0, 16).replace('T', ' ')} UTC, commit ${r.commit}${r.dirty ? ' (+ uncommitted changes)' : ''}, scale ${r.scale}` +
+      (r.durationSeconds !== undefined ? `, ${Math.round(r.durationSeconds)} s` : ''),
+    `Machine: ${m.cpus} × ${m.cpuModel}, ${m.memoryGiB} GiB; Node ${m.node}; PostgreSQL ${m.postgres}; ${m.natsServer}` +
+      ` — bench, nats-server and PostgreSQL share the cores.`,
+    `Defaults: ${Object.entries(r.defaults)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(', ')}.`,
+  ];
+  const lines = [
+    '| measurement | result | target | met |',
+    '|---|---|---|---|',
+    ...rows.map((c) => `| ${c.join(' | ')} |`),
+  ];
+  return `${header.join('  \n')}\n\n${lines.join('\n')}\n`;
+}

@@ -1,0 +1,229 @@
+/**
+ * `npm run bench`: every measurement of issue 7 side by side, in one run, on this machine.
+ *
+ *   1. start a private nats-server and create a fresh database (dropped at the end);
+ *   2. warm up (JIT) each consumer on a small untimed run;
+ *   3. throughput: the raw consumer (per message, batched), then the daemon's inbox (per message,
+ *      batched; logging at warn and at info);
+ *   4. latency publish → commit at half the daemon's batched maximum;
+ *   5. watchdog: due jobs among 1 000 000 rows, then idle sweeps;
+ *   6. CPU per event and memory over 1 000 000 events (child processes);
+ *   7. print the markdown table, write bench/results/<date>-<commit>.{json,md}, update the table
+ *      in bench/README.md.
+ *
+ * Flags: `--scale N` multiplies every size (default 1: a few minutes); `--only a,b` runs some
+ * sections (raw, inbox, latency, watchdog, cpu, memory) and writes nothing unless `--write`.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { cpus, totalmem } from 'node:os';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { findNatsServerBinary } from '../test/helpers/natsServer.js';
+import type { CpuResult } from './cpu.js';
+import { startBenchEnv, type BenchEnv } from './env.js';
+import { measureLatency, type LatencyResult } from './latency.js';
+import type { MemoryResult } from './memory.js';
+import type { CpuSplit } from './processCpu.js';
+import { renderTable, type BenchReport } from './report.js';
+import { measureInbox, measureRaw, type ThroughputResult } from './throughput.js';
+import { measureWatchdog } from './watchdog.js';
+
+const SECTIONS = ['raw', 'inbox', 'latency', 'watchdog', 'cpu', 'memory'] as const;
+type Section = (typeof SECTIONS)[number];
+
+interface Args {
+  scale: number;
+  only: Set<Section>;
+  write: boolean;
+}
+
+function parseArgs(argv: string[]): Args {
+  let scale = 1;
+  let only: Set<Section> = new Set(SECTIONS);
+  let write: boolean | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const value = () => {
+      const v = a.includes('=') ? a.slice(a.indexOf('=') + 1) : argv[++i];
+      if (v === undefined) throw new Error(`${a} needs a value`);
+      return v;
+    };
+    if (a.startsWith('--scale')) {
+      scale = Number(value());
+      if (!(scale > 0)) throw new Error('--scale must be a positive number');
+    } else if (a.startsWith('--only')) {
+      const names = value().split(',');
+      for (const n of names) if (!(SECTIONS as readonly string[]).includes(n)) throw new Error(`--only: unknown section ${n} (${SECTIONS.join(', ')})`);
+      only = new Set(names as Section[]);
+      write ??= false;
+    } else if (a === '--write') write = true;
+    else if (a === '--help' || a === '-h') {
+      process.stdout.write('usage: npm run bench -- [--scale N] [--only raw,inbox,latency,watchdog,cpu,memory] [--write]\n');
+      process.exit(0);
+    } else throw new Error(`unknown argument ${a}`);
+  }
+  return { scale, only, write: write ?? true };
+}
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repoRoot = join(here, '..', '..');
+const log = (line: string) => process.stderr.write(line + '\n');
+
+function git(args: string[]): string {
+  try {
+    return execFileSync('git', args, { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  } catch {
+    return '';
+  }
+}
+
+function child<T>(args: string[]): T {
+  const r = spawnSync(process.execPath, ['--expose-gc', join(here, 'child.js'), ...args], { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
+  if (r.status !== 0) throw new Error(`child ${args.join(' ')} failed (${r.status}): ${r.stderr}`);
+  return JSON.parse(r.stdout) as T;
+}
+
+const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+const cpuText = (c: CpuSplit) =>
+  [`node ${c.nodeUs?.toFixed(0) ?? '?'} µs`, `postgres ${c.postgresUs?.toFixed(0) ?? '?'} µs`, ...(c.natsUs !== null ? [`nats ${c.natsUs.toFixed(0)} µs`] : [])].join(', ');
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  const s = args.scale;
+  const sizes = {
+    perMessage: Math.round(10_000 * s),
+    batched: Math.round(30_000 * s),
+    warmup: 3_000,
+    latencySeconds: 10 * s,
+    watchdogRows: Math.round(1_000_000 * s),
+    watchdogDue: [Math.round(10_000 * s), Math.round(100_000 * s)],
+    idleSweeps: 25,
+    cpuEvents: Math.round(300_000 * s),
+    memory: [Math.round(100_000 * s), Math.round(1_000_000 * s)],
+  };
+  const started = Date.now();
+  log(`bench: scale ${s}, sections ${[...args.only].join(', ')}`);
+  const env: BenchEnv = await startBenchEnv();
+  const cleanup = () => {
+    void env.close().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', cleanup);
+  const report: BenchReport = {
+    date: new Date().toISOString(),
+    commit: git(['rev-parse', '--short', 'HEAD']) || 'unknown',
+    dirty: git(['status', '--porcelain']) !== '',
+    scale: s,
+    machine: {
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model ?? 'unknown',
+      memoryGiB: Math.round(totalmem() / 2 ** 30),
+      node: process.version,
+      postgres: '',
+      natsServer: '',
+    },
+    defaults: {},
+    throughput: [],
+  };
+  try {
+    report.machine.postgres = (await env.pool.query<{ v: string }>(`SELECT current_setting('server_version') AS v`)).rows[0]!.v;
+    report.machine.natsServer = execFileSync(findNatsServerBinary(), ['--version'], { encoding: 'utf8' }).trim();
+    const cfg = env.config();
+    report.defaults = {
+      INBOX_BATCH_SIZE: cfg.INBOX_BATCH_SIZE,
+      INBOX_CONCURRENCY: cfg.INBOX_CONCURRENCY,
+      DB_POOL_SIZE: cfg.DB_POOL_SIZE,
+      WATCHDOG_BATCH_SIZE: cfg.WATCHDOG_BATCH_SIZE,
+    };
+
+    const throughput = async (label: string, fn: () => Promise<ThroughputResult>) => {
+      const r = await fn();
+      log(`  ${label}: ${fmt(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})`);
+      report.throughput.push(r);
+      return r;
+    };
+    const perMessage = { name: 'inbox, per message (batch 1, concurrency 8)', batchSize: 1, concurrency: 8 };
+    const batched = { name: 'inbox, batched (defaults)' };
+
+    if (args.only.has('raw') || args.only.has('inbox') || args.only.has('latency')) {
+      log('warm-up (untimed)');
+      if (args.only.has('raw')) {
+        await measureRaw(env, 'message', sizes.warmup);
+        await measureRaw(env, 'batch', sizes.warmup);
+      }
+      await measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.warmup);
+      await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.warmup);
+    }
+    if (args.only.has('raw')) {
+      log('raw consumer');
+      await throughput('per message', () => measureRaw(env, 'message', sizes.perMessage));
+      await throughput('batched', () => measureRaw(env, 'batch', sizes.batched));
+    }
+    let batchedMax: number | undefined;
+    if (args.only.has('inbox')) {
+      log('daemon inbox');
+      await throughput('per message, warn', () => measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.perMessage));
+      batchedMax = (await throughput('batched, warn', () => measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched))).perSecond;
+      await throughput('per message, info', () => measureInbox(env, { ...perMessage, logLevel: 'info' }, sizes.perMessage));
+      await throughput('batched, info', () => measureInbox(env, { ...batched, logLevel: 'info' }, sizes.batched));
+    }
+    if (args.only.has('latency')) {
+      batchedMax ??= (await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched)).perSecond;
+      const rate = Math.round(batchedMax / 2);
+      log(`latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s`);
+      const r: LatencyResult = await measureLatency(env, rate, sizes.latencySeconds, 'warn');
+      log(`  p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`);
+      report.latency = r;
+    }
+    if (args.only.has('watchdog')) {
+      log(`watchdog: ${fmt(sizes.watchdogRows)} rows`);
+      const w = await measureWatchdog(env, sizes.watchdogRows, sizes.watchdogDue, sizes.idleSweeps, log);
+      for (const sw of w.sweeps) {
+        log(`  ${fmt(sw.due)} due: ${sw.seconds.toFixed(2)} s (${fmt(sw.perSecond)} jobs/s; CPU per job: ${cpuText(sw.cpu)})`);
+      }
+      log(`  idle sweep: median ${w.idle.medianMs.toFixed(2)} ms`);
+      report.watchdog = w;
+    }
+    if (args.only.has('cpu')) {
+      log('cpu per event (child process)');
+      const c = child<CpuResult>(['cpu', String(sizes.cpuEvents)]);
+      log(`  decide()+diff ${c.machineUs.toFixed(2)} µs, switch+diff ${c.switchUs.toFixed(2)} µs`);
+      report.cpu = c;
+    }
+    if (args.only.has('memory')) {
+      log('memory (child process)');
+      const m = child<MemoryResult>(['memory', sizes.memory.join(',')]);
+      log(`  ${m.checkpoints.map((c) => `${fmt(c.events)} events: ${(c.rssBytes / 2 ** 20).toFixed(1)} MiB`).join(', ')}`);
+      report.memory = m;
+    }
+  } finally {
+    await env.close();
+  }
+  report.durationSeconds = (Date.now() - started) / 1000;
+
+  const table = renderTable(report);
+  process.stdout.write('\n' + table + '\n');
+  if (args.write) {
+    const dir = join(repoRoot, 'bench', 'results');
+    mkdirSync(dir, { recursive: true });
+    const base = join(dir, `${report.date.slice(0, 10)}-${report.commit}`);
+    writeFileSync(`${base}.json`, JSON.stringify(report, null, 2) + '\n');
+    writeFileSync(`${base}.md`, table + '\n');
+    const readme = join(repoRoot, 'bench', 'README.md');
+    const text = readFileSync(readme, 'utf8');
+    const start = '<!-- latest-bench:start -->';
+    const end = '<!-- latest-bench:end -->';
+    const a = text.indexOf(start);
+    const b = text.indexOf(end);
+    if (a >= 0 && b > a) {
+      const source = relative(join(repoRoot, 'bench'), `${base}.json`);
+      writeFileSync(readme, `${text.slice(0, a + start.length)}\n\nFrom \`${source}\`:\n\n${table}\n${text.slice(b)}`);
+    }
+    log(`wrote ${relative(repoRoot, base)}.json and .md; updated bench/README.md`);
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,201 @@
+/**
+ * The watchdog at scale: `rows` jobs (default 1 000 000), of which `due` are `processing` with a
+ * passed `reply_deadline`; one real sweep (`createWatchdog(...).sweep()`, the daemon's batch size,
+ * through the step: lock, DEADLINE_PASSED, job row, file to ERROR, transition) times them all out.
+ * Then idle sweeps (nothing due) at the same size: the median of several.
+ *
+ * The table is shaped like a production one: most jobs finished (`done`), a band in flight
+ * (`published` with a future deadline, which the partial index holds too), and the due ones.
+ * Seeding is set-based SQL with triggers off (`session_replication_role = replica`); the second
+ * scenario turns finished rows back into due ones the same way, then the table is vacuumed and
+ * analysed as autovacuum would have.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import type pg from 'pg';
+import { openDb } from '../src/db/database.js';
+import { createLogger } from '../src/logger.js';
+import { createMetrics } from '../src/metrics.js';
+import { createWatchdog } from '../src/daemon/watchdog.js';
+import { checkpoint, truncateAll, type BenchEnv } from './env.js';
+import { backendPids, startCpuSplit, totalCpuMs, type CpuSplit } from './processCpu.js';
+
+/** One timed sweep with due jobs. */
+export interface SweepResult {
+  rows: number;
+  due: number;
+  timedOut: number;
+  seconds: number;
+  perSecond: number;
+  batchSize: number;
+  /** CPU per timed-out job: this process (the watchdog) and its PostgreSQL backends. */
+  cpu: CpuSplit;
+}
+
+/** Idle sweeps (nothing due). */
+export interface IdleResult {
+  rows: number;
+  sweeps: number;
+  medianMs: number;
+  minMs: number;
+  maxMs: number;
+}
+
+/** Jobs in flight (published, deadline ahead): they sit in the watchdog's partial index. */
+const IN_FLIGHT = 20_000;
+
+/** Seed `rows` jobs: the first `due` ones due, then `IN_FLIGHT` published, the rest done. */
+export async function seedWatchdogTable(pool: pg.Pool, rows: number, due: number): Promise<void> {
+  await truncateAll(pool);
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SET LOCAL session_replication_role = replica');
+    await client.query(
+      `CREATE TEMP TABLE seed ON COMMIT DROP AS
+       SELECT g, gen_random_uuid() AS job_id, gen_random_uuid() AS file_id,
+              CASE WHEN g <= $2 THEN 'processing' WHEN g <= $2 + $3 THEN 'published' ELSE 'done' END AS status
+       FROM generate_series(1, $1::integer) g`,
+      [rows, due, IN_FLIGHT],
+    );
+    await client.query(
+      `INSERT INTO s3_object (bucket, key, bucket_role, created_by)
+       SELECT 'arm-ka', 'uploads/' || file_id || '.xlsx', 'uploads', 'bench' FROM seed ORDER BY g`,
+    );
+    // Identities restarted at 1, so upload g has id g.
+    await client.query(
+      `INSERT INTO stored_file (id, s3_object_id, original_name, status, current_recognition_job_id)
+       SELECT file_id, g, 'report.xlsx', CASE status WHEN 'published' THEN 'QUEUED' ELSE 'PROCESSING' END, job_id FROM seed`,
+    );
+    await client.query(
+      `INSERT INTO recognition_job (id, file_id, attempt, target_service, status, service_name, service_version,
+                                    publish_attempts, next_publish_at, published_at, reply_deadline, started_at,
+                                    finished_at, result_msg_id)
+       SELECT job_id, file_id, 1, 'tabular-parser', status,
+              CASE WHEN status <> 'published' THEN 'tabular-parser' END, CASE WHEN status <> 'published' THEN '2.3.1' END,
+              1, NULL,
+              now() - interval '20 minutes',
+              CASE WHEN status = 'processing' THEN now() - interval '1 minute' - g * interval '1 millisecond'
+                   ELSE now() + interval '10 minutes' END,
+              CASE WHEN status <> 'published' THEN now() - interval '19 minutes' END,
+              CASE WHEN status = 'done' THEN now() - interval '18 minutes' END,
+              CASE WHEN status = 'done' THEN 'result:' || job_id || ':1' END
+       FROM seed`,
+    );
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    client.release();
+  }
+  await pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
+}
+
+/** Make `due` more jobs due by turning finished (`done`) ones back into overdue `processing` ones. */
+export async function makeDue(pool: pg.Pool, due: number): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SET LOCAL session_replication_role = replica');
+    await client.query(
+      `WITH picked AS (SELECT id, file_id FROM recognition_job WHERE status = 'done' ORDER BY id LIMIT $1),
+       jobs AS (
+         UPDATE recognition_job j SET status = 'processing', finished_at = NULL, result_msg_id = NULL,
+                reply_deadline = now() - interval '1 minute'
+         FROM picked WHERE j.id = picked.id
+       )
+       UPDATE stored_file f SET status = 'PROCESSING', error_code = NULL FROM picked WHERE f.id = picked.file_id`,
+      [due],
+    );
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  } finally {
+    client.release();
+  }
+  await pool.query('VACUUM ANALYZE stored_file, recognition_job');
+}
+
+/** CPU ms of the backends of `applicationName` so far (per pid, summed). */
+async function backendCpuMs(env: BenchEnv, applicationName: string): Promise<number | null> {
+  return totalCpuMs(await backendPids(env.pool, applicationName));
+}
+
+async function count(pool: pg.Pool, sql: string): Promise<number> {
+  const { rows } = await pool.query<{ n: string }>(sql);
+  return Number(rows[0]!.n);
+}
+
+/**
+ * Both scenarios and the idle sweeps on one table of `rows` jobs: `dues[0]` due, swept; then
+ * `dues[1]` made due, swept; then `idleSweeps` sweeps with nothing due.
+ */
+export async function measureWatchdog(
+  env: BenchEnv,
+  rows: number,
+  dues: readonly number[],
+  idleSweeps: number,
+  log: (line: string) => void,
+): Promise<{ sweeps: SweepResult[]; idle: IdleResult }> {
+  const cfg = env.config({ LOG_LEVEL: 'warn' });
+  const dir = mkdtempSync(join(tmpdir(), 'bench-log-'));
+  const dest = pino.destination({ dest: join(dir, 'daemon.log'), sync: true });
+  const logger = createLogger({ level: cfg.LOG_LEVEL, destination: dest });
+  const db = openDb(cfg.DATABASE_URL, { max: cfg.DB_POOL_SIZE, applicationName: 'bench-watchdog' });
+  const watchdog = createWatchdog({
+    db: db.db,
+    logger,
+    metrics: createMetrics({}, false),
+    intervalMs: cfg.WATCHDOG_INTERVAL_MS,
+    batchSize: cfg.WATCHDOG_BATCH_SIZE,
+  });
+  const sweeps: SweepResult[] = [];
+  try {
+    for (const [i, due] of dues.entries()) {
+      const t0 = performance.now();
+      if (i === 0) await seedWatchdogTable(env.pool, rows, due);
+      else await makeDue(env.pool, due);
+      await checkpoint(env.pool);
+      log(`  seeded ${rows} rows, ${due} due (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
+      // The pool's connections live across sweeps: count their CPU as a difference.
+      const pg0 = await backendCpuMs(env, 'bench-watchdog');
+      const split = startCpuSplit(null);
+      const started = performance.now();
+      const timedOut = await watchdog.sweep();
+      const seconds = (performance.now() - started) / 1000;
+      const cpu = split.end([], due);
+      const pg1 = await backendCpuMs(env, 'bench-watchdog');
+      cpu.postgresUs = pg0 === null || pg1 === null ? null : ((pg1 - pg0) * 1000) / due;
+      const files = await count(env.pool, `SELECT count(*) AS n FROM stored_file WHERE status = 'ERROR' AND error_code = 'TIMEOUT'`);
+      const jobs = await count(env.pool, `SELECT count(*) AS n FROM recognition_job WHERE status = 'timeout'`);
+      const expected = dues.slice(0, i + 1).reduce((a, b) => a + b, 0);
+      if (timedOut !== due || files !== expected || jobs !== expected) {
+        throw new Error(`watchdog sweep: timed out ${timedOut} of ${due}; ${jobs} jobs timeout, ${files} files ERROR (want ${expected})`);
+      }
+      sweeps.push({ rows, due, timedOut, seconds, perSecond: due / seconds, batchSize: cfg.WATCHDOG_BATCH_SIZE, cpu });
+    }
+    await env.pool.query('VACUUM ANALYZE stored_file, recognition_job');
+    const times: number[] = [];
+    for (let i = 0; i < idleSweeps + 3; i++) {
+      const started = performance.now();
+      const n = await watchdog.sweep();
+      const ms = performance.now() - started;
+      if (n !== 0) throw new Error(`idle sweep timed out ${n} jobs`);
+      if (i >= 3) times.push(ms); // the first ones warm the connection and the plan
+    }
+    times.sort((a, b) => a - b);
+    return {
+      sweeps,
+      idle: { rows, sweeps: times.length, medianMs: times[Math.floor(times.length / 2)]!, minMs: times[0]!, maxMs: times[times.length - 1]! },
+    };
+  } finally {
+    await watchdog.stop();
+    await db.close();
+    dest.end();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
