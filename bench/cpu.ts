@@ -17,6 +17,8 @@ export interface CpuResult {
   switchUs: number;
   /** The machine's µs per event for each case of the mix. */
   byCase: Record<string, number>;
+  /** When several processes were measured: each one's `machineUs` (the reported one is the median). */
+  runsUs?: number[];
 }
 
 type DecideFn = (job: JobState, event: JobEvent) => JobDecision;

@@ -94,7 +94,7 @@ export const CONFIG_VARIABLES = {
   PUBLISHER_BATCH_SIZE: [int(1, 10000), '100', 'pending jobs published per transaction'],
   RESULTS_BUCKET: [z.string().trim().min(1), 'arm-ka', 'bucket named in job messages for the results'],
   MAX_ENVELOPE_BYTES: [int(64, 64 * 1024 * 1024), '1048576', 'larger envelopes are quarantined PAYLOAD_TOO_LARGE'],
-  INBOX_BATCH_SIZE: [int(1, 10000), '200', 'envelopes applied per transaction'],
+  INBOX_BATCH_SIZE: [int(1, 10000), '500', 'envelopes applied per transaction'],
   INBOX_CONCURRENCY: [int(1, 64), '2', 'batches applied at once by this instance'],
   INBOX_ACK_WAIT_MS: [int(1000), '30000', 'JetStream redelivers an envelope not acked within this time'],
   INBOX_MAX_ACK_PENDING: [int(1), '20000', 'envelopes in flight across all instances'],

@@ -90,6 +90,10 @@ export function laneHash(key: string): number {
 const FETCH_EXPIRES_MS = 1_000;
 /** The smallest pull: below this a pull round trip per message would cost more than applying it. */
 const MIN_FETCH = 64;
+/** Pulls open at once: one being drained while the next is already waiting on the server. */
+const MAX_PULLS = 2;
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** Never wait longer than this at start for a dead instance's envelopes (ack wait is the bound). */
 const MAX_ORPHAN_WAIT_MS = 60_000;
@@ -137,11 +141,13 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   let stopping = false;
   let bound = false;
   let wakeReader: (() => void) | undefined;
-  // Back-pressure: stop reading from the consumer when this many messages wait in the lanes.
-  const maxQueued = Math.max(opts.batchSize * opts.concurrency * 4, MIN_FETCH * 2);
-  // Envelopes asked for per pull: every lane's next batch, twice over (a small floor keeps the
-  // per-message mode from paying one pull round trip per handful of messages).
-  const fetchSize = Math.max(opts.batchSize * opts.concurrency * 2, MIN_FETCH);
+  // Envelopes asked for per pull: one batch for every lane (a small floor keeps the per-message
+  // mode from paying a pull round trip per handful of messages).
+  const fetchSize = Math.max(opts.batchSize * opts.concurrency, MIN_FETCH);
+  // Back-pressure: at most this many messages wait in the lanes (received, not yet acked) — the
+  // next full pull is requested once half of it is free. Deeper queues measured no faster: the
+  // messages then live long enough to be promoted to V8's old generation, costing more GC.
+  const maxQueued = fetchSize * 2;
 
   const target = opts.pool ?? opts.db;
 
@@ -272,27 +278,53 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     if (!busy[n]) idle[n] = runLane(n);
   }
 
-  async function read(): Promise<void> {
-    while (!stopping) {
-      try {
-        // Back-pressure: ask for more only while the lanes hold less than `maxQueued`.
-        while (queued >= maxQueued && !stopping) {
-          await new Promise<void>((resolve) => (wakeReader = resolve));
-        }
-        if (stopping) break;
-        // One bounded pull at a time, each run to its end (full, or expired): the lanes apply what
-        // it delivers while the next one is being fetched, and stop() never leaves a pull open on
-        // the server — a pull abandoned mid-way would have its later deliveries go nowhere and
-        // sit unacked until the ack wait (the orphans a restart would then have to wait for).
-        const pulled = await consumer.fetch({ max_messages: Math.max(1, Math.min(fetchSize, maxQueued - queued)), expires: FETCH_EXPIRES_MS });
-        bound = true;
-        for await (const msg of pulled) dispatch(msg);
-      } catch (err) {
-        bound = false;
-        log.warn({ err, event: 'consume_error' }, 'consuming core-inbox failed; retrying');
-        if (!stopping) await new Promise((r) => setTimeout(r, 1000));
+  /**
+   * One bounded pull, run to its end (full, or expired): what it delivers goes to the lanes.
+   * Resolves when it ends; a failure is logged and reported as false.
+   */
+  async function pullOnce(): Promise<boolean> {
+    try {
+      const pulled = await consumer.fetch({ max_messages: fetchSize, expires: FETCH_EXPIRES_MS });
+      bound = true;
+      for await (const msg of pulled) dispatch(msg);
+      return true;
+    } catch (err) {
+      // A pull that saw neither its expiry nor a heartbeat in time ends with "heartbeats
+      // missed"; the server had already expired it, so nothing is lost: simply pull again.
+      if (err instanceof Error && /heartbeats missed/i.test(err.message)) {
+        log.debug({ err, event: 'pull_stalled' }, 'a pull ended without its expiry notice; pulling again');
+        return true;
       }
+      bound = false;
+      log.warn({ err, event: 'consume_error' }, 'consuming core-inbox failed; retrying');
+      return false;
     }
+  }
+
+  /**
+   * The reader: bounded pulls, each run to its end, so stop() never leaves a pull open on the
+   * server (a pull abandoned mid-way would have its later deliveries go nowhere and sit unacked
+   * until the ack wait: the orphans a restart would then have to wait for). Pulls overlap — the
+   * next starts when the current one ends or has been open for half its expiry, at most
+   * MAX_PULLS at once — so delivery never pauses while a pull winds down.
+   */
+  async function read(): Promise<void> {
+    const open = new Set<Promise<boolean>>();
+    while (!stopping) {
+      // Back-pressure: ask for a full pull only once the lanes have room for it (many small
+      // pulls would cost a round trip each).
+      while (queued + fetchSize > maxQueued && !stopping) {
+        await new Promise<void>((resolve) => (wakeReader = resolve));
+      }
+      if (stopping) break;
+      const pull = pullOnce();
+      open.add(pull);
+      void pull.then(() => open.delete(pull));
+      const ok = await Promise.race([pull, sleep(FETCH_EXPIRES_MS / 2).then(() => true)]);
+      while (open.size >= MAX_PULLS) await Promise.race(open);
+      if (!ok && !stopping) await sleep(1000);
+    }
+    await Promise.all(open);
     bound = false;
   }
 
@@ -301,7 +333,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     async stop() {
       stopping = true;
       wakeReader?.();
-      // The pull in progress runs to its end (at most FETCH_EXPIRES_MS): what it delivers is ours.
+      // The pulls in progress run to their end (about FETCH_EXPIRES_MS): what they deliver is ours.
       await reader;
       // Apply and ack what was received: it is ours until acked.
       await Promise.all(idle);

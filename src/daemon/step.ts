@@ -99,7 +99,7 @@ type LockedRow = JobRow & { file_is_current: boolean; db_now: Date };
  * the batch and table sizes (`id = ANY(…)` lets it pick a sequential scan on a small table, which
  * then costs more than the whole rest of the batch).
  */
-const LOCK_SQL = `
+export const LOCK_SQL = `
   SELECT j.*, (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
          date_trunc('milliseconds', now()) AS db_now
   FROM unnest($1::uuid[]) AS k(id)
@@ -137,7 +137,7 @@ const SET_CHANGED_COLUMNS = Object.entries(COLUMN_SQL)
   .join(',\n        ');
 
 /** Step 3: $1 objects, $2 job changes, $3 file changes, $4 transitions (JSON arrays, maybe empty). */
-const WRITE_SQL = `
+export const WRITE_SQL = `
   WITH obj AS (
     INSERT INTO s3_object (bucket, key, bucket_role, created_by)
     SELECT o.bucket, o.key, 'results', o.created_by
@@ -152,12 +152,17 @@ const WRITE_SQL = `
     FROM jsonb_array_elements($2::jsonb) AS e
     LEFT JOIN obj ON obj.bucket = e->'result_object'->>'bucket' AND obj.key = e->'result_object'->>'key'
     WHERE j.id = (e->>'id')::uuid
+      -- Redundant with the join, on purpose: it makes the planner reach the jobs through the
+      -- primary key, whatever it guesses of the batch's size (a generic plan guesses 100 rows
+      -- and would hash-join them against a sequential scan of a small-to-medium table).
+      AND j.id = ANY (ARRAY(SELECT (x->>'id')::uuid FROM jsonb_array_elements($2::jsonb) AS x))
   ),
   file AS (
     -- The guard is repeated in SQL on purpose: only files still pointing at their jobs change.
     UPDATE stored_file AS f SET status = v.status, error_code = v.error_code, updated_at = now()
     FROM jsonb_to_recordset($3::jsonb) AS v(file_id uuid, job_id uuid, status text, error_code text)
     WHERE f.id = v.file_id AND f.current_recognition_job_id = v.job_id
+      AND f.id = ANY (ARRAY(SELECT x.file_id FROM jsonb_to_recordset($3::jsonb) AS x(file_id uuid)))
       AND (f.status, f.error_code) IS DISTINCT FROM (v.status, v.error_code)
   ),
   log AS (
@@ -292,21 +297,24 @@ export async function applyEvents(tx: StepTransaction, items: readonly StepItem[
     current.set(row.id, state);
   }
 
-  // 2–3. Decide a chunk in order, send its write, decide the next while PostgreSQL writes.
+  // 2–3. Decide a chunk in order and send its write; decide the next chunk while PostgreSQL
+  //      writes this one. One statement at a time on the connection: a chunk's write is sent
+  //      only once the previous one has succeeded.
   const outcomes: StepOutcome[] = [];
-  const writes: Array<Promise<unknown>> = [];
+  let writing: Promise<unknown> | undefined;
   for (let start = 0; start < items.length; start += WRITE_CHUNK) {
-    if (start > 0) await yieldToIo();
     const fx = decideAll(items.slice(start, start + WRITE_CHUNK), current, now, outcomes);
     const params = writeParams(fx, written, current);
-    // Settled into a value at once, so a failed write is never an unhandled rejection meanwhile.
-    if (params) writes.push(db.query(WRITE_NAME, WRITE_SQL, params).then(() => undefined, (err: unknown) => ({ err })));
+    if (writing) await writing;
+    if (!params) continue;
+    writing = db.query(WRITE_NAME, WRITE_SQL, params);
+    if (start + WRITE_CHUNK < items.length) {
+      // Let the statement go out before deciding the next chunk; its failure is awaited above.
+      writing.catch(() => undefined);
+      await yieldToIo();
+    }
   }
-  // Statements run in order on the connection: the first failure is the cause (later ones only
-  // report the aborted transaction).
-  for (const result of await Promise.all(writes)) {
-    if (result) throw (result as { err: unknown }).err;
-  }
+  if (writing) await writing;
   return outcomes;
 }
 
