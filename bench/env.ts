@@ -13,7 +13,7 @@ import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManage
 import { headers as natsHeaders, type NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
-import { loadConfig, type Config } from '../src/config.js';
+import { CONFIG_VARIABLES, loadConfig, type Config } from '../src/config.js';
 import { createDatabaseIfMissing, dropDatabase, migrateToLatest, openDb } from '../src/db/database.js';
 import { provisionStreams } from '../src/nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM, RESULT_SUBJECT } from '../src/nats/subjects.js';
@@ -50,6 +50,19 @@ export interface BenchEnv {
   close(): Promise<void>;
 }
 
+/**
+ * The daemon's tuning variables set in the bench's own environment (`INBOX_BATCH_SIZE=1000 npm run
+ * bench`): every configuration variable except the connections, which the bench owns.
+ */
+function tuningFromEnvironment(): Record<string, string> {
+  const owned = new Set(['DATABASE_URL', 'NATS_URL', 'HTTP_PORT', 'HTTP_HOST', 'LOG_PRETTY']);
+  return Object.fromEntries(
+    Object.keys(CONFIG_VARIABLES)
+      .filter((k) => !owned.has(k) && process.env[k] !== undefined && process.env[k] !== '')
+      .map((k) => [k, process.env[k]!]),
+  );
+}
+
 /** Start nats-server, create and migrate a fresh database. */
 export async function startBenchEnv(): Promise<BenchEnv> {
   const nats = await startNatsServer();
@@ -72,6 +85,7 @@ export async function startBenchEnv(): Promise<BenchEnv> {
         HTTP_PORT: '0',
         HTTP_HOST: '127.0.0.1',
         LOG_PRETTY: 'false',
+        ...tuningFromEnvironment(),
         ...overrides,
       });
     return {

@@ -134,6 +134,7 @@ async function main(): Promise<void> {
       INBOX_CONCURRENCY: cfg.INBOX_CONCURRENCY,
       DB_POOL_SIZE: cfg.DB_POOL_SIZE,
       WATCHDOG_BATCH_SIZE: cfg.WATCHDOG_BATCH_SIZE,
+      WATCHDOG_CONCURRENCY: cfg.WATCHDOG_CONCURRENCY,
     };
 
     const throughput = async (label: string, fn: () => Promise<ThroughputResult>) => {

@@ -148,10 +148,12 @@ export async function measureWatchdog(
   const db = openDb(cfg.DATABASE_URL, { max: cfg.DB_POOL_SIZE, applicationName: 'bench-watchdog' });
   const watchdog = createWatchdog({
     db: db.db,
+    pool: db.pool,
     logger,
     metrics: createMetrics({}, false),
     intervalMs: cfg.WATCHDOG_INTERVAL_MS,
     batchSize: cfg.WATCHDOG_BATCH_SIZE,
+    concurrency: cfg.WATCHDOG_CONCURRENCY,
   });
   const sweeps: SweepResult[] = [];
   try {

@@ -3,7 +3,7 @@
  * event, and get back the next status, the next context, the effects and the decision.
  * Pure: returns actions as data, executes none.
  */
-import { transition } from 'xstate';
+import { createActor, type AnyActorScope, type UnknownAction } from 'xstate';
 import { recognitionJobMachine } from './recognitionJob.machine.js';
 import { JOB_STATUSES, type JobStatus } from './statuses.js';
 import type { Decision, JobContext, JobEffect, JobEffectType, JobEvent } from './recognitionJob.types.js';
@@ -41,12 +41,42 @@ export function hydrate(job: JobState) {
 }
 
 /**
- * Apply one event to a job. Pure: hydrates, calls xstate's `transition()`, and returns the effects
- * it produced as data. The decision is `applied` exactly when a transition was recorded.
+ * The actor scope `decide()` transitions in: inert (nothing deferred, emitted, logged or spawned;
+ * the actions are collected, never executed), built once. It is what xstate's pure `transition()`
+ * does, minus building a fresh scope for every event — which creates an actor and computes the
+ * machine's initial state each time, most of the cost of a decision. Sharing it is sound because
+ * the machine spawns and invokes nothing, and `decide()` is synchronous: `actions` below belongs
+ * to one call at a time.
+ */
+let actions: UnknownAction[] = [];
+const scope: AnyActorScope = (() => {
+  // Never started: the actor only gives the scope a `self` and a system. Its input is a
+  // placeholder; no decision reads the actor's own (initial) context.
+  const self = createActor(recognitionJobMachine, { input: {} as JobContext });
+  return {
+    self,
+    id: '',
+    sessionId: '',
+    system: self.system,
+    defer: () => {},
+    emit: () => {},
+    logger: () => {},
+    stopChild: () => {},
+    actionExecutor: (action: { type: string; params?: unknown }) => {
+      actions.push(action as UnknownAction);
+    },
+  } as unknown as AnyActorScope;
+})();
+
+/**
+ * Apply one event to a job. Pure: hydrates, transitions the machine (as xstate's `transition()`
+ * does, in a shared inert scope), and returns the effects it produced as data. The decision is
+ * `applied` exactly when a transition was recorded.
  */
 export function decide(job: JobState, event: JobEvent): JobDecision {
-  const [next, actions] = transition(recognitionJobMachine, hydrate(job), event);
-  const effects = actions
+  actions = [];
+  const next = recognitionJobMachine.transition(hydrate(job), event, scope);
+  const effects = (actions as Array<{ type: string; params?: unknown }>)
     .filter((a) => EFFECT_TYPES.has(a.type))
     .map((a) => ({ type: a.type, params: a.params }) as JobEffect);
   const to = next.value as JobStatus;

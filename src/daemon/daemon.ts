@@ -118,7 +118,15 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       : undefined;
 
     const watchdog = loops.watchdog
-      ? createWatchdog({ db: db.db, logger, metrics, intervalMs: cfg.WATCHDOG_INTERVAL_MS, batchSize: cfg.WATCHDOG_BATCH_SIZE })
+      ? createWatchdog({
+          db: db.db,
+          pool: db.pool,
+          logger,
+          metrics,
+          intervalMs: cfg.WATCHDOG_INTERVAL_MS,
+          batchSize: cfg.WATCHDOG_BATCH_SIZE,
+          concurrency: cfg.WATCHDOG_CONCURRENCY,
+        })
       : undefined;
     watchdog?.start();
     const publisher = loops.publisher

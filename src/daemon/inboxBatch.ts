@@ -8,6 +8,7 @@
  */
 import type { Kysely } from 'kysely';
 import { QUARANTINE_REASON, type QuarantineReason } from '../../machines/index.js';
+import { inPgTransaction, type PgPool } from '../db/pgTransaction.js';
 import type { Database } from '../db/schema.js';
 import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
 import type { ResultEnvelope } from '../messages/schemas.js';
@@ -143,16 +144,7 @@ export async function applyInboxBatch(tx: StepTransaction, items: readonly Inbox
   return outcomes;
 }
 
-/** A client of a pg pool, as the inbox's fast path uses it (structural: `pg` stays under src/db/). */
-export interface PgPoolClient {
-  query<R>(config: { name?: string; text: string; values?: unknown[] }): Promise<{ rows: R[] }>;
-  release(destroy?: Error | boolean): void;
-}
-
-/** A pg pool (structural). */
-export interface PgPool {
-  connect(): Promise<PgPoolClient>;
-}
+export type { PgPool, PgPoolClient } from '../db/pgTransaction.js';
 
 function isKysely(db: Kysely<Database> | PgPool): db is Kysely<Database> {
   return typeof (db as Partial<Kysely<Database>>).transaction === 'function';
@@ -164,23 +156,5 @@ function isKysely(db: Kysely<Database> | PgPool): db is Kysely<Database> {
  */
 export async function applyInboxBatchTx(db: Kysely<Database> | PgPool, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
   if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items));
-  const client = await db.connect();
-  let broken: unknown;
-  try {
-    await client.query({ text: 'BEGIN' });
-    try {
-      const outcomes = await applyInboxBatch(pgStepSql(client), items);
-      await client.query({ text: 'COMMIT' });
-      return outcomes;
-    } catch (err) {
-      // A connection that cannot even roll back is broken: the pool must not hand it out again.
-      await client.query({ text: 'ROLLBACK' }).catch((e: unknown) => (broken = e));
-      throw err;
-    }
-  } catch (err) {
-    broken ??= err instanceof Error && /Connection terminated|ECONNRESET|not queryable/i.test(err.message) ? err : undefined;
-    throw err;
-  } finally {
-    client.release(broken instanceof Error ? broken : undefined);
-  }
+  return inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items));
 }

@@ -92,7 +92,7 @@ export function pgStepSql(client: PgQueryable): StepSql {
   };
 }
 
-type LockedRow = JobRow & { file_is_current: boolean; db_now: Date };
+export type LockedRow = JobRow & { file_is_current: boolean; db_now: Date };
 
 /**
  * Step 1. `unnest` drives the join, so the planner looks each id up in the primary key whatever
@@ -107,6 +107,27 @@ export const LOCK_SQL = `
   JOIN stored_file f ON f.id = j.file_id
   ORDER BY j.id
   FOR UPDATE OF j`;
+
+/**
+ * The watchdog's lock: due jobs (`published`/`processing` with a passed `reply_deadline`), served
+ * by the partial index `recognition_job_reply_deadline_due_idx`, oldest deadline first, `$1` at
+ * most, skipping locked rows (so no lock is ever waited for, and no order is needed against
+ * deadlocks). Same columns as {@link LOCK_SQL}.
+ *
+ * The database clock is truncated to milliseconds because the machine's guard compares JavaScript
+ * Dates (milliseconds) with the same truncated clock: a deadline of 12:00:00.0004 would be due in
+ * SQL at 12:00:00.0007 but not in JS, and such a row would come back in every batch forever.
+ */
+export const DUE_LOCK_SQL = `
+  SELECT j.*, (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
+         date_trunc('milliseconds', now()) AS db_now
+  FROM recognition_job j
+  JOIN stored_file f ON f.id = j.file_id
+  WHERE j.status IN ('published', 'processing')
+    AND j.reply_deadline < date_trunc('milliseconds', now())
+  ORDER BY j.reply_deadline
+  LIMIT $1
+  FOR UPDATE OF j SKIP LOCKED`;
 
 /** SQL expression reading one changed column from the JSON element `e`, else keeping `j`'s value. */
 const COLUMN_SQL: Record<MutableJobColumn, string> = {
@@ -177,7 +198,8 @@ export const WRITE_SQL = `
 
 /** Statement names: the text's version is part of the name, so a changed text is prepared anew. */
 const LOCK_NAME = 'rc_step_lock_v1';
-const WRITE_NAME = 'rc_step_write_v1';
+const DUE_LOCK_NAME = 'rc_step_due_lock_v1';
+const WRITE_NAME = 'rc_step_write_v2';
 
 /**
  * Events decided per write statement. A batch larger than this (the watchdog's) is written in
@@ -287,6 +309,27 @@ export async function applyEvents(tx: StepTransaction, items: readonly StepItem[
   // 1. Lock the rows, in id order.
   const ids = [...new Set(items.map((i) => i.jobId))];
   const rows = await db.query<LockedRow>(LOCK_NAME, LOCK_SQL, [ids]);
+  return decideAndWrite(db, rows, items);
+}
+
+/**
+ * The watchdog's batch, in one statement fewer: lock up to `limit` jobs whose reply deadline has
+ * passed (oldest first, skipping rows another transaction holds — several instances sweep side by
+ * side, and a job whose result is being applied right now is left to it) and apply
+ * `DEADLINE_PASSED` to each. The machine still decides: a job it declines is reported, not changed.
+ */
+export async function applyPassedDeadlines(tx: StepTransaction, limit: number): Promise<StepOutcome[]> {
+  const db = stepSqlOf(tx);
+  const rows = await db.query<LockedRow>(DUE_LOCK_NAME, DUE_LOCK_SQL, [limit]);
+  return decideAndWrite(
+    db,
+    rows,
+    rows.map((r) => ({ jobId: r.id, event: { type: 'DEADLINE_PASSED' } })),
+  );
+}
+
+/** Steps 2–3 for `items`, against the locked `rows`. */
+async function decideAndWrite(db: StepSql, rows: readonly LockedRow[], items: readonly StepItem[]): Promise<StepOutcome[]> {
   const written = new Map<string, JobState>();
   const current = new Map<string, JobState>();
   let now: Date | undefined;

@@ -14,7 +14,8 @@ import { sql, type Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
-import { applyEvents, type StepOutcome } from './step.js';
+import { inPgTransaction, type PgPool } from '../db/pgTransaction.js';
+import { applyPassedDeadlines, DUE_LOCK_SQL, pgStepSql, type LockedRow, type StepOutcome } from './step.js';
 
 /** What {@link createWatchdog} needs. */
 export interface WatchdogOptions {
@@ -25,6 +26,16 @@ export interface WatchdogOptions {
   intervalMs: number;
   /** Jobs timed out per transaction (`WATCHDOG_BATCH_SIZE`). */
   batchSize: number;
+  /**
+   * Batches in flight at once in a sweep, each in its own transaction (`WATCHDOG_CONCURRENCY`):
+   * with two, PostgreSQL writes one batch while the next is being decided. Default 1.
+   */
+  concurrency?: number;
+  /**
+   * The pg pool behind `db`. When given, batches run on its clients with prepared statements
+   * (the fast path); otherwise through Kysely, unprepared.
+   */
+  pool?: PgPool | undefined;
 }
 
 /** A running (or startable) watchdog. */
@@ -45,22 +56,12 @@ export interface Watchdog {
 }
 
 /**
- * The watchdog's due query: `batchSize` jobs in `published`/`processing` whose deadline passed,
- * oldest deadline first, locked, skipping rows another transaction holds. Served by the partial
- * index `recognition_job_reply_deadline_due_idx` (exported so a test can EXPLAIN the real query).
- *
- * The database clock is truncated to milliseconds because the machine's guard compares JavaScript
- * Dates (milliseconds) with the same truncated clock: a deadline of 12:00:00.0004 would be due in
- * SQL at 12:00:00.0007 but not in JS, and such a row would come back in every batch forever.
+ * The watchdog's due query as it runs (the step's {@link DUE_LOCK_SQL}), with `limit` inlined:
+ * exported so a test can EXPLAIN it and run it.
  */
-export function dueDeadlinesQuery(batchSize: number) {
-  return sql<{ id: string }>`
-    SELECT id FROM recognition_job
-    WHERE status IN ('published', 'processing')
-      AND reply_deadline < date_trunc('milliseconds', now())
-    ORDER BY reply_deadline
-    LIMIT ${batchSize}
-    FOR UPDATE SKIP LOCKED`;
+export function dueDeadlinesQuery(limit: number) {
+  if (!Number.isInteger(limit) || limit < 1) throw new Error(`limit must be a positive integer: ${limit}`);
+  return sql<LockedRow>`${sql.raw(DUE_LOCK_SQL.replace('$1', String(limit)))}`;
 }
 
 /**
@@ -69,6 +70,7 @@ export function dueDeadlinesQuery(batchSize: number) {
  */
 export function createWatchdog(opts: WatchdogOptions): Watchdog {
   const { db, metrics, intervalMs, batchSize } = opts;
+  const concurrency = Math.max(1, opts.concurrency ?? 1);
   const log = opts.logger.child({ loop: 'watchdog' });
   /** Sweeps in flight, each with its own flag: stop() halts them after their current batch. */
   const inFlight = new Map<Promise<unknown>, { halted: boolean }>();
@@ -80,14 +82,9 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
   /** One transaction: lock a batch of due jobs, step each with DEADLINE_PASSED, commit. */
   async function sweepBatch(): Promise<{ locked: number; applied: StepOutcome[]; outcomes: StepOutcome[] }> {
     const started = performance.now();
-    const outcomes = await db.transaction().execute(async (tx) => {
-      const { rows } = await dueDeadlinesQuery(batchSize).execute(tx);
-      // applyEvents locks the same rows again (FOR UPDATE): a no-op inside this transaction.
-      return applyEvents(
-        tx,
-        rows.map((r) => ({ jobId: r.id, event: { type: 'DEADLINE_PASSED' } as const })),
-      );
-    });
+    const outcomes = opts.pool
+      ? await inPgTransaction(opts.pool, (client) => applyPassedDeadlines(pgStepSql(client), batchSize))
+      : await db.transaction().execute((tx) => applyPassedDeadlines(tx, batchSize));
     if (outcomes.length > 0) {
       metrics?.stepDuration.observe({ loop: 'watchdog' }, (performance.now() - started) / 1000);
       metrics?.batchSize.observe({ loop: 'watchdog' }, outcomes.length);
@@ -96,42 +93,56 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
     return { locked: outcomes.length, applied, outcomes };
   }
 
+  /**
+   * One batch: lock, decide and commit, then report. Resolves with whether to go on: the batch
+   * came back full, timed something out, and the sweep was not halted (rows due in SQL that the
+   * machine declines would otherwise be selected again and again).
+   */
+  async function batchOnce(control: { halted: boolean }, counts: { total: number; batches: number }): Promise<boolean> {
+    // 1. Lock, decide and commit one batch.
+    const { locked, applied, outcomes } = await sweepBatch();
+    counts.batches += 1;
+    counts.total += applied.length;
+    // 2. Report, only after the commit.
+    for (const o of outcomes) {
+      if (o.decision === 'applied') {
+        log.info({ job_id: o.jobId, event: o.event, from: o.from, to: o.to, decision: o.decision }, 'job timed out');
+        metrics?.transitions.inc({ from: o.from, event: o.event, to: o.to });
+      } else {
+        log.debug({ job_id: o.jobId, event: o.event, from: o.from, to: o.to, decision: o.decision, reason: o.reason }, 'deadline event changed nothing');
+      }
+    }
+    metrics?.watchdogTimeouts.inc(applied.length);
+    if (locked > 0) log.debug({ event: 'watchdog_batch', locked, timed_out: applied.length }, 'watchdog batch committed');
+    return locked === batchSize && applied.length > 0 && !control.halted;
+  }
+
+  /** One worker of a sweep: batch after batch while they come back full. */
+  async function drain(control: { halted: boolean }, counts: { total: number; batches: number }): Promise<void> {
+    while (await batchOnce(control, counts));
+  }
+
   async function runSweep(control: { halted: boolean }): Promise<number> {
     const started = performance.now();
-    let total = 0;
-    let batches = 0;
+    const counts = { total: 0, batches: 0 };
     try {
-      for (;;) {
-        // 1. Lock, decide and commit one batch.
-        const { locked, applied, outcomes } = await sweepBatch();
-        batches += 1;
-        total += applied.length;
-        // 2. Report, only after the commit.
-        for (const o of outcomes) {
-          if (o.decision === 'applied') {
-            log.info({ job_id: o.jobId, event: o.event, from: o.from, to: o.to, decision: o.decision }, 'job timed out');
-            metrics?.transitions.inc({ from: o.from, event: o.event, to: o.to });
-          } else {
-            log.debug({ job_id: o.jobId, event: o.event, from: o.from, to: o.to, decision: o.decision, reason: o.reason }, 'deadline event changed nothing');
-          }
-        }
-        metrics?.watchdogTimeouts.inc(applied.length);
-        if (locked > 0) log.debug({ event: 'watchdog_batch', locked, timed_out: applied.length }, 'watchdog batch committed');
-        // 3. Go on while batches come back full, so a backlog drains in one sweep, not one batch
-        //    per tick. Stop when a batch timed nothing out: rows due in SQL that the machine
-        //    declines would otherwise be selected again and again.
-        if (locked < batchSize || applied.length === 0 || control.halted) break;
+      // The first batch alone: an idle sweep (the usual case) is one short transaction. Only a
+      // full batch, i.e. a backlog, brings in the other workers.
+      if (await batchOnce(control, counts)) {
+        const results = await Promise.allSettled(Array.from({ length: concurrency }, () => drain(control, counts)));
+        const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+        if (failed) throw failed.reason;
       }
     } finally {
       metrics?.watchdogSweepDuration.observe((performance.now() - started) / 1000);
     }
-    if (total > 0) {
+    if (counts.total > 0) {
       log.info(
-        { event: 'watchdog_sweep', timed_out: total, batches, duration_ms: Math.round(performance.now() - started) },
+        { event: 'watchdog_sweep', timed_out: counts.total, batches: counts.batches, duration_ms: Math.round(performance.now() - started) },
         'watchdog sweep timed out jobs',
       );
     }
-    return total;
+    return counts.total;
   }
 
   function sweep(): Promise<number> {

@@ -137,7 +137,7 @@ describe('timeout while waiting for a result (SPEC §3.3)', () => {
 });
 
 describe('several instances and failures', () => {
-  it('four watchdogs sweeping 2 000 due jobs at once time each out exactly once', async () => {
+  it('four watchdogs sweeping 2 000 due jobs at once (two with concurrent batches on prepared statements) time each out exactly once', async () => {
     const { rows } = await sql<{ id: string }>`
       WITH o AS (
         INSERT INTO s3_object (bucket, key, bucket_role, created_by)
@@ -152,10 +152,15 @@ describe('several instances and failures', () => {
     const ids = rows.map((r) => r.id);
 
     const sink = createLogSink({ level: 'warn' });
-    const watchdogs = Array.from({ length: 4 }, () =>
-      createWatchdog({ db: t.db, logger: sink.logger, intervalMs: INTERVAL_MS, batchSize: 50 }),
+    // The daemon's fast path (a pool, prepared statements, batches in flight at once) next to
+    // the plain Kysely one.
+    const fast = openDb(t.url, { max: 8 });
+    const watchdogs = Array.from({ length: 4 }, (_, i) =>
+      i % 2 === 0
+        ? createWatchdog({ db: t.db, logger: sink.logger, intervalMs: INTERVAL_MS, batchSize: 50 })
+        : createWatchdog({ db: fast.db, pool: fast.pool, concurrency: 3, logger: sink.logger, intervalMs: INTERVAL_MS, batchSize: 50 }),
     );
-    const counts = await Promise.all(watchdogs.map((w) => w.sweep()));
+    const counts = await Promise.all(watchdogs.map((w) => w.sweep())).finally(() => fast.close());
 
     expect(counts.reduce((a, b) => a + b, 0)).toBe(2000);
     const { rows: tally } = await sql<{ jobs: number; transitions: number }>`
@@ -277,8 +282,10 @@ describe('backlog: 100 000 due jobs among 1 000 000 rows', () => {
     // One sweep drains it all.
     const sink = createLogSink({ level: 'warn' });
     const metrics = createMetrics({}, false);
-    const watchdog = createWatchdog({ db: t.db, logger: sink.logger, metrics, intervalMs: 30_000, batchSize: 1000 });
-    const timedOut = await time('sweep', () => watchdog.sweep());
+    // As the daemon runs it: prepared statements on a pool, two batches in flight.
+    const fast = openDb(t.url, { max: 4 });
+    const watchdog = createWatchdog({ db: fast.db, pool: fast.pool, concurrency: 2, logger: sink.logger, metrics, intervalMs: 30_000, batchSize: 1000 });
+    const timedOut = await time('sweep', () => watchdog.sweep()).finally(() => fast.close());
     expect(timedOut).toBe(100_000);
 
     const { rows: after } = await sql<{ status: string; n: number }>`

@@ -1,0 +1,42 @@
+/**
+ * A transaction on a client of a pg pool, for the hot paths that send prepared (named) statements
+ * themselves (the inbox's batches, the watchdog's sweeps); everything else goes through Kysely.
+ * Structural types, so callers need not import `pg`.
+ */
+
+/** A client of a pg pool. */
+export interface PgPoolClient {
+  query<R>(config: { name?: string; text: string; values?: unknown[] }): Promise<{ rows: R[] }>;
+  release(destroy?: Error | boolean): void;
+}
+
+/** A pg pool. */
+export interface PgPool {
+  connect(): Promise<PgPoolClient>;
+}
+
+/**
+ * Run `fn` in a transaction on a client of `pool`: committed when this resolves, rolled back when
+ * `fn` throws (the error is rethrown). A connection that cannot even roll back, or that died
+ * under the transaction, is destroyed rather than handed out again.
+ */
+export async function inPgTransaction<T>(pool: PgPool, fn: (client: PgPoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let broken: unknown;
+  try {
+    await client.query({ text: 'BEGIN' });
+    try {
+      const result = await fn(client);
+      await client.query({ text: 'COMMIT' });
+      return result;
+    } catch (err) {
+      await client.query({ text: 'ROLLBACK' }).catch((e: unknown) => (broken = e));
+      throw err;
+    }
+  } catch (err) {
+    broken ??= err instanceof Error && /Connection terminated|ECONNRESET|not queryable/i.test(err.message) ? err : undefined;
+    throw err;
+  } finally {
+    client.release(broken instanceof Error ? broken : undefined);
+  }
+}
