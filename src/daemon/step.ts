@@ -29,8 +29,8 @@ import {
   type JobEvent,
   type JobState,
 } from '../../machines/index.js';
-import { changedColumns, rowToJobState, type MutableJobColumn } from '../db/jobRow.js';
-import type { Database, JobRow } from '../db/schema.js';
+import { changedColumns, JOB_STATE_COLUMNS, rowToJobState, type JobStateRow, type MutableJobColumn } from '../db/jobRow.js';
+import type { Database } from '../db/schema.js';
 
 type DistributiveOmit<T, K extends keyof never> = T extends unknown ? Omit<T, K> : never;
 /** An event as a loop builds it; the step adds `now` from the database clock. */
@@ -92,7 +92,12 @@ export function pgStepSql(client: PgQueryable): StepSql {
   };
 }
 
-export type LockedRow = JobRow & { file_is_current: boolean; db_now: Date };
+export type LockedRow = JobStateRow & { file_is_current: boolean; db_now: Date };
+
+/** The locked row's columns: the job's state, whether its file points at it, the database clock. */
+const LOCKED_COLUMNS = `${JOB_STATE_COLUMNS.map((c) => `j.${c}`).join(', ')},
+         (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
+         date_trunc('milliseconds', now()) AS db_now`;
 
 /**
  * Step 1. `unnest` drives the join, so the planner looks each id up in the primary key whatever
@@ -100,8 +105,7 @@ export type LockedRow = JobRow & { file_is_current: boolean; db_now: Date };
  * then costs more than the whole rest of the batch).
  */
 export const LOCK_SQL = `
-  SELECT j.*, (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
-         date_trunc('milliseconds', now()) AS db_now
+  SELECT ${LOCKED_COLUMNS}
   FROM unnest($1::uuid[]) AS k(id)
   JOIN recognition_job j ON j.id = k.id
   JOIN stored_file f ON f.id = j.file_id
@@ -119,8 +123,7 @@ export const LOCK_SQL = `
  * SQL at 12:00:00.0007 but not in JS, and such a row would come back in every batch forever.
  */
 export const DUE_LOCK_SQL = `
-  SELECT j.*, (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
-         date_trunc('milliseconds', now()) AS db_now
+  SELECT ${LOCKED_COLUMNS}
   FROM recognition_job j
   JOIN stored_file f ON f.id = j.file_id
   WHERE j.status IN ('published', 'processing')
@@ -197,8 +200,8 @@ export const WRITE_SQL = `
   SELECT 1 AS written`;
 
 /** Statement names: the text's version is part of the name, so a changed text is prepared anew. */
-const LOCK_NAME = 'rc_step_lock_v1';
-const DUE_LOCK_NAME = 'rc_step_due_lock_v1';
+const LOCK_NAME = 'rc_step_lock_v2';
+const DUE_LOCK_NAME = 'rc_step_due_lock_v2';
 const WRITE_NAME = 'rc_step_write_v2';
 
 /**

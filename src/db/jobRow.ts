@@ -25,8 +25,21 @@ export const MUTABLE_JOB_COLUMNS = {
 } as const satisfies Record<string, keyof JobContext | null>;
 export type MutableJobColumn = keyof typeof MUTABLE_JOB_COLUMNS;
 
+/** The columns a job's state is made of: every column but the bookkeeping timestamps. */
+export type JobStateRow = Omit<JobRow, 'created_at' | 'updated_at'>;
+
+/** {@link JobStateRow}'s columns, for SELECT lists (reading fewer timestamps is cheaper). */
+export const JOB_STATE_COLUMNS = [
+  'id',
+  'file_id',
+  'attempt',
+  'target_service',
+  'status',
+  ...(Object.keys(MUTABLE_JOB_COLUMNS).filter((c) => c !== 'status') as Exclude<MutableJobColumn, 'status'>[]),
+] as const satisfies ReadonlyArray<keyof JobStateRow>;
+
 /** Hydration input from a row (plus whether the file's current job is this one). */
-export function rowToJobState(row: JobRow, fileIsCurrent: boolean): JobState {
+export function rowToJobState(row: JobStateRow, fileIsCurrent: boolean): JobState {
   return {
     status: row.status,
     context: {
@@ -65,9 +78,13 @@ function same(a: unknown, b: unknown): boolean {
 export function changedColumns(before: JobState, after: JobState): Partial<Record<MutableJobColumn, unknown>> {
   const diff: Partial<Record<MutableJobColumn, unknown>> = {};
   if (before.status !== after.status) diff.status = after.status;
-  for (const [column, key] of Object.entries(MUTABLE_JOB_COLUMNS)) {
-    if (key === null) continue;
-    if (!same(before.context[key], after.context[key])) diff[column as MutableJobColumn] = after.context[key];
+  for (const [column, key] of CONTEXT_COLUMNS) {
+    if (!same(before.context[key], after.context[key])) diff[column] = after.context[key];
   }
   return diff;
 }
+
+/** (column, context key) of every mutable column but `status`, computed once. */
+const CONTEXT_COLUMNS = Object.entries(MUTABLE_JOB_COLUMNS).filter(
+  (e): e is [Exclude<MutableJobColumn, 'status'>, Exclude<(typeof MUTABLE_JOB_COLUMNS)[MutableJobColumn], null>] => e[1] !== null,
+);

@@ -89,7 +89,7 @@ function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
   } catch (err) {
     return fail(QUARANTINE_REASON.INVALID_JSON, { message: `payload is not JSON: ${describe(err)}` });
   }
-  const unsafe = findUnsafeJson(value);
+  const unsafe = mayBeUnsafe(text) ? findUnsafeJson(value) : null;
   if (unsafe !== null) return fail(QUARANTINE_REASON.INVALID_JSON, { message: unsafe });
 
   const jobId = readJobId(value);
@@ -121,6 +121,25 @@ function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
 
 /** S3's limit on an object key, in bytes of UTF-8. */
 export const S3_KEY_MAX_BYTES = 1024;
+
+/** Any of {@link FORBIDDEN_KEYS}, as it would appear unescaped in JSON text. */
+const FORBIDDEN_TEXT = /__proto__|constructor|prototype/;
+
+/**
+ * Whether the JSON text `text` can hold anything {@link findUnsafeJson} refuses — a cheap scan that
+ * lets the usual envelope skip the walk. Conservative: in text that is valid UTF-8 and valid JSON,
+ * U+0000 and unpaired surrogates can only be `\u` escapes, a forbidden key appears verbatim
+ * unless escaped, and nesting MAX_JSON_DEPTH deep needs that many `{` or `[` characters.
+ */
+function mayBeUnsafe(text: string): boolean {
+  if (text.includes('\\u') || FORBIDDEN_TEXT.test(text)) return true;
+  let opening = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x7b || c === 0x5b) opening += 1;
+  }
+  return opening >= MAX_JSON_DEPTH;
+}
 
 /** Iterative (no recursion on hostile depth): returns why `root` is unsafe, or `null`. */
 function findUnsafeJson(root: unknown): string | null {
