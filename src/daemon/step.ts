@@ -113,6 +113,17 @@ export const LOCK_SQL = `
   FOR UPDATE OF j`;
 
 /**
+ * Step 1 of the unlocked path ({@link applyEventsOptimistic}): the same rows, not locked, each
+ * with its version — `xmin`, the transaction that wrote this version of the row; any later update
+ * changes it.
+ */
+const READ_SQL = `
+  SELECT ${LOCKED_COLUMNS}, j.xmin::text AS version
+  FROM unnest($1::uuid[]) AS k(id)
+  JOIN recognition_job j ON j.id = k.id
+  JOIN stored_file f ON f.id = j.file_id`;
+
+/**
  * The watchdog's lock: due jobs (`published`/`processing` with a passed `reply_deadline`), served
  * by the partial index `recognition_job_reply_deadline_due_idx`, oldest deadline first, `$1` at
  * most, skipping locked rows (so no lock is ever waited for, and no order is needed against
@@ -160,8 +171,14 @@ const SET_CHANGED_COLUMNS = Object.entries(COLUMN_SQL)
   })
   .join(',\n        ');
 
-/** Step 3: $1 objects, $2 job changes, $3 file changes, $4 transitions (JSON arrays, maybe empty). */
-export const WRITE_SQL = `
+/**
+ * Step 3: $1 objects, $2 job changes, $3 file changes, $4 transitions (JSON arrays, maybe empty).
+ * `guarded`: each element of $2 also carries the `version` (xmin) the job was read at, a job is
+ * updated only at that version, and $5 says how many must be: anything else aborts the statement
+ * (`recognition_job_versions_checked`, migration 0003).
+ */
+function writeSql(guarded: boolean): string {
+  return `
   WITH obj AS (
     INSERT INTO s3_object (bucket, key, bucket_role, created_by)
     SELECT o.bucket, o.key, 'results', o.created_by
@@ -179,7 +196,10 @@ export const WRITE_SQL = `
       -- Redundant with the join, on purpose: it makes the planner reach the jobs through the
       -- primary key, whatever it guesses of the batch's size (a generic plan guesses 100 rows
       -- and would hash-join them against a sequential scan of a small-to-medium table).
-      AND j.id = ANY (ARRAY(SELECT (x->>'id')::uuid FROM jsonb_array_elements($2::jsonb) AS x))
+      AND j.id = ANY (ARRAY(SELECT (x->>'id')::uuid FROM jsonb_array_elements($2::jsonb) AS x))${
+        guarded ? `
+      AND j.xmin::text = e->>'version'
+    RETURNING j.id` : ''}
   ),
   file AS (
     -- The guard is repeated in SQL on purpose: only files still pointing at their jobs change.
@@ -197,12 +217,18 @@ export const WRITE_SQL = `
     ORDER BY t.seq
   )
   -- Every data-modifying CTE runs to completion whether or not it is read.
-  SELECT 1 AS written`;
+  ${guarded ? `SELECT recognition_job_versions_checked((SELECT count(*) FROM job), $5::integer) AS written` : `SELECT 1 AS written`}`;
+}
+
+export const WRITE_SQL = writeSql(false);
+const GUARDED_WRITE_SQL = writeSql(true);
 
 /** Statement names: the text's version is part of the name, so a changed text is prepared anew. */
 const LOCK_NAME = 'rc_step_lock_v2';
 const DUE_LOCK_NAME = 'rc_step_due_lock_v2';
 const WRITE_NAME = 'rc_step_write_v2';
+const READ_NAME = 'rc_step_read_v1';
+const GUARDED_WRITE_NAME = 'rc_step_guarded_write_v1';
 
 /**
  * Events decided per write statement. A batch larger than this (the watchdog's) is written in
@@ -220,13 +246,15 @@ interface Effects {
   objects: Map<string, { jobId: string } & JobEffects['registerResultObject']>;
   files: Map<string, { file_id: string; job_id: string; status: string; error_code: string | null }>;
   transitions: Array<Record<string, unknown>>;
-  /** Jobs whose state changed in this run. */
+  /** Jobs an event was decided for in this run. */
   touched: Set<string>;
+  /** Jobs with an effect to write (an object, a file change, a transition) in this run. */
+  effected: Set<string>;
 }
 
 /** Step 2 for `items`: decide each in order against `current` (updated), appending to `outcomes`. */
 function decideAll(items: readonly StepItem[], current: Map<string, JobState>, now: Date | undefined, outcomes: StepOutcome[]): Effects {
-  const fx: Effects = { objects: new Map(), files: new Map(), transitions: [], touched: new Set() };
+  const fx: Effects = { objects: new Map(), files: new Map(), transitions: [], touched: new Set(), effected: new Set() };
   for (const item of items) {
     const state = current.get(item.jobId);
     if (!state || !now) {
@@ -247,6 +275,7 @@ function decideAll(items: readonly StepItem[], current: Map<string, JobState>, n
       reason: d.reason,
     });
     for (const effect of d.effects) {
+      if (effect.type !== 'noteNoChange') fx.effected.add(item.jobId);
       if (effect.type === 'registerResultObject') fx.objects.set(item.jobId, { jobId: item.jobId, ...effect.params });
       else if (effect.type === 'setFileStatus') {
         // The last change of a file within the batch wins, as it would one event at a time.
@@ -276,7 +305,12 @@ function decideAll(items: readonly StepItem[], current: Map<string, JobState>, n
  * Step 3's parameters for `fx`: the changed columns of each touched job against what was last
  * written for it (`written`, updated), or null when there is nothing to write.
  */
-function writeParams(fx: Effects, written: Map<string, JobState>, current: Map<string, JobState>): string[] | null {
+function writeParams(
+  fx: Effects,
+  written: Map<string, JobState>,
+  current: Map<string, JobState>,
+  versions?: ReadonlyMap<string, string>,
+): string[] | null {
   const changes: Array<Record<string, unknown>> = [];
   for (const id of fx.touched) {
     const after = current.get(id)!;
@@ -284,7 +318,11 @@ function writeParams(fx: Effects, written: Map<string, JobState>, current: Map<s
     // A registered result object: the statement resolves its id (3a) and points the job at it (3b).
     const object = fx.objects.get(id);
     if (object) diff['result_object'] = { bucket: object.bucket, key: object.key };
-    if (Object.keys(diff).length > 0) changes.push({ id, ...diff });
+    const changed = Object.keys(diff).length > 0;
+    // Guarded: every job with something to write is checked at the version it was read at.
+    if (versions) {
+      if (changed || fx.effected.has(id)) changes.push({ id, version: versions.get(id), ...diff });
+    } else if (changed) changes.push({ id, ...diff });
     written.set(id, after);
   }
   if (changes.length === 0 && fx.files.size === 0 && fx.transitions.length === 0 && fx.objects.size === 0) return null;
@@ -298,6 +336,7 @@ function writeParams(fx: Effects, written: Map<string, JobState>, current: Map<s
     JSON.stringify(changes),
     JSON.stringify([...fx.files.values()]),
     JSON.stringify(fx.transitions),
+    ...(versions ? [String(changes.length)] : []),
   ];
 }
 
@@ -331,8 +370,53 @@ export async function applyPassedDeadlines(tx: StepTransaction, limit: number): 
   );
 }
 
-/** Steps 2–3 for `items`, against the locked `rows`. */
-async function decideAndWrite(db: StepSql, rows: readonly LockedRow[], items: readonly StepItem[]): Promise<StepOutcome[]> {
+/**
+ * The unlocked path, for a few events at a time (the inbox's batches of one job): two autocommit
+ * statements instead of BEGIN, lock, write, COMMIT — half the round trips, no row-lock writes.
+ *
+ * 1. read the jobs' rows and versions (`xmin`), without locking them;
+ * 2. decide, as the locked path does;
+ * 3. write everything in one statement that updates each job only at the version it read, and
+ *    aborts as a whole when any job was changed in between (a serialization failure, raised by
+ *    `recognition_job_versions_checked`). Then read again and decide anew, a few times.
+ *
+ * One statement is one transaction: the outcome is exactly that of the locked path run at the
+ * moment of the write. Resolves with `null` when this path cannot finish the work — a job does
+ * not exist (the caller quarantines in a transaction), more events than one write holds, or the
+ * rows kept changing — and the caller then runs the locked path; nothing has been written.
+ * A decision that writes nothing (a duplicate, a late result) costs the read alone.
+ */
+export async function applyEventsOptimistic(sql: StepSql, items: readonly StepItem[]): Promise<StepOutcome[] | null> {
+  if (items.length === 0) return [];
+  if (items.length > WRITE_CHUNK) return null;
+  const ids = [...new Set(items.map((i) => i.jobId))];
+  for (let attempt = 1; attempt <= OPTIMISTIC_ATTEMPTS; attempt++) {
+    const rows = await sql.query<LockedRow & { version: string }>(READ_NAME, READ_SQL, [ids]);
+    if (rows.length < ids.length) return null;
+    const versions = new Map(rows.map((r) => [r.id, r.version]));
+    try {
+      return await decideAndWrite(sql, rows, items, versions);
+    } catch (err) {
+      if ((err as { code?: unknown }).code !== SERIALIZATION_FAILURE) throw err;
+    }
+  }
+  return null;
+}
+
+/** Reads of the unlocked path before it hands the work to the locked one. */
+const OPTIMISTIC_ATTEMPTS = 3;
+const SERIALIZATION_FAILURE = '40001';
+
+/**
+ * Steps 2–3 for `items`, against `rows` — locked by this transaction, or read at `versions` (the
+ * unlocked path: one guarded statement, so at most {@link WRITE_CHUNK} items).
+ */
+async function decideAndWrite(
+  db: StepSql,
+  rows: readonly LockedRow[],
+  items: readonly StepItem[],
+  versions?: ReadonlyMap<string, string>,
+): Promise<StepOutcome[]> {
   const written = new Map<string, JobState>();
   const current = new Map<string, JobState>();
   let now: Date | undefined;
@@ -350,10 +434,10 @@ async function decideAndWrite(db: StepSql, rows: readonly LockedRow[], items: re
   let writing: Promise<unknown> | undefined;
   for (let start = 0; start < items.length; start += WRITE_CHUNK) {
     const fx = decideAll(items.slice(start, start + WRITE_CHUNK), current, now, outcomes);
-    const params = writeParams(fx, written, current);
+    const params = writeParams(fx, written, current, versions);
     if (writing) await writing;
     if (!params) continue;
-    writing = db.query(WRITE_NAME, WRITE_SQL, params);
+    writing = versions ? db.query(GUARDED_WRITE_NAME, GUARDED_WRITE_SQL, params) : db.query(WRITE_NAME, WRITE_SQL, params);
     if (start + WRITE_CHUNK < items.length) {
       // Let the statement go out before deciding the next chunk; its failure is awaited above.
       writing.catch(() => undefined);

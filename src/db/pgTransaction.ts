@@ -15,6 +15,28 @@ export interface PgPool {
   connect(): Promise<PgPoolClient>;
 }
 
+/** Whether `err` says the connection itself is gone (it must not go back to the pool). */
+function isBrokenConnection(err: unknown): boolean {
+  return err instanceof Error && /Connection terminated|ECONNRESET|not queryable/i.test(err.message);
+}
+
+/**
+ * Run `fn` with a client of `pool`, released after; a connection that died under it is
+ * destroyed rather than handed out again.
+ */
+export async function withPgClient<T>(pool: PgPool, fn: (client: PgPoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    return await fn(client);
+  } catch (err) {
+    if (isBrokenConnection(err)) broken = err as Error;
+    throw err;
+  } finally {
+    client.release(broken);
+  }
+}
+
 /**
  * Run `fn` in a transaction on a client of `pool`: committed when this resolves, rolled back when
  * `fn` throws (the error is rethrown). A connection that cannot even roll back, or that died
@@ -34,7 +56,7 @@ export async function inPgTransaction<T>(pool: PgPool, fn: (client: PgPoolClient
       throw err;
     }
   } catch (err) {
-    broken ??= err instanceof Error && /Connection terminated|ECONNRESET|not queryable/i.test(err.message) ? err : undefined;
+    broken ??= isBrokenConnection(err) ? err : undefined;
     throw err;
   } finally {
     client.release(broken instanceof Error ? broken : undefined);

@@ -1,17 +1,49 @@
 /**
  * The step against real PostgreSQL: the scenarios of SPEC §3, each with a full comparison of the
- * rows before and after.
+ * rows before and after — on both of its paths: locked (a transaction: lock, write, commit) and
+ * unlocked (read with versions, one guarded write; handing back to the locked path as the inbox
+ * does when it cannot finish).
  */
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { step, type JobEventInput } from '../../src/daemon/step.js';
+import { withPgClient } from '../../src/db/pgTransaction.js';
+import {
+  applyEventsOptimistic,
+  pgStepSql,
+  step,
+  type JobEventInput,
+  type StepOutcome,
+  type StepSql,
+} from '../../src/daemon/step.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 
 const t = useTestDatabase();
+
+/** The unlocked path for one event, on the pool, through `sql` (default: the client itself). */
+async function unlocked(
+  jobId: string,
+  event: JobEventInput,
+  wrap = (s: StepSql) => s,
+): Promise<StepOutcome | undefined> {
+  const outcomes = await withPgClient(t.pool, (client) =>
+    applyEventsOptimistic(wrap(pgStepSql(client)), [{ jobId, event }]),
+  );
+  return outcomes?.[0];
+}
+
+const paths = {
+  locked: (jobId: string, event: JobEventInput) => step(t.db, jobId, event),
+  unlocked: async (jobId: string, event: JobEventInput) =>
+    (await unlocked(jobId, event)) ?? step(t.db, jobId, event),
+};
 const service = { name: 'tabular-parser', version: '2.3.1' };
 
-const ack = (jobId: string): JobEventInput => ({ type: 'ENVELOPE_PROCESSING', msgId: `ack:${jobId}:1`, service });
+const ack = (jobId: string): JobEventInput => ({
+  type: 'ENVELOPE_PROCESSING',
+  msgId: `ack:${jobId}:1`,
+  service,
+});
 const done = (jobId: string, fileId: string, n = 1): JobEventInput => ({
   type: 'ENVELOPE_RESULT',
   msgId: `result:${jobId}:${n}`,
@@ -22,196 +54,306 @@ const done = (jobId: string, fileId: string, n = 1): JobEventInput => ({
   metrics: { pages: 3, duration_ms: 1234 },
 });
 
-describe('ack (SPEC §3.1)', () => {
-  it('moves a published job to processing and its file to PROCESSING', async () => {
-    const { jobId } = await insertJob(t.db, { status: 'published' });
-    const before = await loadAll(t.db, jobId);
-    const outcome = await step(t.db, jobId, ack(jobId));
-    const after = await loadAll(t.db, jobId);
+describe.each(['locked', 'unlocked'] as const)('%s path', (path) => {
+  const run = paths[path];
 
-    expect(outcome).toMatchObject({ decision: 'applied', from: 'published', to: 'processing' });
-    expect(after.job.started_at).toBeInstanceOf(Date);
-    expect(after.job).toEqual({
-      ...before.job,
-      status: 'processing',
-      started_at: after.job.started_at,
-      service_name: 'tabular-parser',
-      service_version: '2.3.1',
-      updated_at: after.job.updated_at,
+  describe('ack (SPEC §3.1)', () => {
+    it('moves a published job to processing and its file to PROCESSING', async () => {
+      const { jobId } = await insertJob(t.db, { status: 'published' });
+      const before = await loadAll(t.db, jobId);
+      const outcome = await run(jobId, ack(jobId));
+      const after = await loadAll(t.db, jobId);
+
+      expect(outcome).toMatchObject({ decision: 'applied', from: 'published', to: 'processing' });
+      expect(after.job.started_at).toBeInstanceOf(Date);
+      expect(after.job).toEqual({
+        ...before.job,
+        status: 'processing',
+        started_at: after.job.started_at,
+        service_name: 'tabular-parser',
+        service_version: '2.3.1',
+        updated_at: after.job.updated_at,
+      });
+      expect(after.file).toEqual({ ...before.file, status: 'PROCESSING', updated_at: after.file.updated_at });
+      expect(after.transitions).toMatchObject([
+        {
+          job_id: jobId,
+          from_status: 'published',
+          to_status: 'processing',
+          event: 'ENVELOPE_PROCESSING',
+          msg_id: `ack:${jobId}:1`,
+        },
+      ]);
     });
-    expect(after.file).toEqual({ ...before.file, status: 'PROCESSING', updated_at: after.file.updated_at });
-    expect(after.transitions).toMatchObject([
-      { job_id: jobId, from_status: 'published', to_status: 'processing', event: 'ENVELOPE_PROCESSING', msg_id: `ack:${jobId}:1` },
-    ]);
-  });
 
-  it('ignores a repeated ack for a job already processing: no row changes', async () => {
-    const { jobId } = await insertJob(t.db, { status: 'processing' });
-    const before = await snapshotTables(t.db);
-    const outcome = await step(t.db, jobId, ack(jobId));
-    expect(outcome).toMatchObject({ decision: 'duplicate', from: 'processing', to: 'processing', reason: 'repeated_ack' });
-    expect(await snapshotTables(t.db)).toEqual(before);
-  });
-
-  it.each(['pending', 'done', 'needs_check', 'error', 'timeout', 'dlq'] as const)(
-    'ignores an ack for a job in %s: no row changes',
-    async (status) => {
-      const { jobId } = await insertJob(t.db, { status });
+    it('ignores a repeated ack for a job already processing: no row changes', async () => {
+      const { jobId } = await insertJob(t.db, { status: 'processing' });
       const before = await snapshotTables(t.db);
-      const outcome = await step(t.db, jobId, ack(jobId));
-      expect(outcome).toMatchObject({ decision: 'ignored', from: status, to: status, reason: 'ack_not_accepted' });
+      const outcome = await run(jobId, ack(jobId));
+      expect(outcome).toMatchObject({
+        decision: 'duplicate',
+        from: 'processing',
+        to: 'processing',
+        reason: 'repeated_ack',
+      });
       expect(await snapshotTables(t.db)).toEqual(before);
-    },
-  );
+    });
+
+    it.each(['pending', 'done', 'needs_check', 'error', 'timeout', 'dlq'] as const)(
+      'ignores an ack for a job in %s: no row changes',
+      async (status) => {
+        const { jobId } = await insertJob(t.db, { status });
+        const before = await snapshotTables(t.db);
+        const outcome = await run(jobId, ack(jobId));
+        expect(outcome).toMatchObject({
+          decision: 'ignored',
+          from: status,
+          to: status,
+          reason: 'ack_not_accepted',
+        });
+        expect(await snapshotTables(t.db)).toEqual(before);
+      },
+    );
+  });
+
+  describe('results (SPEC §3.2)', () => {
+    it('success: job done with every column, a new s3_object, file stays PROCESSING', async () => {
+      const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
+      const before = await loadAll(t.db, jobId);
+      const objectsBefore = await t.db.selectFrom('s3_object').selectAll().execute();
+
+      const outcome = await run(jobId, done(jobId, fileId));
+      const after = await loadAll(t.db, jobId);
+      const objects = await t.db.selectFrom('s3_object').selectAll().orderBy('id').execute();
+
+      expect(outcome).toMatchObject({ decision: 'applied', from: 'processing', to: 'done' });
+      expect(objects).toHaveLength(objectsBefore.length + 1);
+      const created = objects.at(-1)!;
+      expect(created).toMatchObject({
+        bucket: 'arm-ka',
+        key: `results/${fileId}/${jobId}/result.json`,
+        bucket_role: 'results',
+        created_by: 'tabular-parser',
+      });
+      expect(after.job.finished_at).toBeInstanceOf(Date);
+      expect(after.job).toEqual({
+        ...before.job,
+        status: 'done',
+        service_name: 'tabular-parser',
+        service_version: '2.3.1',
+        finished_at: after.job.finished_at,
+        metrics: { pages: 3, duration_ms: 1234 },
+        error_code: null,
+        error_message: null,
+        result_schema_version: '1.0',
+        result_s3_object_id: created.id,
+        result_msg_id: `result:${jobId}:1`,
+        updated_at: after.job.updated_at,
+      });
+      expect(after.file).toEqual(before.file);
+      expect(after.transitions.map((r) => [r.from_status, r.to_status, r.event, r.msg_id])).toEqual([
+        ['processing', 'done', 'ENVELOPE_RESULT', `result:${jobId}:1`],
+      ]);
+    });
+
+    it('redelivery of the same message changes no row in any table', async () => {
+      const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
+      await run(jobId, done(jobId, fileId));
+      const before = await snapshotTables(t.db);
+      const outcome = await run(jobId, done(jobId, fileId));
+      expect(outcome).toMatchObject({
+        decision: 'duplicate',
+        from: 'done',
+        to: 'done',
+        reason: 'same_msg_id',
+      });
+      expect(await snapshotTables(t.db)).toEqual(before);
+    });
+
+    it('service error: job error with the code and message, no result object, file ERROR', async () => {
+      const { jobId } = await insertJob(t.db, { status: 'processing' });
+      const before = await loadAll(t.db, jobId);
+      const objectsBefore = await t.db.selectFrom('s3_object').select('id').execute();
+      const outcome = await run(jobId, {
+        type: 'ENVELOPE_RESULT',
+        msgId: `result:${jobId}:1`,
+        status: 'error',
+        service,
+        error: { code: 'UNSUPPORTED_FORMAT', message: 'the file is not a spreadsheet' },
+      });
+      const after = await loadAll(t.db, jobId);
+      expect(outcome).toMatchObject({ decision: 'applied', from: 'processing', to: 'error' });
+      expect(after.job).toEqual({
+        ...before.job,
+        status: 'error',
+        service_name: 'tabular-parser',
+        service_version: '2.3.1',
+        finished_at: after.job.finished_at,
+        error_code: 'UNSUPPORTED_FORMAT',
+        error_message: 'the file is not a spreadsheet',
+        result_s3_object_id: null,
+        result_msg_id: `result:${jobId}:1`,
+        updated_at: after.job.updated_at,
+      });
+      expect(after.job.finished_at).toBeInstanceOf(Date);
+      expect(after.file).toEqual({
+        ...before.file,
+        status: 'ERROR',
+        error_code: 'UNSUPPORTED_FORMAT',
+        updated_at: after.file.updated_at,
+      });
+      expect(await t.db.selectFrom('s3_object').select('id').execute()).toHaveLength(objectsBefore.length);
+    });
+
+    it('a result after timeout changes nothing and is reported late', async () => {
+      const { jobId, fileId } = await insertJob(t.db, { status: 'timeout', error_code: 'TIMEOUT' });
+      const before = await snapshotTables(t.db);
+      const outcome = await run(jobId, done(jobId, fileId));
+      expect(outcome).toMatchObject({
+        decision: 'late',
+        from: 'timeout',
+        to: 'timeout',
+        reason: 'result_after_final',
+      });
+      expect(await snapshotTables(t.db)).toEqual(before);
+    });
+
+    it('a result for a job still published is applied (the ack was lost), and the file moves to PROCESSING', async () => {
+      const { jobId, fileId } = await insertJob(t.db, { status: 'published' });
+      const before = await loadAll(t.db, jobId);
+      expect(before.file.status).toBe('QUEUED');
+      const outcome = await run(jobId, done(jobId, fileId));
+      const after = await loadAll(t.db, jobId);
+      expect(outcome).toMatchObject({ decision: 'applied', from: 'published', to: 'done' });
+      expect(after.job.status).toBe('done');
+      expect(after.file.status).toBe('PROCESSING');
+    });
+
+    it('a file whose current job is another job is never touched', async () => {
+      const { jobId, fileId } = await insertJob(t.db, { status: 'processing', fileIsCurrent: false });
+      const fileBefore = await t.db
+        .selectFrom('stored_file')
+        .selectAll()
+        .where('id', '=', fileId)
+        .executeTakeFirstOrThrow();
+      const outcome = await run(jobId, {
+        type: 'ENVELOPE_RESULT',
+        msgId: `result:${jobId}:1`,
+        status: 'error',
+        service,
+        error: { code: 'BROKEN', message: 'x' },
+      });
+      expect(outcome).toMatchObject({ decision: 'applied', to: 'error' });
+      expect(outcome.effects.map((e) => e.type)).not.toContain('setFileStatus');
+      const fileAfter = await t.db
+        .selectFrom('stored_file')
+        .selectAll()
+        .where('id', '=', fileId)
+        .executeTakeFirstOrThrow();
+      expect(fileAfter).toEqual(fileBefore);
+    });
+
+    it('an unknown job is reported as such and nothing is written', async () => {
+      const before = await snapshotTables(t.db);
+      const jobId = randomUUID();
+      const outcome = await run(jobId, ack(jobId));
+      expect(outcome).toMatchObject({ jobId, decision: 'unknown_job', from: null, to: null });
+      expect(await snapshotTables(t.db)).toEqual(before);
+    });
+  });
+
+  describe('concurrency', () => {
+    it('50 concurrent steps with 50 different results for one job: exactly one applied', async () => {
+      const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
+      const objectsBefore = (await t.db.selectFrom('s3_object').select('id').execute()).length;
+      const outcomes = await Promise.all(
+        Array.from({ length: 50 }, (_, n) => run(jobId, done(jobId, fileId, n + 1))),
+      );
+      const applied = outcomes.filter((o) => o.decision === 'applied');
+      expect(applied).toHaveLength(1);
+      expect(outcomes.filter((o) => o.decision === 'late')).toHaveLength(49);
+      const { job, transitions } = await loadAll(t.db, jobId);
+      expect(transitions).toHaveLength(1);
+      expect(job.status).toBe('done');
+      expect((await t.db.selectFrom('s3_object').select('id').execute()).length).toBe(objectsBefore + 1);
+    });
+
+    it('50 concurrent deliveries of the same message: exactly one effect', async () => {
+      const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
+      const objectsBefore = (await t.db.selectFrom('s3_object').select('id').execute()).length;
+      const outcomes = await Promise.all(Array.from({ length: 50 }, () => run(jobId, done(jobId, fileId))));
+      expect(outcomes.filter((o) => o.decision === 'applied')).toHaveLength(1);
+      expect(outcomes.filter((o) => o.decision === 'duplicate')).toHaveLength(49);
+      const { transitions } = await loadAll(t.db, jobId);
+      expect(transitions).toHaveLength(1);
+      expect((await t.db.selectFrom('s3_object').select('id').execute()).length).toBe(objectsBefore + 1);
+    });
+  });
 });
 
-describe('results (SPEC §3.2)', () => {
-  it('success: job done with every column, a new s3_object, file stays PROCESSING', async () => {
-    const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
-    const before = await loadAll(t.db, jobId);
-    const objectsBefore = await t.db.selectFrom('s3_object').selectAll().execute();
+describe('the unlocked path when the job changes between its read and its write', () => {
+  it('the guarded write aborts as a whole, and the path decides again on the new row', async () => {
+    const { jobId, fileId } = await insertJob(t.db, { status: 'published' });
+    const objectsBefore = (await t.db.selectFrom('s3_object').select('id').execute()).length;
+    let reads = 0;
+    // After the first read, another writer applies the ack: the first write must find the job
+    // at a version it did not read.
+    const interfere = (sql: StepSql): StepSql => ({
+      async query<R>(name: string, text: string, values: readonly unknown[]) {
+        const rows = await sql.query<R>(name, text, values);
+        if (name.startsWith('rc_step_read') && ++reads === 1) await step(t.db, jobId, ack(jobId));
+        return rows;
+      },
+    });
+    const outcome = await unlocked(jobId, done(jobId, fileId), interfere);
 
-    const outcome = await step(t.db, jobId, done(jobId, fileId));
-    const after = await loadAll(t.db, jobId);
-    const objects = await t.db.selectFrom('s3_object').selectAll().orderBy('id').execute();
-
+    expect(reads).toBe(2);
+    // Decided on the row the ack left: processing → done, not published → done.
     expect(outcome).toMatchObject({ decision: 'applied', from: 'processing', to: 'done' });
-    expect(objects).toHaveLength(objectsBefore.length + 1);
-    const created = objects.at(-1)!;
-    expect(created).toMatchObject({
-      bucket: 'arm-ka',
-      key: `results/${fileId}/${jobId}/result.json`,
-      bucket_role: 'results',
-      created_by: 'tabular-parser',
-    });
-    expect(after.job.finished_at).toBeInstanceOf(Date);
-    expect(after.job).toEqual({
-      ...before.job,
-      status: 'done',
-      service_name: 'tabular-parser',
-      service_version: '2.3.1',
-      finished_at: after.job.finished_at,
-      metrics: { pages: 3, duration_ms: 1234 },
-      error_code: null,
-      error_message: null,
-      result_schema_version: '1.0',
-      result_s3_object_id: created.id,
-      result_msg_id: `result:${jobId}:1`,
-      updated_at: after.job.updated_at,
-    });
-    expect(after.file).toEqual(before.file);
-    expect(after.transitions.map((r) => [r.from_status, r.to_status, r.event, r.msg_id])).toEqual([
-      ['processing', 'done', 'ENVELOPE_RESULT', `result:${jobId}:1`],
+    const { job, file, transitions } = await loadAll(t.db, jobId);
+    expect(job.status).toBe('done');
+    expect(file.status).toBe('PROCESSING');
+    // Nothing of the aborted write remains: one object, and exactly the two transitions.
+    expect((await t.db.selectFrom('s3_object').select('id').execute()).length).toBe(objectsBefore + 1);
+    expect(transitions.map((r) => [r.from_status, r.to_status])).toEqual([
+      ['published', 'processing'],
+      ['processing', 'done'],
     ]);
   });
 
-  it('redelivery of the same message changes no row in any table', async () => {
+  it('hands the work back, having written nothing, when the job keeps changing', async () => {
+    const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
+    // Every read is followed by a change of the row (a no-op update still makes a new version).
+    const interfere = (sql: StepSql): StepSql => ({
+      async query<R>(name: string, text: string, values: readonly unknown[]) {
+        const rows = await sql.query<R>(name, text, values);
+        if (name.startsWith('rc_step_read')) {
+          await t.db.updateTable('recognition_job').set({ service_version: '2.3.1' }).where('id', '=', jobId).execute();
+        }
+        return rows;
+      },
+    });
+    const before = await snapshotTables(t.db);
+    expect(await unlocked(jobId, done(jobId, fileId), interfere)).toBeUndefined();
+    const after = await snapshotTables(t.db);
+    // Only the interfering updates show.
+    expect({ ...after, jobs: undefined }).toEqual({ ...before, jobs: undefined });
+    expect((await loadAll(t.db, jobId)).job.status).toBe('processing');
+  });
+
+  it('a decision that writes nothing (a duplicate) reads and writes nothing more', async () => {
     const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
     await step(t.db, jobId, done(jobId, fileId));
-    const before = await snapshotTables(t.db);
-    const outcome = await step(t.db, jobId, done(jobId, fileId));
-    expect(outcome).toMatchObject({ decision: 'duplicate', from: 'done', to: 'done', reason: 'same_msg_id' });
-    expect(await snapshotTables(t.db)).toEqual(before);
-  });
-
-  it('service error: job error with the code and message, no result object, file ERROR', async () => {
-    const { jobId } = await insertJob(t.db, { status: 'processing' });
-    const before = await loadAll(t.db, jobId);
-    const objectsBefore = await t.db.selectFrom('s3_object').select('id').execute();
-    const outcome = await step(t.db, jobId, {
-      type: 'ENVELOPE_RESULT',
-      msgId: `result:${jobId}:1`,
-      status: 'error',
-      service,
-      error: { code: 'UNSUPPORTED_FORMAT', message: 'the file is not a spreadsheet' },
+    const statements: string[] = [];
+    const record = (sql: StepSql): StepSql => ({
+      query<R>(name: string, text: string, values: readonly unknown[]) {
+        statements.push(name);
+        return sql.query<R>(name, text, values);
+      },
     });
-    const after = await loadAll(t.db, jobId);
-    expect(outcome).toMatchObject({ decision: 'applied', from: 'processing', to: 'error' });
-    expect(after.job).toEqual({
-      ...before.job,
-      status: 'error',
-      service_name: 'tabular-parser',
-      service_version: '2.3.1',
-      finished_at: after.job.finished_at,
-      error_code: 'UNSUPPORTED_FORMAT',
-      error_message: 'the file is not a spreadsheet',
-      result_s3_object_id: null,
-      result_msg_id: `result:${jobId}:1`,
-      updated_at: after.job.updated_at,
-    });
-    expect(after.job.finished_at).toBeInstanceOf(Date);
-    expect(after.file).toEqual({ ...before.file, status: 'ERROR', error_code: 'UNSUPPORTED_FORMAT', updated_at: after.file.updated_at });
-    expect(await t.db.selectFrom('s3_object').select('id').execute()).toHaveLength(objectsBefore.length);
-  });
-
-  it('a result after timeout changes nothing and is reported late', async () => {
-    const { jobId, fileId } = await insertJob(t.db, { status: 'timeout', error_code: 'TIMEOUT' });
     const before = await snapshotTables(t.db);
-    const outcome = await step(t.db, jobId, done(jobId, fileId));
-    expect(outcome).toMatchObject({ decision: 'late', from: 'timeout', to: 'timeout', reason: 'result_after_final' });
+    expect(await unlocked(jobId, done(jobId, fileId), record)).toMatchObject({ decision: 'duplicate' });
+    expect(statements.map((n) => n.replace(/_v\d+$/, ''))).toEqual(['rc_step_read']);
     expect(await snapshotTables(t.db)).toEqual(before);
-  });
-
-  it('a result for a job still published is applied (the ack was lost), and the file moves to PROCESSING', async () => {
-    const { jobId, fileId } = await insertJob(t.db, { status: 'published' });
-    const before = await loadAll(t.db, jobId);
-    expect(before.file.status).toBe('QUEUED');
-    const outcome = await step(t.db, jobId, done(jobId, fileId));
-    const after = await loadAll(t.db, jobId);
-    expect(outcome).toMatchObject({ decision: 'applied', from: 'published', to: 'done' });
-    expect(after.job.status).toBe('done');
-    expect(after.file.status).toBe('PROCESSING');
-  });
-
-  it('a file whose current job is another job is never touched', async () => {
-    const { jobId, fileId } = await insertJob(t.db, { status: 'processing', fileIsCurrent: false });
-    const fileBefore = await t.db.selectFrom('stored_file').selectAll().where('id', '=', fileId).executeTakeFirstOrThrow();
-    const outcome = await step(t.db, jobId, {
-      type: 'ENVELOPE_RESULT',
-      msgId: `result:${jobId}:1`,
-      status: 'error',
-      service,
-      error: { code: 'BROKEN', message: 'x' },
-    });
-    expect(outcome).toMatchObject({ decision: 'applied', to: 'error' });
-    expect(outcome.effects.map((e) => e.type)).not.toContain('setFileStatus');
-    const fileAfter = await t.db.selectFrom('stored_file').selectAll().where('id', '=', fileId).executeTakeFirstOrThrow();
-    expect(fileAfter).toEqual(fileBefore);
-  });
-
-  it('an unknown job is reported as such and nothing is written', async () => {
-    const before = await snapshotTables(t.db);
-    const jobId = randomUUID();
-    const outcome = await step(t.db, jobId, ack(jobId));
-    expect(outcome).toMatchObject({ jobId, decision: 'unknown_job', from: null, to: null });
-    expect(await snapshotTables(t.db)).toEqual(before);
-  });
-});
-
-describe('concurrency', () => {
-  it('50 concurrent steps with 50 different results for one job: exactly one applied', async () => {
-    const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
-    const objectsBefore = (await t.db.selectFrom('s3_object').select('id').execute()).length;
-    const outcomes = await Promise.all(
-      Array.from({ length: 50 }, (_, n) => step(t.db, jobId, done(jobId, fileId, n + 1))),
-    );
-    const applied = outcomes.filter((o) => o.decision === 'applied');
-    expect(applied).toHaveLength(1);
-    expect(outcomes.filter((o) => o.decision === 'late')).toHaveLength(49);
-    const { job, transitions } = await loadAll(t.db, jobId);
-    expect(transitions).toHaveLength(1);
-    expect(job.status).toBe('done');
-    expect((await t.db.selectFrom('s3_object').select('id').execute()).length).toBe(objectsBefore + 1);
-  });
-
-  it('50 concurrent deliveries of the same message: exactly one effect', async () => {
-    const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
-    const objectsBefore = (await t.db.selectFrom('s3_object').select('id').execute()).length;
-    const outcomes = await Promise.all(Array.from({ length: 50 }, () => step(t.db, jobId, done(jobId, fileId))));
-    expect(outcomes.filter((o) => o.decision === 'applied')).toHaveLength(1);
-    expect(outcomes.filter((o) => o.decision === 'duplicate')).toHaveLength(49);
-    const { transitions } = await loadAll(t.db, jobId);
-    expect(transitions).toHaveLength(1);
-    expect((await t.db.selectFrom('s3_object').select('id').execute()).length).toBe(objectsBefore + 1);
   });
 });
