@@ -16,7 +16,7 @@
  * which would serialise the very commits being measured (fsync here costs 1.5–3 ms).
  */
 import { fork } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -125,6 +125,12 @@ export async function measureLatency(
       .map(([jobId, t]) => committedAt.get(jobId)! - t)
       .sort((a, b) => a - b);
     if (latencies.some((l) => !Number.isFinite(l))) throw new Error('an envelope has no commit time');
+    // For a closer look at the tail: every (publish time, latency) pair, as JSON lines.
+    const dump = process.env['BENCH_LATENCY_DUMP'];
+    if (dump) {
+      const lines = published.times.slice(warmup).map(([jobId, t]) => JSON.stringify([t, committedAt.get(jobId)! - t]));
+      writeFileSync(dump, lines.join('\n') + '\n');
+    }
     return {
       rate,
       envelopes: latencies.length,
