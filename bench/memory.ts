@@ -14,6 +14,10 @@ import { sample } from './samples.js';
 /** RSS at each checkpoint, in bytes. */
 export interface MemoryResult {
   checkpoints: Array<{ events: number; rssBytes: number; heapUsedBytes: number; rssBeforeGcBytes: number }>;
+  /** The child's V8 flags (see MEMORY_V8_FLAGS in run.ts). */
+  v8Flags?: string[];
+  /** The same run with V8's default flags. */
+  withDefaultFlags?: MemoryResult;
 }
 
 /** Run events through decide + diff, sampling RSS after each count of `checkpoints` (ascending). */

@@ -41,6 +41,8 @@ export interface ThroughputResult {
   logBytes: number | null;
   /** CPU per envelope of this process, the consumer's PostgreSQL backends and nats-server. */
   cpu: CpuSplit;
+  /** When measured over several rounds (this is the median one): every round's envelopes/s. */
+  roundsPerSecond?: number[];
 }
 
 /** Truncate, seed `n` jobs, recreate the stream, publish `n` results, checkpoint. */
