@@ -256,17 +256,19 @@ async function main(): Promise<void> {
     const base = join(dir, `${report.date.slice(0, 10)}-${report.commit}`);
     writeFileSync(`${base}.json`, JSON.stringify(report, null, 2) + '\n');
     writeFileSync(`${base}.md`, table + '\n');
-    const readme = join(repoRoot, 'bench', 'README.md');
-    const text = readFileSync(readme, 'utf8');
-    const start = '<!-- latest-bench:start -->';
-    const end = '<!-- latest-bench:end -->';
-    const a = text.indexOf(start);
-    const b = text.indexOf(end);
-    if (a >= 0 && b > a) {
-      const source = relative(join(repoRoot, 'bench'), `${base}.json`);
-      writeFileSync(readme, `${text.slice(0, a + start.length)}\n\nFrom \`${source}\`:\n\n${table}\n${text.slice(b)}`);
+    // The latest table, in both READMEs, between their markers.
+    for (const readme of [join(repoRoot, 'bench', 'README.md'), join(repoRoot, 'README.md')]) {
+      const text = readFileSync(readme, 'utf8');
+      const start = '<!-- latest-bench:start -->';
+      const end = '<!-- latest-bench:end -->';
+      const a = text.indexOf(start);
+      const b = text.indexOf(end);
+      if (a >= 0 && b > a) {
+        const source = relative(dirname(readme), `${base}.json`);
+        writeFileSync(readme, `${text.slice(0, a + start.length)}\n\nFrom \`${source}\`:\n\n${table}\n${text.slice(b)}`);
+      }
     }
-    log(`wrote ${relative(repoRoot, base)}.json and .md; updated bench/README.md`);
+    log(`wrote ${relative(repoRoot, base)}.json and .md; updated README.md and bench/README.md`);
   }
 }
 
