@@ -19,6 +19,11 @@
  * Both statements have a fixed text and take their batch as parameters (a uuid array, JSON
  * documents), so a driver that prepares statements by name ({@link StepSql}) parses and plans
  * each once per connection. Round trips per batch: BEGIN, lock, write, COMMIT.
+ *
+ * Two variants share steps 2–3: {@link applyPassedDeadlines} (the watchdog: step 1 is its due
+ * query, locking with SKIP LOCKED) and {@link applyEventsOptimistic} (a few events of one job, no
+ * transaction: step 1 reads without a lock, step 3 applies only at the versions read — two round
+ * trips).
  */
 import { CompiledQuery, type Transaction } from 'kysely';
 import type { Kysely } from 'kysely';

@@ -1,8 +1,9 @@
 /**
  * The watchdog (SPEC §3.3, §6): turns passed `reply_deadline`s into `DEADLINE_PASSED` events.
  *
- * It only finds due jobs and builds events; the step decides and writes. Due rows are locked
- * `FOR UPDATE SKIP LOCKED`, so several instances sweep side by side without ever timing out the
+ * It schedules sweeps and reports; the step (`applyPassedDeadlines`) locks a batch of due rows,
+ * decides and writes. Due rows are locked `FOR UPDATE SKIP LOCKED`, so several instances — and
+ * the WATCHDOG_CONCURRENCY batches of one sweep — work side by side without ever timing out the
  * same job twice, and a result being applied right now (its row locked by the inbox) is skipped:
  * if the result commits first the job is final and the machine ignores the deadline.
  *
