@@ -30,6 +30,8 @@ export interface SweepResult {
   seconds: number;
   perSecond: number;
   batchSize: number;
+  /** WAL the sweep wrote (after the checkpoint taken before it: full-page images included). */
+  walBytes: number;
   /** CPU per timed-out job: this process (the watchdog) and its PostgreSQL backends. */
   cpu: CpuSplit;
 }
@@ -167,6 +169,7 @@ export async function measureWatchdog(
         await env.pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
       }
       await checkpoint(env.pool);
+      const lsn0 = (await env.pool.query<{ l: string }>('SELECT pg_current_wal_lsn()::text AS l')).rows[0]!.l;
       log(`  seeded ${rows} rows, ${due} due (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
       // The pool's connections live across sweeps: count their CPU as a difference.
       const pg0 = await backendCpuMs(env, 'bench-watchdog');
@@ -174,6 +177,10 @@ export async function measureWatchdog(
       const started = performance.now();
       const timedOut = await watchdog.sweep();
       const seconds = (performance.now() - started) / 1000;
+      const walBytes = Number(
+        (await env.pool.query<{ b: string }>(`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1)::bigint AS b`, [lsn0])).rows[0]!.b,
+      );
+      log(`  WAL written by the sweep: ${(walBytes / 2 ** 20).toFixed(0)} MiB`);
       const cpu = split.end([], due);
       const pg1 = await backendCpuMs(env, 'bench-watchdog');
       cpu.postgresUs = pg0 === null || pg1 === null ? null : ((pg1 - pg0) * 1000) / due;
@@ -183,7 +190,7 @@ export async function measureWatchdog(
       if (timedOut !== due || files !== expected || jobs !== expected) {
         throw new Error(`watchdog sweep: timed out ${timedOut} of ${due}; ${jobs} jobs timeout, ${files} files ERROR (want ${expected})`);
       }
-      sweeps.push({ rows, due, timedOut, seconds, perSecond: due / seconds, batchSize: cfg.WATCHDOG_BATCH_SIZE, cpu });
+      sweeps.push({ rows, due, timedOut, seconds, perSecond: due / seconds, batchSize: cfg.WATCHDOG_BATCH_SIZE, walBytes, cpu });
     }
     await env.pool.query('VACUUM ANALYZE stored_file, recognition_job');
     const times: number[] = [];
