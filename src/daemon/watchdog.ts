@@ -104,15 +104,20 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
     const { locked, applied, outcomes } = await sweepBatch();
     counts.batches += 1;
     counts.total += applied.length;
-    // 2. Report, only after the commit.
+    // 2. Report, only after the commit (counters once per batch and edge, not once per job).
+    const edges = new Map<string, { from: string; event: string; to: string; n: number }>();
     for (const o of outcomes) {
       if (o.decision === 'applied') {
         log.info({ job_id: o.jobId, event: o.event, from: o.from, to: o.to, decision: o.decision }, 'job timed out');
-        metrics?.transitions.inc({ from: o.from, event: o.event, to: o.to });
+        const key = `${o.from}>${o.to}`;
+        const edge = edges.get(key);
+        if (edge) edge.n += 1;
+        else edges.set(key, { from: o.from, event: o.event, to: o.to, n: 1 });
       } else {
         log.debug({ job_id: o.jobId, event: o.event, from: o.from, to: o.to, decision: o.decision, reason: o.reason }, 'deadline event changed nothing');
       }
     }
+    for (const e of edges.values()) metrics?.transitions.inc({ from: e.from, event: e.event, to: e.to }, e.n);
     metrics?.watchdogTimeouts.inc(applied.length);
     if (locked > 0) log.debug({ event: 'watchdog_batch', locked, timed_out: applied.length }, 'watchdog batch committed');
     return locked === batchSize && applied.length > 0 && !control.halted;
