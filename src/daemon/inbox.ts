@@ -182,7 +182,16 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     }
     const o = out.outcome;
     count('envelopes', { outcome: o.decision });
-    const line = { job_id: o.jobId, msg_id: out.msgId, event: o.event, from: o.from, to: o.to, decision: o.decision, reason: o.reason };
+    const line = {
+      job_id: o.jobId,
+      msg_id: out.msgId,
+      stream_seq: entry.msg.seq,
+      event: o.event,
+      from: o.from,
+      to: o.to,
+      decision: o.decision,
+      reason: o.reason,
+    };
     switch (o.decision) {
       case 'applied':
         count('transitions', { from: o.from!, event: o.event, to: o.to! });

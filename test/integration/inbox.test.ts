@@ -89,10 +89,13 @@ describe('SPEC §3.1: the service confirmed', () => {
 });
 
 describe('SPEC §3.2: results applied idempotently', () => {
-  it('success: done, result object registered, file stays PROCESSING', async () => {
+  it('success: done, result object registered, file stays PROCESSING; one info line naming the envelope', async () => {
     const job = await insertJob(t.db, { status: 'processing' });
-    await svc.done(job);
+    const { seq } = await svc.done(job);
     await drained();
+    expect(daemon.logs.lines.filter((l) => l.job_id === job.jobId)).toEqual([
+      expect.objectContaining({ level: 'info', msg_id: `result:${job.jobId}:1`, stream_seq: seq, event: 'ENVELOPE_RESULT', from: 'processing', to: 'done', decision: 'applied' }),
+    ]);
     const { job: row, file } = await loadAll(t.db, job.jobId);
     expect(row).toMatchObject({ status: 'done', result_msg_id: `result:${job.jobId}:1`, service_name: 'tabular-parser' });
     expect(row.finished_at).toBeInstanceOf(Date);
