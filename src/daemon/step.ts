@@ -118,15 +118,20 @@ export const LOCK_SQL = `
   FOR UPDATE OF j`;
 
 /**
- * Step 1 of the unlocked path ({@link applyEventsOptimistic}): the same rows, not locked, each
- * with its version — `xmin`, the transaction that wrote this version of the row; any later update
- * changes it.
+ * Step 1 of the unlocked path ({@link applyEventsOptimistic}): the same rows, each with its
+ * version — `xmin`, the transaction that wrote this version of the row; any later update changes
+ * it. `FOR SHARE` makes the read wait for a transaction that holds a row's lock right now and
+ * then see what it committed, as the locked path's `FOR UPDATE` does; the lock ends with the
+ * statement. This matters for decisions that write nothing: the publisher holds a job's lock
+ * while its message goes out, so the service's ack can arrive before `published` commits; read
+ * without waiting, the job would still look `pending` and the ack be ignored for good.
  */
 const READ_SQL = `
   SELECT ${LOCKED_COLUMNS}, j.xmin::text AS version
   FROM unnest($1::uuid[]) AS k(id)
   JOIN recognition_job j ON j.id = k.id
-  JOIN stored_file f ON f.id = j.file_id`;
+  JOIN stored_file f ON f.id = j.file_id
+  FOR SHARE OF j`;
 
 /**
  * The watchdog's lock: due jobs (`published`/`processing` with a passed `reply_deadline`), served
@@ -232,7 +237,7 @@ const GUARDED_WRITE_SQL = writeSql(true);
 const LOCK_NAME = 'rc_step_lock_v2';
 const DUE_LOCK_NAME = 'rc_step_due_lock_v2';
 const WRITE_NAME = 'rc_step_write_v2';
-const READ_NAME = 'rc_step_read_v1';
+const READ_NAME = 'rc_step_read_v2';
 const GUARDED_WRITE_NAME = 'rc_step_guarded_write_v1';
 
 /**
@@ -377,9 +382,10 @@ export async function applyPassedDeadlines(tx: StepTransaction, limit: number): 
 
 /**
  * The unlocked path, for a few events at a time (the inbox's batches of one job): two autocommit
- * statements instead of BEGIN, lock, write, COMMIT — half the round trips, no row-lock writes.
+ * statements instead of BEGIN, lock, write, COMMIT — half the round trips.
  *
- * 1. read the jobs' rows and versions (`xmin`), without locking them;
+ * 1. read the jobs' rows and versions (`xmin`), waiting for a transaction that holds one of them
+ *    (no lock is kept);
  * 2. decide, as the locked path does;
  * 3. write everything in one statement that updates each job only at the version it read, and
  *    aborts as a whole when any job was changed in between (a serialization failure, raised by

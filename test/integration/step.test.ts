@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { withPgClient } from '../../src/db/pgTransaction.js';
 import {
+  applyEvents,
   applyEventsOptimistic,
   pgStepSql,
   step,
@@ -355,5 +356,32 @@ describe('the unlocked path when the job changes between its read and its write'
     expect(await unlocked(jobId, done(jobId, fileId), record)).toMatchObject({ decision: 'duplicate' });
     expect(statements.map((n) => n.replace(/_v\d+$/, ''))).toEqual(['rc_step_read']);
     expect(await snapshotTables(t.db)).toEqual(before);
+  });
+});
+
+describe('the unlocked path and a transaction holding the job (the publisher, mid-publish)', () => {
+  it('waits for it, then decides on what it committed: the ack that overtook `published` is applied', async () => {
+    const { jobId } = await insertJob(t.db, { status: 'pending' });
+    // The publisher's transaction: the job locked and moved to published, not yet committed.
+    const publisher = await t.pool.connect();
+    try {
+      await publisher.query('BEGIN');
+      await applyEvents(pgStepSql(publisher), [{ jobId, event: { type: 'PUBLISHED', replyTimeoutMs: 600_000 } }]);
+      // The service's ack arrives meanwhile.
+      let settled = false;
+      const acked = unlocked(jobId, ack(jobId)).finally(() => (settled = true));
+      await new Promise((r) => setTimeout(r, 300));
+      expect(settled).toBe(false);
+      await publisher.query('COMMIT');
+      expect(await acked).toMatchObject({ decision: 'applied', from: 'published', to: 'processing' });
+    } finally {
+      publisher.release();
+    }
+    const { job, transitions } = await loadAll(t.db, jobId);
+    expect(job.status).toBe('processing');
+    expect(transitions.map((r) => [r.from_status, r.to_status])).toEqual([
+      ['pending', 'published'],
+      ['published', 'processing'],
+    ]);
   });
 });
