@@ -118,19 +118,29 @@ export const LOCK_SQL = `
   FOR UPDATE OF j`;
 
 /**
- * Step 1 of the unlocked path ({@link applyEventsOptimistic}): the same rows, each with its
- * version — `xmin`, the transaction that wrote this version of the row; any later update changes
- * it. `FOR SHARE` makes the read wait for a transaction that holds a row's lock right now and
- * then see what it committed, as the locked path's `FOR UPDATE` does; the lock ends with the
- * statement. This matters for decisions that write nothing: the publisher holds a job's lock
- * while its message goes out, so the service's ack can arrive before `published` commits; read
- * without waiting, the job would still look `pending` and the ack be ignored for good.
+ * Step 1 of the unlocked path ({@link applyEventsOptimistic}): the same rows, not locked, each
+ * with its version — `xmin`, the transaction that wrote this version of the row; any later update
+ * changes it.
  */
 const READ_SQL = `
   SELECT ${LOCKED_COLUMNS}, j.xmin::text AS version
   FROM unnest($1::uuid[]) AS k(id)
   JOIN recognition_job j ON j.id = k.id
-  JOIN stored_file f ON f.id = j.file_id
+  JOIN stored_file f ON f.id = j.file_id`;
+
+/**
+ * The unlocked path's check of a decision that writes nothing: the rows' current versions,
+ * `FOR SHARE` so that it waits for a transaction holding one of them and then sees what that
+ * committed (the lock ends with the statement). A write needs no such check — its version guard
+ * waits for the holder too — but a decision with nothing to write would otherwise stand on a row
+ * that is about to change: the publisher holds a job's lock while its message goes out, so the
+ * service's ack can arrive before `published` commits, and a job still read as `pending` would
+ * have its ack ignored for good.
+ */
+const CONFIRM_SQL = `
+  SELECT j.id, j.xmin::text AS version
+  FROM unnest($1::uuid[]) AS k(id)
+  JOIN recognition_job j ON j.id = k.id
   FOR SHARE OF j`;
 
 /**
@@ -237,7 +247,8 @@ const GUARDED_WRITE_SQL = writeSql(true);
 const LOCK_NAME = 'rc_step_lock_v2';
 const DUE_LOCK_NAME = 'rc_step_due_lock_v2';
 const WRITE_NAME = 'rc_step_write_v2';
-const READ_NAME = 'rc_step_read_v2';
+const READ_NAME = 'rc_step_read_v1';
+const CONFIRM_NAME = 'rc_step_confirm_v1';
 const GUARDED_WRITE_NAME = 'rc_step_guarded_write_v1';
 
 /**
@@ -384,18 +395,19 @@ export async function applyPassedDeadlines(tx: StepTransaction, limit: number): 
  * The unlocked path, for a few events at a time (the inbox's batches of one job): two autocommit
  * statements instead of BEGIN, lock, write, COMMIT — half the round trips.
  *
- * 1. read the jobs' rows and versions (`xmin`), waiting for a transaction that holds one of them
- *    (no lock is kept);
+ * 1. read the jobs' rows and versions (`xmin`), without locking them;
  * 2. decide, as the locked path does;
  * 3. write everything in one statement that updates each job only at the version it read, and
  *    aborts as a whole when any job was changed in between (a serialization failure, raised by
  *    `recognition_job_versions_checked`). Then read again and decide anew, a few times.
+ *    A decision that writes nothing is confirmed instead ({@link CONFIRM_SQL}): the versions
+ *    read are still current once any transaction holding the rows has finished.
  *
  * One statement is one transaction: the outcome is exactly that of the locked path run at the
  * moment of the write. Resolves with `null` when this path cannot finish the work — a job does
  * not exist (the caller quarantines in a transaction), more events than one write holds, or the
  * rows kept changing — and the caller then runs the locked path; nothing has been written.
- * A decision that writes nothing (a duplicate, a late result) costs the read alone.
+ * A decision that writes nothing (a duplicate, a late result) costs the read and the check.
  */
 export async function applyEventsOptimistic(sql: StepSql, items: readonly StepItem[]): Promise<StepOutcome[] | null> {
   if (items.length === 0) return [];
@@ -405,11 +417,18 @@ export async function applyEventsOptimistic(sql: StepSql, items: readonly StepIt
     const rows = await sql.query<LockedRow & { version: string }>(READ_NAME, READ_SQL, [ids]);
     if (rows.length < ids.length) return null;
     const versions = new Map(rows.map((r) => [r.id, r.version]));
+    const sent = { write: false };
+    let outcomes: StepOutcome[];
     try {
-      return await decideAndWrite(sql, rows, items, versions);
+      outcomes = await decideAndWrite(sql, rows, items, versions, sent);
     } catch (err) {
       if ((err as { code?: unknown }).code !== SERIALIZATION_FAILURE) throw err;
+      continue;
     }
+    if (sent.write) return outcomes;
+    // Nothing written: the decision stands only if no transaction was changing the rows.
+    const now = await sql.query<{ id: string; version: string }>(CONFIRM_NAME, CONFIRM_SQL, [ids]);
+    if (now.length === ids.length && now.every((r) => versions.get(r.id) === r.version)) return outcomes;
   }
   return null;
 }
@@ -427,6 +446,7 @@ async function decideAndWrite(
   rows: readonly LockedRow[],
   items: readonly StepItem[],
   versions?: ReadonlyMap<string, string>,
+  sent?: { write: boolean },
 ): Promise<StepOutcome[]> {
   const written = new Map<string, JobState>();
   const current = new Map<string, JobState>();
@@ -449,6 +469,7 @@ async function decideAndWrite(
     if (writing) await writing;
     if (!params) continue;
     writing = versions ? db.query(GUARDED_WRITE_NAME, GUARDED_WRITE_SQL, params) : db.query(WRITE_NAME, WRITE_SQL, params);
+    if (sent) sent.write = true;
     if (start + WRITE_CHUNK < items.length) {
       // Let the statement go out before deciding the next chunk; its failure is awaited above.
       writing.catch(() => undefined);

@@ -342,7 +342,7 @@ describe('the unlocked path when the job changes between its read and its write'
     expect((await loadAll(t.db, jobId)).job.status).toBe('processing');
   });
 
-  it('a decision that writes nothing (a duplicate) reads and writes nothing more', async () => {
+  it('a decision that writes nothing (a duplicate) reads, checks the version, and writes nothing', async () => {
     const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
     await step(t.db, jobId, done(jobId, fileId));
     const statements: string[] = [];
@@ -354,7 +354,7 @@ describe('the unlocked path when the job changes between its read and its write'
     });
     const before = await snapshotTables(t.db);
     expect(await unlocked(jobId, done(jobId, fileId), record)).toMatchObject({ decision: 'duplicate' });
-    expect(statements.map((n) => n.replace(/_v\d+$/, ''))).toEqual(['rc_step_read']);
+    expect(statements.map((n) => n.replace(/_v\d+$/, ''))).toEqual(['rc_step_read', 'rc_step_confirm']);
     expect(await snapshotTables(t.db)).toEqual(before);
   });
 });
