@@ -21,15 +21,23 @@ import { useTestDatabase } from '../helpers/withDatabase.js';
 
 const t = useTestDatabase();
 
-/** The unlocked path for one event, on the pool, through `sql` (default: the client itself). */
+/**
+ * The unlocked path for one event, on the pool. `afterQuery`, when given, runs after each of its
+ * statements (with the statement's name) before the path goes on: where a test interferes.
+ */
 async function unlocked(
   jobId: string,
   event: JobEventInput,
-  wrap = (s: StepSql) => s,
+  afterQuery?: (name: string) => Promise<unknown> | void,
 ): Promise<StepOutcome | undefined> {
-  const outcomes = await withPgClient(t.pool, (client) =>
-    applyEventsOptimistic(wrap(pgStepSql(client)), [{ jobId, event }]),
-  );
+  const watched = (sql: StepSql): StepSql => ({
+    async query<R>(name: string, text: string, values: readonly unknown[]) {
+      const rows = await sql.query<R>(name, text, values);
+      await afterQuery?.(name);
+      return rows;
+    },
+  });
+  const outcomes = await withPgClient(t.pool, (client) => applyEventsOptimistic(watched(pgStepSql(client)), [{ jobId, event }]));
   return outcomes?.[0];
 }
 
@@ -299,14 +307,9 @@ describe('the unlocked path when the job changes between its read and its write'
     let reads = 0;
     // After the first read, another writer applies the ack: the first write must find the job
     // at a version it did not read.
-    const interfere = (sql: StepSql): StepSql => ({
-      async query<R>(name: string, text: string, values: readonly unknown[]) {
-        const rows = await sql.query<R>(name, text, values);
-        if (name.startsWith('rc_step_read') && ++reads === 1) await step(t.db, jobId, ack(jobId));
-        return rows;
-      },
+    const outcome = await unlocked(jobId, done(jobId, fileId), async (name) => {
+      if (name.startsWith('rc_step_read') && ++reads === 1) await step(t.db, jobId, ack(jobId));
     });
-    const outcome = await unlocked(jobId, done(jobId, fileId), interfere);
 
     expect(reads).toBe(2);
     // Decided on the row the ack left: processing → done, not published → done.
@@ -325,15 +328,11 @@ describe('the unlocked path when the job changes between its read and its write'
   it('hands the work back, having written nothing, when the job keeps changing', async () => {
     const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
     // Every read is followed by a change of the row (a no-op update still makes a new version).
-    const interfere = (sql: StepSql): StepSql => ({
-      async query<R>(name: string, text: string, values: readonly unknown[]) {
-        const rows = await sql.query<R>(name, text, values);
-        if (name.startsWith('rc_step_read')) {
-          await t.db.updateTable('recognition_job').set({ service_version: '2.3.1' }).where('id', '=', jobId).execute();
-        }
-        return rows;
-      },
-    });
+    const interfere = async (name: string) => {
+      if (name.startsWith('rc_step_read')) {
+        await t.db.updateTable('recognition_job').set({ service_version: '2.3.1' }).where('id', '=', jobId).execute();
+      }
+    };
     const before = await snapshotTables(t.db);
     expect(await unlocked(jobId, done(jobId, fileId), interfere)).toBeUndefined();
     const after = await snapshotTables(t.db);
@@ -346,14 +345,8 @@ describe('the unlocked path when the job changes between its read and its write'
     const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
     await step(t.db, jobId, done(jobId, fileId));
     const statements: string[] = [];
-    const record = (sql: StepSql): StepSql => ({
-      query<R>(name: string, text: string, values: readonly unknown[]) {
-        statements.push(name);
-        return sql.query<R>(name, text, values);
-      },
-    });
     const before = await snapshotTables(t.db);
-    expect(await unlocked(jobId, done(jobId, fileId), record)).toMatchObject({ decision: 'duplicate' });
+    expect(await unlocked(jobId, done(jobId, fileId), (name) => void statements.push(name))).toMatchObject({ decision: 'duplicate' });
     expect(statements.map((n) => n.replace(/_v\d+$/, ''))).toEqual(['rc_step_read', 'rc_step_confirm']);
     expect(await snapshotTables(t.db)).toEqual(before);
   });
