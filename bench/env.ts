@@ -13,6 +13,7 @@ import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManage
 import { headers as natsHeaders, type NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
+import { inPgTransaction } from '../src/db/pgTransaction.js';
 import { CONFIG_VARIABLES, loadConfig, type Config } from '../src/config.js';
 import { createDatabaseIfMissing, dropDatabase, migrateToLatest, openDb } from '../src/db/database.js';
 import { provisionStreams } from '../src/nats/provision.js';
@@ -131,9 +132,7 @@ export async function truncateAll(pool: pg.Pool): Promise<void> {
  */
 export async function seedPublishedJobs(pool: pg.Pool, count: number): Promise<BenchJob[]> {
   const jobs = Array.from({ length: count }, () => ({ jobId: randomUUID(), fileId: randomUUID() }));
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
+  await inPgTransaction(pool, async (client: pg.PoolClient) => {
     await client.query(`SET LOCAL session_replication_role = replica`);
     for (let i = 0; i < jobs.length; i += 50_000) {
       const chunk = jobs.slice(i, i + 50_000);
@@ -159,13 +158,7 @@ export async function seedPublishedJobs(pool: pg.Pool, count: number): Promise<B
         [chunk.map((j) => j.jobId), chunk.map((j) => j.fileId)],
       );
     }
-    await client.query('COMMIT');
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw err;
-  } finally {
-    client.release();
-  }
+  });
   await pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job');
   return jobs;
 }

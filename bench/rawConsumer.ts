@@ -19,6 +19,7 @@
  */
 import type { Consumer, JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type pg from 'pg';
+import { inPgTransaction } from '../src/db/pgTransaction.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
 
 /** What {@link startRawConsumer} needs. */
@@ -57,9 +58,7 @@ function parse(m: JsMsg): { env: Envelope; msgId: string } {
 /** One envelope, one transaction. */
 async function applyOne(pool: pg.Pool, m: JsMsg): Promise<void> {
   const { env, msgId } = parse(m);
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
+  await inPgTransaction(pool, async (client: pg.PoolClient) => {
     const { rows } = await client.query<{ status: string; result_msg_id: string | null; file_id: string }>(
       'SELECT status, result_msg_id, file_id FROM recognition_job WHERE id = $1 FOR UPDATE',
       [env.job_id],
@@ -105,22 +104,14 @@ async function applyOne(pool: pg.Pool, m: JsMsg): Promise<void> {
         [env.job_id, job.status, env.status, msgId],
       );
     }
-    await client.query('COMMIT');
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw err;
-  } finally {
-    client.release();
-  }
+  });
   m.ack();
 }
 
 /** A fetched batch, one transaction, one multi-row statement per kind. */
 async function applyBatch(pool: pg.Pool, msgs: JsMsg[]): Promise<void> {
   const items = msgs.map(parse);
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
+  await inPgTransaction(pool, async (client: pg.PoolClient) => {
     const { rows } = await client.query<{ id: string; status: string; result_msg_id: string | null; file_id: string }>(
       // unnest drives the lookups through the primary key (with `id = ANY($1)` the planner may pick
       // a sequential scan on a small table): the same lock query form as the step's.
@@ -195,13 +186,7 @@ async function applyBatch(pool: pg.Pool, msgs: JsMsg[]): Promise<void> {
         ],
       );
     }
-    await client.query('COMMIT');
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw err;
-  } finally {
-    client.release();
-  }
+  });
   for (const m of msgs) m.ack();
 }
 

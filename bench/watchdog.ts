@@ -15,6 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import type pg from 'pg';
+import { inPgTransaction } from '../src/db/pgTransaction.js';
 import { openDb } from '../src/db/database.js';
 import { createLogger } from '../src/logger.js';
 import { createMetrics } from '../src/metrics.js';
@@ -51,9 +52,7 @@ const IN_FLIGHT = 20_000;
 /** Seed `rows` jobs: the first `due` ones due, then `IN_FLIGHT` published, the rest done. */
 export async function seedWatchdogTable(pool: pg.Pool, rows: number, due: number): Promise<void> {
   await truncateAll(pool);
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
+  await inPgTransaction(pool, async (client: pg.PoolClient) => {
     await client.query('SET LOCAL session_replication_role = replica');
     await client.query(
       `CREATE TEMP TABLE seed ON COMMIT DROP AS
@@ -86,21 +85,13 @@ export async function seedWatchdogTable(pool: pg.Pool, rows: number, due: number
               CASE WHEN status = 'done' THEN 'result:' || job_id || ':1' END
        FROM seed`,
     );
-    await client.query('COMMIT');
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw err;
-  } finally {
-    client.release();
-  }
+  });
   await pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
 }
 
 /** Make `due` more jobs due by turning finished (`done`) ones back into overdue `processing` ones. */
 export async function makeDue(pool: pg.Pool, due: number): Promise<void> {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
+  await inPgTransaction(pool, async (client: pg.PoolClient) => {
     await client.query('SET LOCAL session_replication_role = replica');
     await client.query(
       `WITH picked AS (SELECT id, file_id FROM recognition_job WHERE status = 'done' ORDER BY id LIMIT $1),
@@ -112,13 +103,7 @@ export async function makeDue(pool: pg.Pool, due: number): Promise<void> {
        UPDATE stored_file f SET status = 'PROCESSING', error_code = NULL FROM picked WHERE f.id = picked.file_id`,
       [due],
     );
-    await client.query('COMMIT');
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw err;
-  } finally {
-    client.release();
-  }
+  });
   await pool.query('VACUUM ANALYZE stored_file, recognition_job');
 }
 

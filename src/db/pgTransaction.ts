@@ -10,7 +10,7 @@ export interface PgPoolClient {
   release(destroy?: Error | boolean): void;
 }
 
-/** A pg pool. */
+/** A pg pool. (The helpers below take any pool and hand `fn` its own client type, e.g. pg's.) */
 export interface PgPool {
   connect(): Promise<PgPoolClient>;
 }
@@ -24,7 +24,7 @@ function isBrokenConnection(err: unknown): boolean {
  * Run `fn` with a client of `pool`, released after; a connection that died under it is
  * destroyed rather than handed out again.
  */
-export async function withPgClient<T>(pool: PgPool, fn: (client: PgPoolClient) => Promise<T>): Promise<T> {
+export async function withPgClient<C extends PgPoolClient, T>(pool: { connect(): Promise<C> }, fn: (client: C) => Promise<T>): Promise<T> {
   const client = await pool.connect();
   let broken: Error | undefined;
   try {
@@ -42,7 +42,7 @@ export async function withPgClient<T>(pool: PgPool, fn: (client: PgPoolClient) =
  * `fn` throws (the error is rethrown). A connection that cannot even roll back, or that died
  * under the transaction, is destroyed rather than handed out again.
  */
-export async function inPgTransaction<T>(pool: PgPool, fn: (client: PgPoolClient) => Promise<T>): Promise<T> {
+export async function inPgTransaction<C extends PgPoolClient, T>(pool: { connect(): Promise<C> }, fn: (client: C) => Promise<T>): Promise<T> {
   const client = await pool.connect();
   let broken: unknown;
   try {
