@@ -6,7 +6,7 @@ import type { CpuResult } from './cpu.js';
 import type { LatencyResult } from './latency.js';
 import type { MemoryResult } from './memory.js';
 import type { ThroughputResult } from './throughput.js';
-import type { IdleResult, SweepResult } from './watchdog.js';
+import type { IdleResult, RawSweepResult, SweepResult } from './watchdog.js';
 
 /** One run of `npm run bench`. */
 export interface BenchReport {
@@ -21,7 +21,7 @@ export interface BenchReport {
   defaults: Record<string, number>;
   throughput: ThroughputResult[];
   latency?: LatencyResult;
-  watchdog?: { sweeps: SweepResult[]; idle: IdleResult };
+  watchdog?: { sweeps: SweepResult[]; rawSweeps?: RawSweepResult[]; idle: IdleResult };
   cpu?: CpuResult;
   memory?: MemoryResult;
 }
@@ -73,14 +73,20 @@ export function renderTable(r: BenchReport): string {
     ]);
   }
   if (r.watchdog) {
+    const median = <T extends { seconds: number }>(all: readonly T[]) => [...all].sort((a, b) => a.seconds - b.seconds)[Math.floor((all.length - 1) / 2)]!;
+    const rounds = (all: ReadonlyArray<{ seconds: number }>) => (all.length > 1 ? ` (median of ${all.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : '');
+    const raws = r.watchdog.rawSweeps ?? [];
+    const raw = raws.length > 0 ? median(raws) : undefined;
+    if (raw) rows.push([`raw SQL sweep: ${n0(raw.due)} due timed out by one statement (same changes)`, `${raw.seconds.toFixed(2)} s${rounds(raws)}`, 'ceiling', '']);
     // Sweeps of one size repeated (rounds): the median one, with every round's time.
     for (const due of [...new Set(r.watchdog.sweeps.map((w) => w.due))]) {
       const all = r.watchdog.sweeps.filter((w) => w.due === due);
-      const s = [...all].sort((a, b) => a.seconds - b.seconds)[Math.floor((all.length - 1) / 2)]!;
+      const s = median(all);
       const isTarget = due === 100_000 * r.scale;
+      const vsRaw = raw && raw.due === due ? ` = ${(s.seconds / raw.seconds).toFixed(2)}× the raw SQL sweep's time` : '';
       rows.push([
         `watchdog, ${n0(due)} due among ${n0(s.rows)} rows (batch ${s.batchSize})`,
-        `${s.seconds.toFixed(2)} s (${n0(s.perSecond)} jobs/s)${all.length > 1 ? ` (median of ${all.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : ''}`,
+        `${s.seconds.toFixed(2)} s (${n0(s.perSecond)} jobs/s)${rounds(all)}${vsRaw}`,
         isTarget && r.scale === 1 ? '≤ 4 s' : '',
         isTarget && r.scale === 1 ? ok(s.seconds <= 4) : '',
       ]);
@@ -142,6 +148,7 @@ export function renderTable(r: BenchReport): string {
   const cpuRows = [
     ...r.throughput.map((t) => [`${t.name}${t.logLevel ? `, ${t.logLevel}` : ''}`, us(t.cpu.nodeUs), us(t.cpu.postgresUs), us(t.cpu.natsUs)]),
     ...(r.watchdog?.sweeps ?? []).map((w) => [`watchdog, ${n0(w.due)} due (per job)`, us(w.cpu.nodeUs), us(w.cpu.postgresUs), '–']),
+    ...(r.watchdog?.rawSweeps ?? []).map((w) => [`raw SQL sweep, ${n0(w.due)} due (per job)`, '–', us(w.postgresUs), '–']),
   ];
   const cpuTable = [
     'CPU time per envelope, µs (user + system from /proc; postgres = the consumer\'s own backends, so WAL writer and',
