@@ -102,8 +102,8 @@ export function renderMarkdown(graph: MachineGraph, rows: TableRow[], edges: Arr
   for (const s of graph.states.filter((x) => x.final)) out.push(`- **${s.name}**: ${s.description}`);
   out.push('', '## Legal status changes', '');
   out.push(
-    'The database refuses any other change of `recognition_job.status` (migration `0002_legal_edges`): a trigger',
-    'checks each change against the table `recognition_job_edge`.',
+    'The database refuses any other change of `recognition_job.status`: a trigger (migrations `0002_legal_edges`',
+    'and `0004_edge_check_in_when`) rejects a change missing from the table `recognition_job_edge`.',
     '',
     '| From | To |',
     '|---|---|',

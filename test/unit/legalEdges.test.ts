@@ -1,7 +1,8 @@
 /**
  * The chart is what the database enforces: the legal edges frozen in migration 0002 are exactly the
  * machine's. When this fails, the machine's edges changed: add a migration that rewrites
- * `recognition_job_edge` (never edit an applied one), and point this test at it.
+ * `recognition_job_edge` and the trigger's `WHEN` list (migration 0004 compiled the list into it;
+ * never edit an applied one), and point this test at it.
  */
 import { describe, expect, it } from 'vitest';
 import { JOB_STATUSES } from '../../machines/index.js';
