@@ -9,7 +9,7 @@ import { openDb, pendingMigrations, type Db } from '../db/database.js';
 import { MigrationsPendingError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { createMetrics, type Metrics } from '../metrics.js';
-import { connectNats, type Nats } from '../nats/connection.js';
+import { connectFailureReason, connectNats, type Nats } from '../nats/connection.js';
 import { provisionStreams } from '../nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
 import { startHttpServer, type HttpServer, type RouteHandler } from '../http/server.js';
@@ -74,7 +74,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
 
     // 2. NATS.
     nats = await connectNats(cfg, logger).catch((err: unknown) => {
-      throw new Error(`NATS (NATS_URL) is not usable: ${(err as Error).message}`, { cause: err });
+      throw new Error(`NATS (NATS_URL) is not usable: ${connectFailureReason(cfg, err)}`, { cause: err });
     });
     const jsm = await jetstreamManager(nats.nc);
     if (cfg.NATS_PROVISION) {

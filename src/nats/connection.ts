@@ -66,6 +66,20 @@ export function natsOptions(cfg: NatsConfig, name: string): NodeConnectionOption
 }
 
 /**
+ * The reason a first connection failed, as an operator should read it: the client's message, plus
+ * a hint where the client cannot know the cause. A server that requires client certificates
+ * (mutual TLS) refuses the handshake only after it completed on the client's side (TLS 1.3), so
+ * the client sees nothing but its connect timing out.
+ */
+export function connectFailureReason(cfg: NatsConfig, err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  if (cfg.NATS_TLS_CA && !cfg.NATS_TLS_CERT && /timeout/i.test(message)) {
+    return `${message} (TLS is on without a client certificate: if the server requires one, set NATS_TLS_CERT and NATS_TLS_KEY)`;
+  }
+  return message;
+}
+
+/**
  * Connect to NATS. The first connection must succeed (a wrong URL or credentials end the start
  * with a clear error); afterwards the client reconnects forever and the status is logged.
  */
