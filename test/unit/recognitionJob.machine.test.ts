@@ -16,6 +16,7 @@ import {
   decide,
   hydrate,
   publishBackoffMs,
+  recognitionJobMachine,
   type JobContext,
   type JobDecision,
   type JobEffect,
@@ -379,6 +380,15 @@ describe('hydrate', () => {
     const snapshot = hydrate({ status, context });
     expect(snapshot.value).toBe(status);
     expect(snapshot.context).toEqual(context);
+  });
+
+  it.each(JOB_STATUSES)("in %s is exactly what the machine's resolveState makes", (status) => {
+    const context = contextIn(status);
+    const snapshot = hydrate({ status, context });
+    const resolved = recognitionJobMachine.resolveState({ value: status, context });
+    expect(snapshot).toEqual(resolved);
+    expect(snapshot.status).toBe(resolved.status);
+    expect(snapshot.context).toBe(context);
   });
 
   it('throws for a status the machine does not know', () => {
