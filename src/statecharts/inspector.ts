@@ -1,20 +1,24 @@
 /**
- * The bridge to the Stately inspector: a local inspection server (`@statelyai/inspect/server`)
- * and an inspector (`@statelyai/inspect`) that sends it a run of the lifecycle machine, as the
- * inspector's own actor/event/snapshot events. A developer opens the server's page in a browser;
- * that page embeds the hosted inspector (https://stately.ai/inspect) and relays every event the
- * server holds (the last 200), so it may be opened before or after the run.
+ * The bridge to the Stately inspector: a local inspection server and an inspector
+ * (`@statelyai/inspect`) that sends it a run of the lifecycle machine, as the inspector's own
+ * actor/event/snapshot events. A developer opens the server's page in a browser; that page embeds
+ * the hosted inspector (https://stately.ai/inspect) and relays every event the server holds (the
+ * last 200), so it may be opened before or after the run.
+ *
+ * The server is `@statelyai/inspect/server`'s `createInspectorServer` — the same page, the same
+ * relay — made to listen on loopback only: the library's listens on every interface and takes no
+ * host, and it replays the events it holds (jobs' contexts: file ids, services, error messages)
+ * to anyone who connects.
  *
  * Why not `createWebSocketInspector`: it gives no way to know when the events have left the
  * process (a command would have to sleep before exiting), and it re-sends its whole buffer on every
  * reconnection. The adapter here is the same wire protocol (one JSON inspection event per WebSocket
  * message) with a `flush()` that resolves once the server has read every event.
  */
-import { createServer } from 'node:net';
+import { createServer } from 'node:http';
 import { createInspector, type StatelyInspectionEvent } from '@statelyai/inspect';
-import { createInspectorServer } from '@statelyai/inspect/server';
 import type { ActorRefLike } from 'xstate';
-import WebSocket from 'ws';
+import WebSocket, { WebSocketServer } from 'ws';
 import { UsageError } from '../errors.js';
 import { readMachineGraph } from './machineGraph.js';
 import { statelyConfig } from './render.js';
@@ -23,8 +27,6 @@ import { statelyConfig } from './render.js';
 export const DEFAULT_INSPECT_PORT = 8090;
 /** The hosted inspector the local page embeds. */
 export const HOSTED_INSPECTOR_URL = 'https://stately.ai/inspect';
-/** How long to wait for the local server to accept connections after it was started. */
-const CONNECT_TIMEOUT_MS = 5_000;
 
 /** A run of the machine: where it starts, then each event and the snapshot it led to. */
 export interface InspectionRun {
@@ -45,37 +47,102 @@ export interface InspectorSession {
   close(): Promise<void>;
 }
 
-function assertPortFree(port: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', (err: NodeJS.ErrnoException) =>
+/** The only interface the inspection server listens on. */
+export const INSPECT_HOST = '127.0.0.1';
+/** Events the server holds for a page opened later (as `createInspectorServer`). */
+const HELD_EVENTS = 200;
+
+/**
+ * The page: the hosted inspector in an iframe, fed every event the server relays. The page of
+ * `@statelyai/inspect/server` 0.7 (MIT), which does not export it, with the address passed in.
+ */
+function bridgePage(wsUrl: string): string {
+  return `<!DOCTYPE html>
+<html>
+<head>
+  <title>Stately Inspector</title>
+  <style>
+    * { margin: 0; padding: 0; }
+    html, body { height: 100%; }
+    iframe { width: 100%; height: 100%; border: none; }
+  </style>
+</head>
+<body>
+  <iframe id="inspector" src="${HOSTED_INSPECTOR_URL}"></iframe>
+  <script>
+    const iframe = document.getElementById('inspector');
+    const buffer = [];
+    let connected = false;
+    window.addEventListener('message', (e) => {
+      if (e.data && e.data.type === '@statelyai.connected') {
+        connected = true;
+        buffer.forEach((event) => iframe.contentWindow.postMessage(event, '*'));
+        buffer.length = 0;
+      }
+    });
+    const ws = new WebSocket(${JSON.stringify(wsUrl)});
+    ws.onmessage = (event) => {
+      const data = JSON.parse(event.data);
+      if (connected) iframe.contentWindow.postMessage(data, '*');
+      else buffer.push(data);
+    };
+  </script>
+</body>
+</html>`;
+}
+
+/**
+ * Start the inspection server on `INSPECT_HOST:port`: the page, and a relay that sends a new
+ * client the events it holds, then every event another client sends. A port in use is a usage
+ * error.
+ */
+async function startInspectionServer(port: number, wsUrl: string): Promise<{ stop(): Promise<void> }> {
+  const page = bridgePage(wsUrl);
+  const http = createServer((_req, res) => {
+    res.writeHead(200, { 'Content-Type': 'text/html' });
+    res.end(page);
+  });
+  await new Promise<void>((resolve, reject) => {
+    http.once('error', (err: NodeJS.ErrnoException) =>
       reject(
         new UsageError(
           err.code === 'EADDRINUSE'
             ? `port ${port} is in use: pass --inspect-port <port> to run the inspector server elsewhere`
-            : `cannot listen on port ${port}: ${err.message}`,
+            : `cannot listen on ${INSPECT_HOST}:${port}: ${err.message}`,
         ),
       ),
     );
-    probe.listen(port, () => probe.close(() => resolve()));
+    http.listen(port, INSPECT_HOST, () => resolve());
   });
+  // Attached once listening: the WebSocket server re-emits the HTTP server's errors as its own.
+  const wss = new WebSocketServer({ server: http });
+  const held: string[] = [];
+  wss.on('connection', (client) => {
+    for (const msg of held) client.send(msg);
+    client.on('message', (data) => {
+      const msg = data.toString();
+      held.push(msg);
+      if (held.length > HELD_EVENTS) held.shift();
+      for (const other of wss.clients) if (other !== client && other.readyState === WebSocket.OPEN) other.send(msg);
+    });
+  });
+  return {
+    stop: () =>
+      new Promise<void>((resolve) => {
+        for (const c of wss.clients) c.terminate();
+        wss.close();
+        http.close(() => resolve());
+      }),
+  };
 }
 
-async function connect(url: string): Promise<WebSocket> {
-  const deadline = Date.now() + CONNECT_TIMEOUT_MS;
-  for (;;) {
-    try {
-      return await new Promise<WebSocket>((resolve, reject) => {
-        const ws = new WebSocket(url);
-        ws.once('open', () => resolve(ws));
-        ws.once('error', reject);
-      });
-    } catch (err) {
-      // The server was just started and may not listen yet.
-      if (Date.now() > deadline) throw new Error(`the inspector server at ${url} did not accept a connection`, { cause: err });
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
+/** The inspector's own connection to the server (listening by now). */
+function connect(url: string): Promise<WebSocket> {
+  return new Promise<WebSocket>((resolve, reject) => {
+    const ws = new WebSocket(url);
+    ws.once('open', () => resolve(ws));
+    ws.once('error', (err) => reject(new Error(`the inspector server at ${url} did not accept a connection`, { cause: err })));
+  });
 }
 
 /**
@@ -84,14 +151,13 @@ async function connect(url: string): Promise<WebSocket> {
  */
 export async function startInspection(opts: { port?: number } = {}): Promise<InspectorSession> {
   const port = opts.port ?? DEFAULT_INSPECT_PORT;
-  await assertPortFree(port);
-  const server = createInspectorServer({ port, url: HOSTED_INSPECTOR_URL, autoOpen: false });
-  const wsUrl = `ws://localhost:${port}`;
+  const wsUrl = `ws://${INSPECT_HOST}:${port}`;
+  const server = await startInspectionServer(port, wsUrl);
   let ws: WebSocket;
   try {
     ws = await connect(wsUrl);
   } catch (err) {
-    server.stop();
+    await server.stop();
     throw err;
   }
   let pending: Array<Promise<void>> = [];
@@ -111,7 +177,7 @@ export async function startInspection(opts: { port?: number } = {}): Promise<Ins
 
   return {
     port,
-    pageUrl: `http://localhost:${port}`,
+    pageUrl: `http://${INSPECT_HOST}:${port}`,
     wsUrl,
     async send(run) {
       // The inspector reads the definition from `actorRef.logic.config`, as for a live actor.
@@ -140,7 +206,7 @@ export async function startInspection(opts: { port?: number } = {}): Promise<Ins
           resolve();
         }, 1_000).unref();
       });
-      server.stop();
+      await server.stop();
     },
   };
 }

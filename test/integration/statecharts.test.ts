@@ -7,6 +7,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { networkInterfaces } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import { chromium, type Browser } from 'playwright-core';
@@ -188,10 +189,10 @@ describe('the Stately inspector', () => {
     const port = await freePort();
     const cli = runCli(['jobs', 'history', jobId, '--inspect', '--inspect-port', String(port)], { DATABASE_URL: t.url });
     const [, count] = await cli.waitFor(/Sent (\d+) inspection events/);
-    expect(cli.output()).toContain(`open http://localhost:${port} in a browser`);
+    expect(cli.output()).toContain(`open http://127.0.0.1:${port} in a browser`);
     expect(Number(count)).toBe(1 + 2 * 3);
 
-    const events = await receiveInspection(`ws://localhost:${port}`, Number(count));
+    const events = await receiveInspection(`ws://127.0.0.1:${port}`, Number(count));
     expect(events.every((e) => e.sessionId === jobId)).toBe(true);
     expect(events[0]).toMatchObject({ type: '@xstate.actor', snapshot: { value: 'pending' } });
     expect(JSON.parse(events[0]!.definition!)).toMatchObject({ id: 'recognitionJob', initial: 'pending' });
@@ -215,7 +216,7 @@ describe('the Stately inspector', () => {
     const port = await freePort();
     const cli = runCli(['simulate', `${SCENARIOS}happy-path.json`, '--json', '--inspect', '--inspect-port', String(port)]);
     const [, count] = await cli.waitFor(/Sent (\d+) inspection events/);
-    const events = await receiveInspection(`ws://localhost:${port}`, Number(count));
+    const events = await receiveInspection(`ws://127.0.0.1:${port}`, Number(count));
     expect(events[0]).toMatchObject({ type: '@xstate.actor', sessionId: 'simulate:happy-path', snapshot: { value: 'pending' } });
     expect(events.filter((e) => e.type === '@xstate.snapshot').map((e) => e.snapshot!.value)).toEqual(['published', 'processing', 'done']);
     expect(events.filter((e) => e.type === '@xstate.event').map((e) => e.event!.type)).toEqual([
@@ -227,6 +228,37 @@ describe('the Stately inspector', () => {
     expect(await cli.exited).toBe(0);
     // With --json, stdout is the trace alone: the instructions went to stderr.
     expect(cli.output()).toContain('"scenario": "happy-path"');
+  });
+
+  // Held events are jobs' contexts (file ids, services, error messages): not for the network.
+  const nonLoopback = Object.values(networkInterfaces())
+    .flat()
+    .find((a) => a && a.family === 'IPv4' && !a.internal)?.address;
+
+  it('the server listens on loopback only and serves the page that embeds the hosted inspector', async () => {
+    const port = await freePort();
+    const cli = runCli(['simulate', `${SCENARIOS}happy-path.json`, '--inspect', '--inspect-port', String(port)]);
+    const [, count] = await cli.waitFor(/Sent (\d+) inspection events/);
+    const page = await fetch(`http://127.0.0.1:${port}/`);
+    expect(page.status).toBe(200);
+    const html = await page.text();
+    expect(html).toContain('<iframe id="inspector" src="https://stately.ai/inspect">');
+    expect(html).toContain(`new WebSocket("ws://127.0.0.1:${port}")`);
+    // A page opened after the run still gets all of it.
+    expect(await receiveInspection(`ws://127.0.0.1:${port}`, Number(count))).toHaveLength(Number(count));
+    cli.child.kill('SIGINT');
+    expect(await cli.exited).toBe(0);
+  });
+
+  // Skipped (and reported so) on a machine whose only interface is loopback.
+  it.skipIf(nonLoopback === undefined)('refuses connections on the machine’s other addresses', async () => {
+    const port = await freePort();
+    const cli = runCli(['simulate', `${SCENARIOS}happy-path.json`, '--inspect', '--inspect-port', String(port)]);
+    await cli.waitFor(/Sent (\d+) inspection events/);
+    await expect(receiveInspection(`ws://${nonLoopback}:${port}`, 1, 5_000)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    await expect(fetch(`http://${nonLoopback}:${port}/`)).rejects.toThrow();
+    cli.child.kill('SIGINT');
+    expect(await cli.exited).toBe(0);
   });
 
   it('--inspect-exit returns once the server holds the run; a busy port is a usage error', async () => {
