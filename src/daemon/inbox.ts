@@ -284,7 +284,13 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     const n = laneOf(item);
     lanes[n]!.push({ msg, item });
     queued++;
-    if (!busy[n]) idle[n] = runLane(n);
+    if (!busy[n]) {
+      busy[n] = true;
+      // Start on the next turn of the event loop, not now: the other messages of the same read
+      // from the socket are dispatched first and join the batch (started at once, a lane's first
+      // batch was always a single message).
+      idle[n] = new Promise<void>((resolve) => setImmediate(resolve)).then(() => runLane(n));
+    }
   }
 
   /**

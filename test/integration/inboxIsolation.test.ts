@@ -1,0 +1,87 @@
+/**
+ * A batch the database refuses for a non-transient reason (issue 7: "a message that fails rolls
+ * back alone and is nak'd or quarantined alone"): the inbox applies the batch's messages one by
+ * one, so the refused one is quarantined alone, acked, and its neighbours are applied. Real
+ * PostgreSQL refuses: a trigger the test installs raises for one job's transition.
+ */
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { sql } from 'kysely';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
+import { insertJob, loadAll, type JobFixture } from '../helpers/fixtures.js';
+import { startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
+import { createServiceClient } from '../helpers/serviceClient.js';
+import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
+import { useTestDatabase } from '../helpers/withDatabase.js';
+
+const t = useTestDatabase();
+let server: NatsServerHandle;
+let nc: NatsConnection;
+let daemon: TestDaemon | undefined;
+
+beforeAll(async () => {
+  server = await startNatsServer();
+  nc = await connect({ servers: server.url });
+});
+
+afterAll(async () => {
+  await daemon?.stop();
+  await nc?.close();
+  await server?.cleanup();
+});
+
+it('one refused message in a batch: quarantined alone (SCHEMA_INVALID, stage apply) and acked; the others applied', async () => {
+  const env = { INBOX_BATCH_SIZE: '50', INBOX_CONCURRENCY: '1' };
+  // Provision the stream and consumer, then stop: the results wait in the stream, so the next
+  // start receives them together, in one batch.
+  await (await startTestDaemon({ databaseUrl: t.url, natsUrl: server.url, env })).stop();
+
+  const jobs: JobFixture[] = [];
+  for (let i = 0; i < 5; i++) jobs.push(await insertJob(t.db, { status: 'processing' }));
+  const refused = jobs[2]!;
+  await sql`
+    CREATE FUNCTION test_refuse_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.job_id = ${sql.lit(refused.jobId)}::uuid THEN RAISE EXCEPTION 'refused by the test'; END IF;
+      RETURN NEW;
+    END $$`.execute(t.db);
+  await sql`
+    CREATE TRIGGER test_refuse_transition BEFORE INSERT ON recognition_job_transition
+    FOR EACH ROW EXECUTE FUNCTION test_refuse_transition()`.execute(t.db);
+
+  const svc = createServiceClient(nc);
+  for (const job of jobs) await svc.done(job);
+
+  const batchSizes: number[] = [];
+  daemon = await startTestDaemon({
+    databaseUrl: t.url,
+    natsUrl: server.url,
+    env,
+    beforeInboxBatch: (items) => void batchSizes.push(items.length),
+  });
+  await waitFor(async () => {
+    const info = await (await jetstreamManager(nc)).consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
+    return info.ack_floor.stream_seq >= jobs.length && info.num_ack_pending === 0 && info.num_pending === 0;
+  }, 'every result acked');
+
+  // The five came in one batch, which failed and was applied one message at a time.
+  expect(batchSizes[0]).toBe(5);
+  expect(batchSizes.slice(1)).toEqual([1, 1, 1, 1, 1]);
+  expect(daemon.logs.lines).toContainEqual(expect.objectContaining({ event: 'batch_isolate', size: 5 }));
+
+  for (const job of jobs) {
+    const { job: row, transitions } = await loadAll(t.db, job.jobId);
+    if (job === refused) {
+      expect(row.status).toBe('processing');
+      expect(transitions).toEqual([]);
+    } else {
+      expect(row.status).toBe('done');
+      expect(transitions.map((tr) => tr.to_status)).toEqual(['done']);
+    }
+  }
+  const quarantined = await t.db.selectFrom('inbox_quarantine').selectAll().execute();
+  expect(quarantined).toHaveLength(1);
+  expect(quarantined[0]).toMatchObject({ reason: 'SCHEMA_INVALID', job_id: refused.jobId, msg_id: `result:${refused.jobId}:1` });
+  expect(quarantined[0]!.details).toMatchObject({ stage: 'apply', error: 'refused by the test' });
+});
