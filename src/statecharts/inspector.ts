@@ -93,8 +93,8 @@ function bridgePage(wsUrl: string): string {
 
 /**
  * Start the inspection server on `INSPECT_HOST:port`: the page, and a relay that sends a new
- * client the events it holds, then every event another client sends. A port in use is a usage
- * error.
+ * client the events it holds, then every event another client sends; a browser page of another
+ * origin is refused. A port in use is a usage error.
  */
 async function startInspectionServer(port: number, wsUrl: string): Promise<{ stop(): Promise<void> }> {
   const page = bridgePage(wsUrl);
@@ -115,7 +115,10 @@ async function startInspectionServer(port: number, wsUrl: string): Promise<{ sto
     http.listen(port, INSPECT_HOST, () => resolve());
   });
   // Attached once listening: the WebSocket server re-emits the HTTP server's errors as its own.
-  const wss = new WebSocketServer({ server: http });
+  // Browsers send their page's origin: only this server's own page may connect, not any site the
+  // developer happens to have open (programs, like the inspector below, send no origin).
+  const ownPage = new Set([`http://${INSPECT_HOST}:${port}`, `http://localhost:${port}`]);
+  const wss = new WebSocketServer({ server: http, verifyClient: ({ origin }: { origin?: string }) => !origin || ownPage.has(origin) });
   const held: string[] = [];
   wss.on('connection', (client) => {
     for (const msg of held) client.send(msg);

@@ -79,9 +79,9 @@ interface InspectionMessage {
 }
 
 /** Connect to the inspection server as a viewer would; resolves with the first `n` events it relays. */
-function receiveInspection(url: string, n: number, timeoutMs = 10_000): Promise<InspectionMessage[]> {
+function receiveInspection(url: string, n: number, timeoutMs = 10_000, origin?: string): Promise<InspectionMessage[]> {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url);
+    const ws = new WebSocket(url, origin ? { origin } : {});
     const got: InspectionMessage[] = [];
     const timer = setTimeout(() => {
       ws.terminate();
@@ -246,6 +246,9 @@ describe('the Stately inspector', () => {
     expect(html).toContain(`new WebSocket("ws://127.0.0.1:${port}")`);
     // A page opened after the run still gets all of it.
     expect(await receiveInspection(`ws://127.0.0.1:${port}`, Number(count))).toHaveLength(Number(count));
+    // So does a client claiming the page's own origin; a page of any other site is refused.
+    expect(await receiveInspection(`ws://127.0.0.1:${port}`, Number(count), 10_000, `http://127.0.0.1:${port}`)).toHaveLength(Number(count));
+    await expect(receiveInspection(`ws://127.0.0.1:${port}`, 1, 5_000, 'https://example.com')).rejects.toThrow(/Unexpected server response: 401/);
     cli.child.kill('SIGINT');
     expect(await cli.exited).toBe(0);
   });
