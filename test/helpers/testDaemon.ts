@@ -2,7 +2,10 @@
  * An in-process daemon for integration tests: real PostgreSQL (the test's database), a real
  * nats-server (the test's own), configuration through the same `loadConfig` as production.
  */
+import { jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/nats-core';
 import { loadConfig } from '../../src/config.js';
+import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { startDaemon, type Daemon, type DaemonOptions } from '../../src/daemon/daemon.js';
 import { createLogSink, type LogSink } from './logSink.js';
 
@@ -49,4 +52,18 @@ export async function waitFor<T>(check: () => Promise<T> | T, what: string, time
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/** Wait until `core-inbox` has acked every message published to the results stream so far. */
+export async function inboxDrained(nc: NatsConnection, timeoutMs = 20_000): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  const target = (await jsm.streams.info(RESULTS_STREAM)).state.last_seq;
+  await waitFor(
+    async () => {
+      const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
+      return info.ack_floor.stream_seq >= target && info.num_ack_pending === 0;
+    },
+    'core-inbox to ack every message',
+    timeoutMs,
+  );
 }

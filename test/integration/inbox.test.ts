@@ -11,7 +11,7 @@ import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
 import { startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
 import { createServiceClient, type ServiceClient } from '../helpers/serviceClient.js';
-import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
+import { inboxDrained, startTestDaemon, type TestDaemon } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 
 const t = useTestDatabase();
@@ -43,20 +43,8 @@ async function consumerIdle(): Promise<boolean> {
   return info.num_pending === 0 && info.num_ack_pending === 0;
 }
 
-async function lastSeq(): Promise<number> {
-  const jsm = await jetstreamManager(nc);
-  return (await jsm.streams.info(RESULTS_STREAM)).state.last_seq;
-}
-
 /** Wait until core-inbox has acked everything published so far. */
-async function drained(): Promise<void> {
-  const target = await lastSeq();
-  await waitFor(async () => {
-    const jsm = await jetstreamManager(nc);
-    const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
-    return info.ack_floor.stream_seq >= target && info.num_ack_pending === 0;
-  }, 'core-inbox to ack every message');
-}
+const drained = () => inboxDrained(nc);
 
 describe('SPEC §3.1: the service confirmed', () => {
   it('an ack moves a published job to processing, with started_at, service and the file PROCESSING', async () => {

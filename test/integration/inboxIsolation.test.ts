@@ -5,14 +5,12 @@
  * PostgreSQL refuses: a trigger the test installs raises for one job's transition.
  */
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { jetstreamManager } from '@nats-io/jetstream';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { insertJob, loadAll, type JobFixture } from '../helpers/fixtures.js';
 import { startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
-import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
+import { inboxDrained, startTestDaemon, type TestDaemon } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 
 const t = useTestDatabase();
@@ -60,10 +58,7 @@ it('one refused message in a batch: quarantined alone (SCHEMA_INVALID, stage app
     env,
     beforeInboxBatch: (items) => void batchSizes.push(items.length),
   });
-  await waitFor(async () => {
-    const info = await (await jetstreamManager(nc)).consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
-    return info.ack_floor.stream_seq >= jobs.length && info.num_ack_pending === 0 && info.num_pending === 0;
-  }, 'every result acked');
+  await inboxDrained(nc);
 
   // The five came in one batch, which failed and was applied one message at a time.
   expect(batchSizes[0]).toBe(5);

@@ -31,7 +31,7 @@ import { insertJob, loadAll } from '../helpers/fixtures.js';
 import { createLogSink } from '../helpers/logSink.js';
 import { startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
-import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
+import { inboxDrained, startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 
 const t = useTestDatabase();
@@ -414,18 +414,7 @@ describe('hostile input through real NATS into the real database', () => {
   });
 
   /** Wait until core-inbox has acked everything published so far. */
-  async function drained(): Promise<void> {
-    const jsm = await jetstreamManager(nc);
-    const target = (await jsm.streams.info(RESULTS_STREAM)).state.last_seq;
-    await waitFor(
-      async () => {
-        const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
-        return info.ack_floor.stream_seq >= target && info.num_ack_pending === 0;
-      },
-      'core-inbox to ack every message',
-      60_000,
-    );
-  }
+  const drained = () => inboxDrained(nc, 60_000);
 
   /** Publish raw bytes with a msg id; returns the stream sequence. */
   async function publish(
