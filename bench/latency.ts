@@ -28,6 +28,7 @@ import { createLogger } from '../src/logger.js';
 import { createMetrics } from '../src/metrics.js';
 import { connectNats } from '../src/nats/connection.js';
 import { provisionStreams } from '../src/nats/provision.js';
+import type { PublishMode } from './latencyPublisher.js';
 import { checkAllDone, checkpoint, resetStream, seedPublishedJobs, truncateAll, waitAllAcked, type BenchEnv, type BenchJob } from './env.js';
 
 /** Result of one latency measurement. */
@@ -41,6 +42,10 @@ export interface LatencyResult {
   /** Worst lag of the publisher behind its schedule (should be ~0: the rate was held). */
   publisherLagMs: number;
   logLevel: string;
+  /** How the publisher sent the results (see bench/latencyPublisher.ts). */
+  publish: PublishMode;
+  /** Set when the rate was given by `--latency-rate` rather than half the batched maximum. */
+  fixedRate?: boolean;
 }
 
 const wall = () => performance.timeOrigin + performance.now();
@@ -50,13 +55,13 @@ function percentile(sorted: readonly number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
 
-function publishInChild(natsUrl: string, jobs: BenchJob[], rate: number): Promise<{ times: Array<[string, number]>; lagMs: number }> {
+function publishInChild(natsUrl: string, jobs: BenchJob[], rate: number, publish: PublishMode): Promise<{ times: Array<[string, number]>; lagMs: number }> {
   const here = dirname(fileURLToPath(import.meta.url));
   const child = fork(join(here, 'latencyPublisher.js'), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   return new Promise((resolve, reject) => {
     child.once('message', (m) => resolve(m as { times: Array<[string, number]>; lagMs: number }));
     child.once('exit', (code) => (code === 0 ? undefined : reject(new Error(`latency publisher exited with ${code}`))));
-    child.send({ natsUrl, jobs, rate });
+    child.send({ natsUrl, jobs, rate, publish });
   });
 }
 
@@ -72,6 +77,7 @@ export async function measureLatency(
   rate: number,
   seconds: number,
   logLevel: 'info' | 'warn',
+  publish: PublishMode,
   overrides: Record<string, string> = {},
 ): Promise<LatencyResult> {
   const warmup = Math.round(rate * WARMUP_SECONDS);
@@ -89,6 +95,8 @@ export async function measureLatency(
   const db = openDb(cfg.DATABASE_URL, { max: cfg.DB_POOL_SIZE });
   const nats = await connectNats(cfg, logger);
   const committedAt = new Map<string, number>();
+  // For the dump only: when each envelope's batch transaction began, and that batch's size.
+  const batchStart = new Map<string, [number, number]>();
   try {
     const jsm = await jetstreamManager(nats.nc);
     await provisionStreams(jsm, {
@@ -107,6 +115,10 @@ export async function measureLatency(
       concurrency: cfg.INBOX_CONCURRENCY,
       maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
       ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
+      beforeBatch: (items) => {
+        const t = wall();
+        for (const it of items) if (it.decoded.ok) batchStart.set(it.decoded.envelope.job_id, [t, items.length]);
+      },
       afterCommit: (items) => {
         const t = wall();
         for (const it of items) if (it.decoded.ok) committedAt.set(it.decoded.envelope.job_id, t);
@@ -114,7 +126,7 @@ export async function measureLatency(
     });
     let published: { times: Array<[string, number]>; lagMs: number };
     try {
-      published = await publishInChild(env.natsUrl, jobs, rate);
+      published = await publishInChild(env.natsUrl, jobs, rate, publish);
       await waitAllAcked(env.jsm, n, 60_000 + n * 5);
     } finally {
       await inbox.stop();
@@ -125,10 +137,14 @@ export async function measureLatency(
       .map(([jobId, t]) => committedAt.get(jobId)! - t)
       .sort((a, b) => a - b);
     if (latencies.some((l) => !Number.isFinite(l))) throw new Error('an envelope has no commit time');
-    // For a closer look at the tail: every (publish time, latency) pair, as JSON lines.
+    // For a closer look at the tail, one JSON line per envelope: [publish time, latency, publish →
+    // start of its batch's transaction, size of that batch].
     const dump = process.env['BENCH_LATENCY_DUMP'];
     if (dump) {
-      const lines = published.times.slice(warmup).map(([jobId, t]) => JSON.stringify([t, committedAt.get(jobId)! - t]));
+      const lines = published.times.slice(warmup).map(([jobId, t]) => {
+        const [started, size] = batchStart.get(jobId) ?? [NaN, 0];
+        return JSON.stringify([t, committedAt.get(jobId)! - t, started - t, size]);
+      });
       writeFileSync(dump, lines.join('\n') + '\n');
     }
     return {
@@ -140,6 +156,7 @@ export async function measureLatency(
       maxMs: latencies[latencies.length - 1]!,
       publisherLagMs: published.lagMs,
       logLevel,
+      publish,
     };
   } finally {
     await nats.nc.drain().catch(() => undefined);

@@ -21,6 +21,8 @@ export interface BenchReport {
   defaults: Record<string, number>;
   throughput: ThroughputResult[];
   latency?: LatencyResult;
+  /** The same measurement with JetStream-acknowledged publishing (reported). */
+  latencyJetStream?: LatencyResult;
   watchdog?: { sweeps: SweepResult[]; rawSweeps?: RawSweepResult[]; idle: IdleResult };
   cpu?: CpuResult;
   memory?: MemoryResult;
@@ -63,13 +65,15 @@ export function renderTable(r: BenchReport): string {
       ]);
     }
   }
-  if (r.latency) {
-    const l = r.latency;
+  for (const l of [r.latency, r.latencyJetStream]) {
+    if (!l) continue;
+    const publish = l.publish;
+    const target = !l.fixedRate && l === r.latency;
     rows.push([
-      `latency publish → commit at ${n0(l.rate)} env/s (½ batched max), LOG_LEVEL=${l.logLevel}`,
-      `p50 ${l.p50Ms.toFixed(1)} ms, p99 ${l.p99Ms.toFixed(1)} ms (max ${l.maxMs.toFixed(1)} ms)`,
-      'p99 ≤ 50 ms',
-      ok(l.p99Ms <= 50),
+      `latency publish → commit at ${n0(l.rate)} env/s (${l.fixedRate ? 'set by --latency-rate' : '½ batched max'}), ${publish === 'core' ? 'plain NATS publish' : 'JetStream publish, acked'}, LOG_LEVEL=${l.logLevel}`,
+      `p50 ${l.p50Ms.toFixed(1)} ms, p99 ${l.p99Ms.toFixed(1)} ms (max ${l.maxMs.toFixed(1)} ms; publisher lag ${l.publisherLagMs.toFixed(1)} ms)`,
+      target ? 'p99 ≤ 50 ms' : '(reported)',
+      target ? ok(l.p99Ms <= 50) : '',
     ]);
   }
   if (r.watchdog) {

@@ -37,6 +37,8 @@ interface Args {
   rounds: number;
   only: Set<Section>;
   write: boolean;
+  /** Publish rate of the latency section; by default half the batched maximum of the run. */
+  latencyRate: number | undefined;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -44,6 +46,7 @@ function parseArgs(argv: string[]): Args {
   let rounds = 3;
   let only: Set<Section> = new Set(SECTIONS);
   let write: boolean | undefined;
+  let latencyRate: number | undefined;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const value = () => {
@@ -62,13 +65,17 @@ function parseArgs(argv: string[]): Args {
       for (const n of names) if (!(SECTIONS as readonly string[]).includes(n)) throw new Error(`--only: unknown section ${n} (${SECTIONS.join(', ')})`);
       only = new Set(names as Section[]);
       write ??= false;
+    } else if (a.startsWith('--latency-rate')) {
+      latencyRate = Number(value());
+      if (!(latencyRate > 0)) throw new Error('--latency-rate must be a positive number');
+      write ??= false;
     } else if (a === '--write') write = true;
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: npm run bench -- [--scale N] [--rounds N] [--only raw,inbox,latency,watchdog,cpu,memory] [--write]\n');
+      process.stdout.write('usage: npm run bench -- [--scale N] [--rounds N] [--only raw,inbox,latency,watchdog,cpu,memory] [--latency-rate N] [--write]\n');
       process.exit(0);
     } else throw new Error(`unknown argument ${a}`);
   }
-  return { scale, rounds, only, write: write ?? true };
+  return { scale, rounds, only, write: write ?? true, latencyRate };
 }
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -206,12 +213,18 @@ async function main(): Promise<void> {
       report.throughput.push(await runOnce('inbox, batched, info', () => measureInbox(env, { ...batched, logLevel: 'info' }, sizes.batched)));
     }
     if (args.only.has('latency')) {
-      batchedMax ??= (await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched)).perSecond;
-      const rate = Math.round(batchedMax / 2);
+      // --latency-rate: a fixed rate, to compare configurations or builds at the same load.
+      const rate = args.latencyRate ?? Math.round((batchedMax ?? (await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched)).perSecond) / 2);
       log(`latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s`);
-      const r: LatencyResult = await measureLatency(env, rate, sizes.latencySeconds, 'warn');
-      log(`  p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`);
-      report.latency = r;
+      const fixed = args.latencyRate === undefined ? {} : { fixedRate: true };
+      // The target, with the lightest publisher; then the same with JetStream-acknowledged
+      // publishing, reported (both described in bench/latencyPublisher.ts).
+      for (const publish of ['core', 'jetstream'] as const) {
+        const r: LatencyResult = { ...(await measureLatency(env, rate, sizes.latencySeconds, 'warn', publish)), ...fixed };
+        log(`  ${publish} publish: p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`);
+        if (publish === 'core') report.latency = r;
+        else report.latencyJetStream = r;
+      }
     }
     if (args.only.has('watchdog')) {
       log(`watchdog: ${fmt(sizes.watchdogRows)} rows`);
