@@ -152,11 +152,15 @@ function isKysely(db: Kysely<Database> | PgPool): db is Kysely<Database> {
 
 /**
  * Apply a batch in its own transaction (committed when this resolves). On a pg pool the step's
- * statements are prepared once per connection (named statements); through Kysely they are not.
+ * statements are prepared and planned once per connection (named statements, generic plans);
+ * through Kysely they are not.
  */
 export async function applyInboxBatchTx(db: Kysely<Database> | PgPool, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
   if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items));
-  return (await applyOneJobUnlocked(db, items)) ?? inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items));
+  return (
+    (await applyOneJobUnlocked(db, items)) ??
+    inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items), { genericPlans: true })
+  );
 }
 
 /**

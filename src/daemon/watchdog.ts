@@ -84,7 +84,7 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
   async function sweepBatch(): Promise<{ locked: number; applied: StepOutcome[]; outcomes: StepOutcome[] }> {
     const started = performance.now();
     const outcomes = opts.pool
-      ? await inPgTransaction(opts.pool, (client) => applyPassedDeadlines(pgStepSql(client), batchSize))
+      ? await inPgTransaction(opts.pool, (client) => applyPassedDeadlines(pgStepSql(client), batchSize), { genericPlans: true })
       : await db.transaction().execute((tx) => applyPassedDeadlines(tx, batchSize));
     if (outcomes.length > 0) {
       metrics?.stepDuration.observe({ loop: 'watchdog' }, (performance.now() - started) / 1000);

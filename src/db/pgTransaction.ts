@@ -37,16 +37,36 @@ export async function withPgClient<C extends PgPoolClient, T>(pool: { connect():
   }
 }
 
+export interface PgTransactionOptions {
+  /**
+   * Give the transaction's prepared statements their generic plan, planned once per connection
+   * (`SET LOCAL plan_cache_mode = force_generic_plan`, sent with BEGIN: no round trip more; it ends
+   * with the transaction, so the connection's other users keep PostgreSQL's default). For the hot
+   * paths, whose statements are written to be planned without their values (see step.ts). By
+   * default PostgreSQL compares each execution's custom plan with the generic one, and for a
+   * statement taking an array of a few ids the custom plan looks cheaper: it planned such a
+   * statement anew at every execution, which cost more than running it.
+   */
+  genericPlans?: boolean;
+}
+
+const BEGIN = 'BEGIN';
+const BEGIN_GENERIC_PLANS = 'BEGIN; SET LOCAL plan_cache_mode = force_generic_plan';
+
 /**
  * Run `fn` in a transaction on a client of `pool`: committed when this resolves, rolled back when
  * `fn` throws (the error is rethrown). A connection that cannot even roll back, or that died
  * under the transaction, is destroyed rather than handed out again.
  */
-export async function inPgTransaction<C extends PgPoolClient, T>(pool: { connect(): Promise<C> }, fn: (client: C) => Promise<T>): Promise<T> {
+export async function inPgTransaction<C extends PgPoolClient, T>(
+  pool: { connect(): Promise<C> },
+  fn: (client: C) => Promise<T>,
+  options: PgTransactionOptions = {},
+): Promise<T> {
   const client = await pool.connect();
   let broken: unknown;
   try {
-    await client.query({ text: 'BEGIN' });
+    await client.query({ text: options.genericPlans ? BEGIN_GENERIC_PLANS : BEGIN });
     try {
       const result = await fn(client);
       await client.query({ text: 'COMMIT' });

@@ -5,7 +5,9 @@
  * does when it cannot finish).
  */
 import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
+import { applyInboxBatchTx, decodeItem } from '../../src/daemon/inboxBatch.js';
 import { withPgClient } from '../../src/db/pgTransaction.js';
 import {
   applyEvents,
@@ -376,5 +378,78 @@ describe('the unlocked path and a transaction holding the job (the publisher, mi
       ['pending', 'published'],
       ['published', 'processing'],
     ]);
+  });
+});
+
+describe("the inbox's statements are planned once per connection", () => {
+  /** A valid result envelope for a job, as it comes off the stream. */
+  const resultItem = (j: { jobId: string; fileId: string }, seq: number) =>
+    decodeItem(
+      {
+        subject: 'recognition.result',
+        stream: 'RECOGNITION_RESULTS',
+        streamSeq: seq,
+        headers: { 'Nats-Msg-Id': [`result:${j.jobId}:1`] },
+        data: new TextEncoder().encode(
+          JSON.stringify({
+            job_id: j.jobId,
+            status: 'done',
+            service,
+            result_s3: { bucket: 'arm-ka', key: `results/${j.fileId}/${j.jobId}/result.json` },
+            result_schema_version: '1.0',
+            sent_at: new Date().toISOString(),
+          }),
+        ),
+      },
+      1 << 20,
+    );
+
+  it('batches of one job and of two jobs run on generic plans, not a new plan per execution', async () => {
+    // One connection, so every batch uses (and pg_prepared_statements shows) the same session.
+    const pool = new pg.Pool({ connectionString: t.url, max: 1 });
+    try {
+      // Tables of a few thousand rows, analysed: on a handful of rows every plan costs the same,
+      // and PostgreSQL settles on the generic one whatever the statement.
+      await withPgClient(pool, async (client) => {
+        await client.query({
+          text: `
+          WITH o AS (
+            INSERT INTO s3_object (bucket, key, bucket_role, created_by)
+            VALUES ('arm-ka', 'uploads/' || gen_random_uuid() || '.xlsx', 'uploads', 'test')
+            RETURNING id
+          ),
+          f AS (
+            INSERT INTO stored_file (s3_object_id, original_name, status)
+            SELECT o.id, 'filler.xlsx', 'PROCESSING' FROM o, generate_series(1, 5000)
+            RETURNING id
+          )
+          INSERT INTO recognition_job (file_id, attempt, target_service, status, publish_attempts, published_at, reply_deadline)
+          SELECT id, 1, 'tabular-parser', 'processing', 1, now(), now() + interval '1 hour' FROM f`,
+        });
+        await client.query({ text: 'ANALYZE stored_file, recognition_job' });
+      });
+      const jobs = await Promise.all(Array.from({ length: 30 }, () => insertJob(t.db, { status: 'processing' })));
+      let seq = 0;
+      // Ten batches of one job (the unlocked path), ten of two jobs (the locked path).
+      for (const j of jobs.slice(0, 10)) await applyInboxBatchTx(pool, [resultItem(j, ++seq)]);
+      for (let i = 10; i < 30; i += 2) await applyInboxBatchTx(pool, [resultItem(jobs[i]!, ++seq), resultItem(jobs[i + 1]!, ++seq)]);
+      for (const j of jobs) expect((await loadAll(t.db, j.jobId)).job.status).toBe('done');
+
+      const plans = await withPgClient(pool, async (client) => {
+        const { rows } = await client.query<{ name: string; generic_plans: string; custom_plans: string }>({
+          text: `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements WHERE name LIKE 'rc_step_%' ORDER BY name`,
+        });
+        return rows.map((r) => ({ name: r.name.replace(/_v\d+$/, ''), generic: Number(r.generic_plans), custom: Number(r.custom_plans) }));
+      });
+      expect(plans.map((p) => p.name)).toEqual(['rc_step_guarded_write', 'rc_step_lock', 'rc_step_read', 'rc_step_write']);
+      // PostgreSQL's default tries five custom plans before it settles; with an array of a few
+      // ids it never settled, and planned the statement at every one of its ten executions.
+      for (const p of plans) {
+        expect(p.custom, p.name).toBeLessThanOrEqual(5);
+        expect(p.generic + p.custom, p.name).toBe(10);
+      }
+    } finally {
+      await pool.end();
+    }
   });
 });
