@@ -67,10 +67,9 @@ export function renderTable(r: BenchReport): string {
   }
   for (const l of [r.latency, r.latencyJetStream]) {
     if (!l) continue;
-    const publish = l.publish;
     const target = !l.fixedRate && l === r.latency;
     rows.push([
-      `latency publish → commit at ${n0(l.rate)} env/s (${l.fixedRate ? 'set by --latency-rate' : '½ batched max'}), ${publish === 'core' ? 'plain NATS publish' : 'JetStream publish, acked'}, LOG_LEVEL=${l.logLevel}`,
+      `latency publish → commit at ${n0(l.rate)} env/s (${l.fixedRate ? 'set by --latency-rate' : '½ batched max'}), ${l.publish === 'core' ? 'plain NATS publish' : 'JetStream publish, acked'}, LOG_LEVEL=${l.logLevel}`,
       `p50 ${l.p50Ms.toFixed(1)} ms, p99 ${l.p99Ms.toFixed(1)} ms (max ${l.maxMs.toFixed(1)} ms; publisher lag ${l.publisherLagMs.toFixed(1)} ms)`,
       target ? 'p99 ≤ 50 ms' : '(reported)',
       target ? ok(l.p99Ms <= 50) : '',
