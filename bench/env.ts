@@ -188,12 +188,16 @@ export function resultMsgId(job: BenchJob): string {
   return `result:${job.jobId}:1`;
 }
 
+/** The headers of a job's result: its `Nats-Msg-Id`. */
+export function resultHeaders(job: BenchJob) {
+  const h = natsHeaders();
+  h.set('Nats-Msg-Id', resultMsgId(job));
+  return h;
+}
+
 /** Publish one job's result envelope; resolves with JetStream's ack. */
 export function publishResult(js: JetStreamClient, job: BenchJob, sentAt?: Date) {
-  const h = natsHeaders();
-  const msgID = resultMsgId(job);
-  h.set('Nats-Msg-Id', msgID);
-  return js.publish(RESULT_SUBJECT, doneEnvelope(job, sentAt), { headers: h, msgID });
+  return js.publish(RESULT_SUBJECT, doneEnvelope(job, sentAt), { headers: resultHeaders(job), msgID: resultMsgId(job) });
 }
 
 /**

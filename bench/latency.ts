@@ -95,7 +95,9 @@ export async function measureLatency(
   const db = openDb(cfg.DATABASE_URL, { max: cfg.DB_POOL_SIZE });
   const nats = await connectNats(cfg, logger);
   const committedAt = new Map<string, number>();
-  // For the dump only: when each envelope's batch transaction began, and that batch's size.
+  // For the dump only (not recorded otherwise: it would be work inside the measured process):
+  // when each envelope's batch transaction began, and that batch's size.
+  const dump = process.env['BENCH_LATENCY_DUMP'];
   const batchStart = new Map<string, [number, number]>();
   try {
     const jsm = await jetstreamManager(nats.nc);
@@ -115,10 +117,12 @@ export async function measureLatency(
       concurrency: cfg.INBOX_CONCURRENCY,
       maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
       ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
-      beforeBatch: (items) => {
-        const t = wall();
-        for (const it of items) if (it.decoded.ok) batchStart.set(it.decoded.envelope.job_id, [t, items.length]);
-      },
+      beforeBatch: dump
+        ? (items) => {
+            const t = wall();
+            for (const it of items) if (it.decoded.ok) batchStart.set(it.decoded.envelope.job_id, [t, items.length]);
+          }
+        : undefined,
       afterCommit: (items) => {
         const t = wall();
         for (const it of items) if (it.decoded.ok) committedAt.set(it.decoded.envelope.job_id, t);
@@ -139,7 +143,6 @@ export async function measureLatency(
     if (latencies.some((l) => !Number.isFinite(l))) throw new Error('an envelope has no commit time');
     // For a closer look at the tail, one JSON line per envelope: [publish time, latency, publish →
     // start of its batch's transaction, size of that batch].
-    const dump = process.env['BENCH_LATENCY_DUMP'];
     if (dump) {
       const lines = published.times.slice(warmup).map(([jobId, t]) => {
         const [started, size] = batchStart.get(jobId) ?? [NaN, 0];

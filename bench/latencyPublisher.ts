@@ -19,10 +19,9 @@
  * The parent checks afterwards that every envelope was committed, so a lost publish fails the run.
  */
 import { jetstream } from '@nats-io/jetstream';
-import { headers as natsHeaders } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { RESULT_SUBJECT } from '../src/nats/subjects.js';
-import { doneEnvelope, publishResult, resultMsgId, type BenchJob } from './env.js';
+import { doneEnvelope, publishResult, resultHeaders, type BenchJob } from './env.js';
 
 export type PublishMode = 'core' | 'jetstream';
 
@@ -54,11 +53,7 @@ async function run({ natsUrl, jobs, rate, publish }: Start): Promise<void> {
         const job = jobs[sent++]!;
         times.push([job.jobId, wall()]);
         if (publish === 'jetstream') acks.push(publishResult(js, job, new Date()));
-        else {
-          const h = natsHeaders();
-          h.set('Nats-Msg-Id', resultMsgId(job));
-          nc.publish(RESULT_SUBJECT, doneEnvelope(job, new Date()), { headers: h });
-        }
+        else nc.publish(RESULT_SUBJECT, doneEnvelope(job, new Date()), { headers: resultHeaders(job) });
       }
       if (sent >= jobs.length) resolve();
       else setTimeout(tick, 2);
