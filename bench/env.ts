@@ -79,6 +79,9 @@ export async function startBenchEnv(): Promise<BenchEnv> {
     }
     const nc = await connect({ servers: nats.url, name: 'bench' });
     const pool = new pg.Pool({ connectionString: databaseUrl, max: 4, application_name: 'bench' });
+    // pool.end() resolves before its connections have closed: one that close()'s DROP DATABASE …
+    // FORCE reaches first emits 'error' with nobody listening, which would end the run.
+    pool.on('connect', (client) => client.on('error', () => undefined));
     const config = (overrides: Record<string, string> = {}) =>
       loadConfig({
         DATABASE_URL: databaseUrl,

@@ -64,6 +64,9 @@ function timeoutFor(n: number): number {
 export async function measureRaw(env: BenchEnv, mode: 'message' | 'batch', n: number): Promise<ThroughputResult> {
   const last = await prepare(env, n);
   const pool = new pg.Pool({ connectionString: env.databaseUrl, max: 10, application_name: 'bench-raw' });
+  // pool.end() resolves before its connections have closed: one the bench's DROP DATABASE … FORCE
+  // reaches first emits 'error' with nobody listening, which would end the run.
+  pool.on('connect', (client) => client.on('error', () => undefined));
   const inFlight = 8;
   const batchSize = 100;
   try {

@@ -10,7 +10,8 @@
  *   3. write every effect in one statement (data-modifying CTEs, which see one snapshot and whose
  *      foreign keys are checked at its end):
  *      a. register the result objects (`s3_object`), one multi-row upsert;
- *      b. write the changed columns of every changed job, pointing results at their objects;
+ *      b. write the changed columns of every changed job, pointing results at their objects
+ *         (found at the row address the lock read, not through the primary key);
  *      c. change the files that are still the jobs' current files;
  *      d. append the transition log, in the order the events were applied.
  * The caller commits; only then may it ack the messages the items came from. A large batch is
@@ -97,12 +98,17 @@ export function pgStepSql(client: PgQueryable): StepSql {
   };
 }
 
-export type LockedRow = JobStateRow & { file_is_current: boolean; db_now: Date };
+export type LockedRow = JobStateRow & { file_is_current: boolean; db_now: Date; row_address: string };
 
-/** The locked row's columns: the job's state, whether its file points at it, the database clock. */
+/**
+ * The locked row's columns: the job's state, whether its file points at it, the database clock,
+ * and the row version's address (`ctid`): while this transaction holds the row's lock nobody else
+ * can move it, so the write finds it there without a search of the primary key.
+ */
 const LOCKED_COLUMNS = `${JOB_STATE_COLUMNS.map((c) => `j.${c}`).join(', ')},
          (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
-         date_trunc('milliseconds', now()) AS db_now`;
+         date_trunc('milliseconds', now()) AS db_now,
+         j.ctid::text AS row_address`;
 
 /**
  * Step 1. `unnest` drives the join, so the planner looks each id up in the primary key whatever
@@ -147,23 +153,35 @@ const CONFIRM_SQL = `
 
 /**
  * The watchdog's lock: due jobs (`published`/`processing` with a passed `reply_deadline`), served
- * by the partial index `recognition_job_reply_deadline_due_idx`, oldest deadline first, `$1` at
- * most, skipping locked rows (so no lock is ever waited for, and no order is needed against
- * deadlocks). Same columns as {@link LOCK_SQL}.
+ * by the partial index `recognition_job_reply_deadline_due_idx`, `$1` at most, skipping locked
+ * rows (so no lock is ever waited for, and no order is needed against deadlocks). Same columns as
+ * {@link LOCK_SQL}. Oldest deadline first; {@link DUE_LOCK_NEWEST_SQL} is the same from the other
+ * end of the index.
  *
  * The database clock is truncated to milliseconds because the machine's guard compares JavaScript
  * Dates (milliseconds) with the same truncated clock: a deadline of 12:00:00.0004 would be due in
  * SQL at 12:00:00.0007 but not in JS, and such a row would come back in every batch forever.
  */
-export const DUE_LOCK_SQL = `
+export const DUE_LOCK_SQL = dueLockSql('ASC');
+
+/**
+ * The due lock from the newest passed deadline back: a second worker of a sweep takes its batches
+ * from this end of the index, so neither worker's scan has to step over the rows the other holds
+ * (SKIP LOCKED visits each of them, row and lock manager, before skipping it) until they meet.
+ */
+const DUE_LOCK_NEWEST_SQL = dueLockSql('DESC');
+
+function dueLockSql(order: 'ASC' | 'DESC'): string {
+  return `
   SELECT ${LOCKED_COLUMNS}
   FROM recognition_job j
   JOIN stored_file f ON f.id = j.file_id
   WHERE j.status IN ('published', 'processing')
     AND j.reply_deadline < date_trunc('milliseconds', now())
-  ORDER BY j.reply_deadline
+  ORDER BY j.reply_deadline ${order}
   LIMIT $1
   FOR UPDATE OF j SKIP LOCKED`;
+}
 
 /** SQL expression reading one changed column from the JSON element `e`, else keeping `j`'s value. */
 const COLUMN_SQL: Record<MutableJobColumn, string> = {
@@ -194,12 +212,28 @@ const SET_CHANGED_COLUMNS = Object.entries(COLUMN_SQL)
   .join(',\n        ');
 
 /**
- * Step 3: $1 objects, $2 job changes, $3 file changes, $4 transitions (JSON arrays, maybe empty).
- * `guarded`: each element of $2 also carries the `version` (xmin) the job was read at, a job is
- * updated only at that version, and $5 says how many must be: anything else aborts the statement
- * (`recognition_job_versions_checked`, migration 0003).
+ * How step 3 finds the jobs it updates:
+ * - `address`: at the row address each element of $2 carries (`ctid`, read with the row's lock
+ *   in this transaction, so the row is still there): no search of the primary key;
+ * - `id`: by id, for a chunk naming a job that an earlier write of the same batch has already
+ *   moved (an update writes a new row version elsewhere);
+ * - `guarded`: by id, and only at the `version` (xmin) each element carries, the job having been
+ *   read without a lock; $5 says how many must be updated: anything else aborts the statement
+ *   (`recognition_job_versions_checked`, migration 0003).
  */
-function writeSql(guarded: boolean): string {
+type WriteMode = 'address' | 'id' | 'guarded';
+
+/** Step 3: $1 objects, $2 job changes, $3 file changes, $4 transitions (JSON arrays, maybe empty). */
+function writeSql(mode: WriteMode): string {
+  const guarded = mode === 'guarded';
+  const findJobs =
+    mode === 'address'
+      ? `WHERE j.ctid = (e->>'ctid')::tid AND j.id = (e->>'id')::uuid`
+      : `WHERE j.id = (e->>'id')::uuid
+      -- Redundant with the join, on purpose: it makes the planner reach the jobs through the
+      -- primary key, whatever it guesses of the batch's size (a generic plan guesses 100 rows
+      -- and would hash-join them against a sequential scan of a small-to-medium table).
+      AND j.id = ANY (ARRAY(SELECT (x->>'id')::uuid FROM jsonb_array_elements($2::jsonb) AS x))`;
   return `
   WITH obj AS (
     INSERT INTO s3_object (bucket, key, bucket_role, created_by)
@@ -214,11 +248,7 @@ function writeSql(guarded: boolean): string {
         updated_at = now()
     FROM jsonb_array_elements($2::jsonb) AS e
     LEFT JOIN obj ON obj.bucket = e->'result_object'->>'bucket' AND obj.key = e->'result_object'->>'key'
-    WHERE j.id = (e->>'id')::uuid
-      -- Redundant with the join, on purpose: it makes the planner reach the jobs through the
-      -- primary key, whatever it guesses of the batch's size (a generic plan guesses 100 rows
-      -- and would hash-join them against a sequential scan of a small-to-medium table).
-      AND j.id = ANY (ARRAY(SELECT (x->>'id')::uuid FROM jsonb_array_elements($2::jsonb) AS x))${
+    ${findJobs}${
         guarded ? `
       AND j.xmin::text = e->>'version'
     RETURNING j.id` : ''}
@@ -242,14 +272,17 @@ function writeSql(guarded: boolean): string {
   ${guarded ? `SELECT recognition_job_versions_checked((SELECT count(*) FROM job), $5::integer) AS written` : `SELECT 1 AS written`}`;
 }
 
-export const WRITE_SQL = writeSql(false);
-const GUARDED_WRITE_SQL = writeSql(true);
+export const WRITE_SQL = writeSql('address');
+const WRITE_BY_ID_SQL = writeSql('id');
+const GUARDED_WRITE_SQL = writeSql('guarded');
 
 /** Statement names: the text's version is part of the name, so a changed text is prepared anew. */
-const LOCK_NAME = 'rc_step_lock_v2';
-const DUE_LOCK_NAME = 'rc_step_due_lock_v2';
-const WRITE_NAME = 'rc_step_write_v2';
-const READ_NAME = 'rc_step_read_v2';
+const LOCK_NAME = 'rc_step_lock_v3';
+const DUE_LOCK_NAME = 'rc_step_due_lock_v3';
+const DUE_LOCK_NEWEST_NAME = 'rc_step_due_lock_newest_v1';
+const WRITE_NAME = 'rc_step_write_v3';
+const WRITE_BY_ID_NAME = 'rc_step_write_by_id_v1';
+const READ_NAME = 'rc_step_read_v3';
 const CONFIRM_NAME = 'rc_step_confirm_v2';
 const GUARDED_WRITE_NAME = 'rc_step_guarded_write_v1';
 
@@ -326,13 +359,16 @@ function decideAll(items: readonly StepItem[], current: Map<string, JobState>, n
 
 /**
  * Step 3's parameters for `fx`: the changed columns of each touched job against what was last
- * written for it (`written`, updated), or null when there is nothing to write.
+ * written for it (`written`, updated), or null when there is nothing to write. With `addresses`
+ * each job's change carries its row address; every job it changes is added to `moved`.
  */
 function writeParams(
   fx: Effects,
   written: Map<string, JobState>,
   current: Map<string, JobState>,
-  versions?: ReadonlyMap<string, string>,
+  versions: ReadonlyMap<string, string> | undefined,
+  addresses: ReadonlyMap<string, string> | undefined,
+  moved: Set<string>,
 ): string[] | null {
   const changes: Array<Record<string, unknown>> = [];
   for (const id of fx.touched) {
@@ -345,7 +381,10 @@ function writeParams(
     // Guarded: every job with something to write is checked at the version it was read at.
     if (versions) {
       if (changed || fx.effected.has(id)) changes.push({ id, version: versions.get(id), ...diff });
-    } else if (changed) changes.push({ id, ...diff });
+    } else if (changed) {
+      changes.push(addresses ? { id, ctid: addresses.get(id), ...diff } : { id, ...diff });
+      moved.add(id);
+    }
     written.set(id, after);
   }
   if (changes.length === 0 && fx.files.size === 0 && fx.transitions.length === 0 && fx.objects.size === 0) return null;
@@ -379,13 +418,17 @@ export async function applyEvents(tx: StepTransaction, items: readonly StepItem[
 
 /**
  * The watchdog's batch, in one statement fewer: lock up to `limit` jobs whose reply deadline has
- * passed (oldest first, skipping rows another transaction holds — several instances sweep side by
- * side, and a job whose result is being applied right now is left to it) and apply
- * `DEADLINE_PASSED` to each. The machine still decides: a job it declines is reported, not changed.
+ * passed (oldest first, or `newest` first for a sweep's second worker; skipping rows another
+ * transaction holds — several instances sweep side by side, and a job whose result is being
+ * applied right now is left to it) and apply `DEADLINE_PASSED` to each. The machine still decides:
+ * a job it declines is reported, not changed.
  */
-export async function applyPassedDeadlines(tx: StepTransaction, limit: number): Promise<StepOutcome[]> {
+export async function applyPassedDeadlines(tx: StepTransaction, limit: number, from: 'oldest' | 'newest' = 'oldest'): Promise<StepOutcome[]> {
   const db = stepSqlOf(tx);
-  const rows = await db.query<LockedRow>(DUE_LOCK_NAME, DUE_LOCK_SQL, [limit]);
+  const rows =
+    from === 'oldest'
+      ? await db.query<LockedRow>(DUE_LOCK_NAME, DUE_LOCK_SQL, [limit])
+      : await db.query<LockedRow>(DUE_LOCK_NEWEST_NAME, DUE_LOCK_NEWEST_SQL, [limit]);
   return decideAndWrite(
     db,
     rows,
@@ -454,12 +497,16 @@ async function decideAndWrite(
 ): Promise<StepOutcome[]> {
   const written = new Map<string, JobState>();
   const current = new Map<string, JobState>();
+  // Locked rows stay at their address until this batch updates them (`moved`).
+  const addresses = versions ? undefined : new Map<string, string>();
+  const moved = new Set<string>();
   let now: Date | undefined;
   for (const row of rows) {
     now = row.db_now;
     const state = rowToJobState(row, row.file_is_current);
     written.set(row.id, state);
     current.set(row.id, state);
+    addresses?.set(row.id, row.row_address);
   }
 
   // 2–3. Decide a chunk in order and send its write; decide the next chunk while PostgreSQL
@@ -469,10 +516,16 @@ async function decideAndWrite(
   let writing: Promise<unknown> | undefined;
   for (let start = 0; start < items.length; start += WRITE_CHUNK) {
     const fx = decideAll(items.slice(start, start + WRITE_CHUNK), current, now, outcomes);
-    const params = writeParams(fx, written, current, versions);
+    // A job an earlier chunk updated has moved: such a chunk finds its jobs by id.
+    const byAddress = addresses !== undefined && (moved.size === 0 || ![...fx.touched].some((id) => moved.has(id)));
+    const params = writeParams(fx, written, current, versions, byAddress ? addresses : undefined, moved);
     if (writing) await writing;
     if (!params) continue;
-    writing = versions ? db.query(GUARDED_WRITE_NAME, GUARDED_WRITE_SQL, params) : db.query(WRITE_NAME, WRITE_SQL, params);
+    writing = versions
+      ? db.query(GUARDED_WRITE_NAME, GUARDED_WRITE_SQL, params)
+      : byAddress
+        ? db.query(WRITE_NAME, WRITE_SQL, params)
+        : db.query(WRITE_BY_ID_NAME, WRITE_BY_ID_SQL, params);
     if (sent) sent.write = true;
     if (start + WRITE_CHUNK < items.length) {
       // Let the statement go out before deciding the next chunk; its failure is awaited above.

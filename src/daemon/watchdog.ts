@@ -18,6 +18,9 @@ import type { Metrics } from '../metrics.js';
 import { inPgTransaction, type PgPool } from '../db/pgTransaction.js';
 import { applyPassedDeadlines, DUE_LOCK_SQL, pgStepSql, type LockedRow, type StepOutcome } from './step.js';
 
+/** Which end of the due jobs (by reply deadline) a batch is taken from. */
+type DueEnd = 'oldest' | 'newest';
+
 /** What {@link createWatchdog} needs. */
 export interface WatchdogOptions {
   db: Kysely<Database>;
@@ -80,12 +83,15 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
   // Bumped by every start/stop, so a tick of an earlier run never schedules another.
   let generation = 0;
 
-  /** One transaction: lock a batch of due jobs, step each with DEADLINE_PASSED, commit. */
-  async function sweepBatch(): Promise<{ locked: number; applied: StepOutcome[]; outcomes: StepOutcome[] }> {
+  /**
+   * One transaction: lock a batch of due jobs, step each with DEADLINE_PASSED, commit. `from`: the
+   * end of the due index the batch is taken from.
+   */
+  async function sweepBatch(from: DueEnd): Promise<{ locked: number; applied: StepOutcome[]; outcomes: StepOutcome[] }> {
     const started = performance.now();
     const outcomes = opts.pool
-      ? await inPgTransaction(opts.pool, (client) => applyPassedDeadlines(pgStepSql(client), batchSize), { genericPlans: true })
-      : await db.transaction().execute((tx) => applyPassedDeadlines(tx, batchSize));
+      ? await inPgTransaction(opts.pool, (client) => applyPassedDeadlines(pgStepSql(client), batchSize, from), { genericPlans: true })
+      : await db.transaction().execute((tx) => applyPassedDeadlines(tx, batchSize, from));
     if (outcomes.length > 0) {
       metrics?.stepDuration.observe({ loop: 'watchdog' }, (performance.now() - started) / 1000);
       metrics?.batchSize.observe({ loop: 'watchdog' }, outcomes.length);
@@ -99,9 +105,9 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
    * came back full, timed something out, and the sweep was not halted (rows due in SQL that the
    * machine declines would otherwise be selected again and again).
    */
-  async function batchOnce(control: { halted: boolean }, counts: { total: number; batches: number }): Promise<boolean> {
+  async function batchOnce(control: { halted: boolean }, counts: { total: number; batches: number }, from: DueEnd): Promise<boolean> {
     // 1. Lock, decide and commit one batch.
-    const { locked, applied, outcomes } = await sweepBatch();
+    const { locked, applied, outcomes } = await sweepBatch(from);
     counts.batches += 1;
     counts.total += applied.length;
     // 2. Report, only after the commit (counters once per batch and edge, not once per job).
@@ -124,8 +130,8 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
   }
 
   /** One worker of a sweep: batch after batch while they come back full. */
-  async function drain(control: { halted: boolean }, counts: { total: number; batches: number }): Promise<void> {
-    while (await batchOnce(control, counts));
+  async function drain(control: { halted: boolean }, counts: { total: number; batches: number }, from: DueEnd): Promise<void> {
+    while (await batchOnce(control, counts, from));
   }
 
   async function runSweep(control: { halted: boolean }): Promise<number> {
@@ -134,8 +140,12 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
     try {
       // The first batch alone: an idle sweep (the usual case) is one short transaction. Only a
       // full batch, i.e. a backlog, brings in the other workers.
-      if (await batchOnce(control, counts)) {
-        const results = await Promise.allSettled(Array.from({ length: concurrency }, () => drain(control, counts)));
+      if (await batchOnce(control, counts, 'oldest')) {
+        // Workers take turns at the two ends of the due index: two of them never step over the
+        // rows the other holds locked until they meet in the middle of the backlog.
+        const results = await Promise.allSettled(
+          Array.from({ length: concurrency }, (_, k) => drain(control, counts, k % 2 === 0 ? 'oldest' : 'newest')),
+        );
         const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
         if (failed) throw failed.reason;
       }

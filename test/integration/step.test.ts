@@ -381,6 +381,31 @@ describe('the unlocked path and a transaction holding the job (the publisher, mi
   });
 });
 
+describe('a batch larger than one write (the locked path writes it in chunks)', () => {
+  it('a job changed by the first chunk and again by the second is found by id there, having moved', async () => {
+    // 251 events: the first job's ack, 249 other jobs' acks, then the first job's result — the
+    // 251st event, in the second chunk of 250. The first chunk's write gives the job a new row
+    // version elsewhere, so the address its lock read is no longer the job's.
+    const first = await insertJob(t.db, { status: 'published' });
+    const others = await Promise.all(Array.from({ length: 249 }, () => insertJob(t.db, { status: 'published' })));
+    const outcomes = await t.db
+      .transaction()
+      .execute((tx) =>
+        applyEvents(tx, [
+          { jobId: first.jobId, event: ack(first.jobId) },
+          ...others.map((o) => ({ jobId: o.jobId, event: ack(o.jobId) })),
+          { jobId: first.jobId, event: done(first.jobId, first.fileId) },
+        ]),
+      );
+    expect(outcomes.map((o) => o.decision)).toEqual(Array(251).fill('applied'));
+    const after = await loadAll(t.db, first.jobId);
+    expect(after.job.status).toBe('done');
+    expect(after.job.started_at).not.toBeNull();
+    expect(after.transitions.map((tr) => `${tr.from_status}>${tr.to_status}`)).toEqual(['published>processing', 'processing>done']);
+    for (const o of others) expect((await loadAll(t.db, o.jobId)).job.status).toBe('processing');
+  });
+});
+
 describe("the inbox's statements are planned once per connection", () => {
   /** A valid result envelope for a job, as it comes off the stream. */
   const resultItem = (j: { jobId: string; fileId: string }, seq: number) =>
@@ -407,6 +432,9 @@ describe("the inbox's statements are planned once per connection", () => {
   it('batches of one job and of two jobs run on generic plans, not a new plan per execution', async () => {
     // One connection, so every batch uses (and pg_prepared_statements shows) the same session.
     const pool = new pg.Pool({ connectionString: t.url, max: 1 });
+    // pool.end() resolves before its connection has closed: if the test database's DROP … FORCE
+    // reaches it first, the connection emits 'error' with nobody listening, failing the run.
+    pool.on('connect', (client) => client.on('error', () => undefined));
     try {
       // Tables of a few thousand rows, analysed: on a handful of rows every plan costs the same,
       // and PostgreSQL settles on the generic one whatever the statement.

@@ -7,7 +7,7 @@ import { sql, type RawBuilder } from 'kysely';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { openDb } from '../../src/db/database.js';
 import { duePublishQuery } from '../../src/daemon/publisher.js';
-import { step } from '../../src/daemon/step.js';
+import { applyPassedDeadlines, step } from '../../src/daemon/step.js';
 import { createWatchdog, dueDeadlinesQuery, type Watchdog } from '../../src/daemon/watchdog.js';
 import { createMetrics } from '../../src/metrics.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
@@ -133,6 +133,27 @@ describe('timeout while waiting for a result (SPEC §3.3)', () => {
     await watchdog.sweep();
     expect(await snapshotTables(t.db)).toEqual(before);
     expect(await statusOf(jobId)).toBe('done');
+  });
+});
+
+describe('the two ends of the due jobs', () => {
+  it("a batch is taken from the oldest or from the newest passed deadline (a sweep's second worker starts at the newest)", async () => {
+    const ago = (minutes: number) => dbTime(sql`now() - make_interval(mins => ${minutes})`);
+    const oldest = await insertJob(t.db, { status: 'processing', reply_deadline: ago(3) });
+    const middle = await insertJob(t.db, { status: 'processing', reply_deadline: ago(2) });
+    const newest = await insertJob(t.db, { status: 'published', reply_deadline: ago(1) });
+    await insertJob(t.db, { status: 'processing', reply_deadline: dbTime(sql`now() + interval '1 minute'`) });
+
+    const fromNewest = await t.db.transaction().execute((tx) => applyPassedDeadlines(tx, 1, 'newest'));
+    expect(fromNewest.map((o) => [o.jobId, o.decision])).toEqual([[newest.jobId, 'applied']]);
+    const fromOldest = await t.db.transaction().execute((tx) => applyPassedDeadlines(tx, 1, 'oldest'));
+    expect(fromOldest.map((o) => [o.jobId, o.decision])).toEqual([[oldest.jobId, 'applied']]);
+    expect(await statusOf(middle.jobId)).toBe('processing');
+    expect(await statusOf(newest.jobId)).toBe('timeout');
+    expect(await statusOf(oldest.jobId)).toBe('timeout');
+    // Either end then reaches the one left in the middle (and nothing not yet due).
+    const rest = await t.db.transaction().execute((tx) => applyPassedDeadlines(tx, 10, 'newest'));
+    expect(rest.map((o) => [o.jobId, o.decision])).toEqual([[middle.jobId, 'applied']]);
   });
 });
 
