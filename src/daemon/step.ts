@@ -226,9 +226,16 @@ type WriteMode = 'address' | 'id' | 'guarded';
 /** Step 3: $1 objects, $2 job changes, $3 file changes, $4 transitions (JSON arrays, maybe empty). */
 function writeSql(mode: WriteMode): string {
   const guarded = mode === 'guarded';
+  // By address: the batch's addresses as an array make the planner fetch exactly those rows (a Tid
+  // Scan) and hash them against the elements, whatever it guesses of the batch's size and the
+  // table's (alone, the join condition lost to a sequential scan on a table of a few thousand
+  // rows). No second condition on the row (its id): it made the planner expect one row out of the
+  // join, and join the result objects to it by a nested loop over every object for every job —
+  // quadratic, half the inbox's speed.
   const findJobs =
     mode === 'address'
-      ? `WHERE j.ctid = (e->>'ctid')::tid AND j.id = (e->>'id')::uuid`
+      ? `WHERE j.ctid = (e->>'ctid')::tid
+      AND j.ctid = ANY (ARRAY(SELECT (x->>'ctid')::tid FROM jsonb_array_elements($2::jsonb) AS x))`
       : `WHERE j.id = (e->>'id')::uuid
       -- Redundant with the join, on purpose: it makes the planner reach the jobs through the
       -- primary key, whatever it guesses of the batch's size (a generic plan guesses 100 rows

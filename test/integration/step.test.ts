@@ -17,6 +17,7 @@ import {
   type JobEventInput,
   type StepOutcome,
   type StepSql,
+  WRITE_SQL,
 } from '../../src/daemon/step.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
@@ -406,6 +407,71 @@ describe('a batch larger than one write (the locked path writes it in chunks)', 
   });
 });
 
+/**
+ * Tables of a few thousand analysed rows, for tests of plans: on a handful of rows every plan
+ * costs the same (a sequential scan is as good as any), and PostgreSQL picks any of them.
+ */
+async function fillTables(client: pg.PoolClient): Promise<void> {
+  await client.query({
+    text: `
+    WITH o AS (
+      INSERT INTO s3_object (bucket, key, bucket_role, created_by)
+      VALUES ('arm-ka', 'uploads/' || gen_random_uuid() || '.xlsx', 'uploads', 'test')
+      RETURNING id
+    ),
+    f AS (
+      INSERT INTO stored_file (s3_object_id, original_name, status)
+      SELECT o.id, 'filler.xlsx', 'PROCESSING' FROM o, generate_series(1, 5000)
+      RETURNING id
+    )
+    INSERT INTO recognition_job (file_id, attempt, target_service, status, publish_attempts, published_at, reply_deadline)
+    SELECT id, 1, 'tabular-parser', 'processing', 1, now(), now() + interval '1 hour' FROM f`,
+  });
+  await client.query({ text: 'ANALYZE stored_file, recognition_job' });
+}
+
+describe("the write's plan (generic, as the hot paths run it)", () => {
+  interface PlanNode {
+    'Node Type': string;
+    'Relation Name'?: string;
+    'CTE Name'?: string;
+    Plans?: PlanNode[];
+  }
+  const nodes = (n: PlanNode): PlanNode[] => [n, ...(n.Plans ?? []).flatMap(nodes)];
+
+  it('finds each job at its row address and hashes the result objects, whatever the batch', async () => {
+    await withPgClient(t.pool, fillTables);
+    const jobs = await Promise.all(Array.from({ length: 3 }, () => insertJob(t.db, { status: 'processing' })));
+    const plan = await withPgClient(t.pool, async (client: pg.PoolClient) => {
+      await client.query('BEGIN');
+      try {
+        await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
+        const { rows } = await client.query<{ id: string; row_address: string }>(
+          `SELECT id, ctid::text AS row_address FROM recognition_job WHERE id = ANY($1::uuid[]) FOR UPDATE`,
+          [jobs.map((j) => j.jobId)],
+        );
+        const objects = jobs.map((j) => ({ bucket: 'arm-ka', key: `results/${j.jobId}.json`, created_by: 'tabular-parser' }));
+        const changes = rows.map((r) => ({ id: r.id, ctid: r.row_address, status: 'done', result_object: { bucket: 'arm-ka', key: `results/${r.id}.json` } }));
+        await client.query({ text: `PREPARE plan_check(jsonb, jsonb, jsonb, jsonb) AS ${WRITE_SQL}` });
+        // EXECUTE takes no bind parameters: the documents go in as literals.
+        const lit = (v: unknown) => client.escapeLiteral(JSON.stringify(v));
+        const explained = await client.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
+          `EXPLAIN (FORMAT JSON) EXECUTE plan_check(${lit(objects)}, ${lit(changes)}, '[]', '[]')`,
+        );
+        return explained.rows[0]!['QUERY PLAN'][0]!.Plan;
+      } finally {
+        await client.query('ROLLBACK');
+      }
+    });
+    const all = nodes(plan);
+    expect(all.some((n) => n['Node Type'] === 'Tid Scan' && n['Relation Name'] === 'recognition_job')).toBe(true);
+    // The objects' CTE is read once, into a hash, not once per job by a nested loop.
+    const readsObjects = (n: PlanNode) => n['CTE Name'] === 'obj' || (n['Node Type'] === 'Hash' && (n.Plans ?? []).some((c) => c['CTE Name'] === 'obj'));
+    const joins = all.filter((n) => (n.Plans ?? []).some(readsObjects));
+    expect(joins.map((n) => n['Node Type'])).toEqual(['Hash Join']);
+  });
+});
+
 describe("the inbox's statements are planned once per connection", () => {
   /** A valid result envelope for a job, as it comes off the stream. */
   const resultItem = (j: { jobId: string; fileId: string }, seq: number) =>
@@ -436,26 +502,8 @@ describe("the inbox's statements are planned once per connection", () => {
     // reaches it first, the connection emits 'error' with nobody listening, failing the run.
     pool.on('connect', (client) => client.on('error', () => undefined));
     try {
-      // Tables of a few thousand rows, analysed: on a handful of rows every plan costs the same,
-      // and PostgreSQL settles on the generic one whatever the statement.
-      await withPgClient(pool, async (client) => {
-        await client.query({
-          text: `
-          WITH o AS (
-            INSERT INTO s3_object (bucket, key, bucket_role, created_by)
-            VALUES ('arm-ka', 'uploads/' || gen_random_uuid() || '.xlsx', 'uploads', 'test')
-            RETURNING id
-          ),
-          f AS (
-            INSERT INTO stored_file (s3_object_id, original_name, status)
-            SELECT o.id, 'filler.xlsx', 'PROCESSING' FROM o, generate_series(1, 5000)
-            RETURNING id
-          )
-          INSERT INTO recognition_job (file_id, attempt, target_service, status, publish_attempts, published_at, reply_deadline)
-          SELECT id, 1, 'tabular-parser', 'processing', 1, now(), now() + interval '1 hour' FROM f`,
-        });
-        await client.query({ text: 'ANALYZE stored_file, recognition_job' });
-      });
+      // On a handful of rows PostgreSQL settles on the generic plan whatever the statement.
+      await withPgClient(pool, fillTables);
       const jobs = await Promise.all(Array.from({ length: 30 }, () => insertJob(t.db, { status: 'processing' })));
       let seq = 0;
       // Ten batches of one job (the unlocked path), ten of two jobs (the locked path).
