@@ -98,17 +98,18 @@ export function pgStepSql(client: PgQueryable): StepSql {
   };
 }
 
-export type LockedRow = JobStateRow & { file_is_current: boolean; db_now: Date; row_address: string };
+export type LockedRow = JobStateRow & { file_is_current: boolean; db_now: Date; row_address: string; file_address: string };
 
 /**
  * The locked row's columns: the job's state, whether its file points at it, the database clock,
- * and the row version's address (`ctid`): while this transaction holds the row's lock nobody else
- * can move it, so the write finds it there without a search of the primary key.
+ * and the addresses (`ctid`) of the job's row version and of its file's: while this transaction
+ * holds a row's lock nobody else can move it, so the write finds it there without a search of the
+ * primary key.
  */
 const LOCKED_COLUMNS = `${JOB_STATE_COLUMNS.map((c) => `j.${c}`).join(', ')},
          (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
          date_trunc('milliseconds', now()) AS db_now,
-         j.ctid::text AS row_address`;
+         j.ctid::text AS row_address, f.ctid::text AS file_address`;
 
 /**
  * Step 1. `unnest` drives the join, so the planner looks each id up in the primary key whatever
@@ -156,7 +157,9 @@ const CONFIRM_SQL = `
  * by the partial index `recognition_job_reply_deadline_due_idx`, `$1` at most, skipping locked
  * rows (so no lock is ever waited for, and no order is needed against deadlocks). Same columns as
  * {@link LOCK_SQL}. Oldest deadline first; {@link DUE_LOCK_NEWEST_SQL} is the same from the other
- * end of the index.
+ * end of the index. The jobs' files are locked too, so that the write finds them at their
+ * addresses as well; a job whose file another transaction holds is skipped with it, and the
+ * watchdog still never waits.
  *
  * The database clock is truncated to milliseconds because the machine's guard compares JavaScript
  * Dates (milliseconds) with the same truncated clock: a deadline of 12:00:00.0004 would be due in
@@ -180,7 +183,7 @@ function dueLockSql(order: 'ASC' | 'DESC'): string {
     AND j.reply_deadline < date_trunc('milliseconds', now())
   ORDER BY j.reply_deadline ${order}
   LIMIT $1
-  FOR UPDATE OF j SKIP LOCKED`;
+  FOR UPDATE OF j, f SKIP LOCKED`;
 }
 
 /** SQL expression reading one changed column from the JSON element `e`, else keeping `j`'s value. */
@@ -223,8 +226,12 @@ const SET_CHANGED_COLUMNS = Object.entries(COLUMN_SQL)
  */
 type WriteMode = 'address' | 'id' | 'guarded';
 
-/** Step 3: $1 objects, $2 job changes, $3 file changes, $4 transitions (JSON arrays, maybe empty). */
-function writeSql(mode: WriteMode): string {
+/**
+ * Step 3: $1 objects, $2 job changes, $3 file changes, $4 transitions (JSON arrays, maybe empty).
+ * `files`: how the file changes find their files, by id or (files locked by this transaction, as
+ * the watchdog's are) by the address each element of $3 carries.
+ */
+function writeSql(mode: WriteMode, files: 'id' | 'address' = 'id'): string {
   const guarded = mode === 'guarded';
   // By address: the batch's addresses as an array make the planner fetch exactly those rows (a Tid
   // Scan) and hash them against the elements, whatever it guesses of the batch's size and the
@@ -263,9 +270,14 @@ function writeSql(mode: WriteMode): string {
   file AS (
     -- The guard is repeated in SQL on purpose: only files still pointing at their jobs change.
     UPDATE stored_file AS f SET status = v.status, error_code = v.error_code, updated_at = now()
-    FROM jsonb_to_recordset($3::jsonb) AS v(file_id uuid, job_id uuid, status text, error_code text)
-    WHERE f.id = v.file_id AND f.current_recognition_job_id = v.job_id
-      AND f.id = ANY (ARRAY(SELECT x.file_id FROM jsonb_to_recordset($3::jsonb) AS x(file_id uuid)))
+    FROM jsonb_to_recordset($3::jsonb) AS v(file_id uuid, job_id uuid, status text, error_code text${files === 'address' ? ', ctid tid' : ''})
+    WHERE ${
+      files === 'address'
+        ? `f.ctid = v.ctid AND f.current_recognition_job_id = v.job_id
+      AND f.ctid = ANY (ARRAY(SELECT x.ctid FROM jsonb_to_recordset($3::jsonb) AS x(ctid tid)))`
+        : `f.id = v.file_id AND f.current_recognition_job_id = v.job_id
+      AND f.id = ANY (ARRAY(SELECT x.file_id FROM jsonb_to_recordset($3::jsonb) AS x(file_id uuid)))`
+    }
       AND (f.status, f.error_code) IS DISTINCT FROM (v.status, v.error_code)
   ),
   log AS (
@@ -280,16 +292,19 @@ function writeSql(mode: WriteMode): string {
 }
 
 export const WRITE_SQL = writeSql('address');
+/** The write of a batch whose files are locked too (the watchdog's): jobs and files by address. */
+export const WRITE_LOCKED_FILES_SQL = writeSql('address', 'address');
 const WRITE_BY_ID_SQL = writeSql('id');
 const GUARDED_WRITE_SQL = writeSql('guarded');
 
 /** Statement names: the text's version is part of the name, so a changed text is prepared anew. */
-const LOCK_NAME = 'rc_step_lock_v3';
-const DUE_LOCK_NAME = 'rc_step_due_lock_v3';
-const DUE_LOCK_NEWEST_NAME = 'rc_step_due_lock_newest_v1';
+const LOCK_NAME = 'rc_step_lock_v4';
+const DUE_LOCK_NAME = 'rc_step_due_lock_v4';
+const DUE_LOCK_NEWEST_NAME = 'rc_step_due_lock_newest_v2';
 const WRITE_NAME = 'rc_step_write_v3';
 const WRITE_BY_ID_NAME = 'rc_step_write_by_id_v1';
-const READ_NAME = 'rc_step_read_v3';
+const WRITE_LOCKED_FILES_NAME = 'rc_step_write_locked_files_v1';
+const READ_NAME = 'rc_step_read_v4';
 const CONFIRM_NAME = 'rc_step_confirm_v2';
 const GUARDED_WRITE_NAME = 'rc_step_guarded_write_v1';
 
@@ -364,18 +379,28 @@ function decideAll(items: readonly StepItem[], current: Map<string, JobState>, n
   return fx;
 }
 
+/** Where a batch's locked rows are, and which of them its earlier writes have moved. */
+interface Addresses {
+  /** Job id → address, for a chunk that finds its jobs by address. */
+  jobs: ReadonlyMap<string, string> | undefined;
+  /** File id → address, for a chunk that finds its files by address too. */
+  files: ReadonlyMap<string, string> | undefined;
+  /** Jobs and files an earlier write of the batch has (or may have) moved. */
+  moved: Set<string>;
+}
+
 /**
  * Step 3's parameters for `fx`: the changed columns of each touched job against what was last
- * written for it (`written`, updated), or null when there is nothing to write. With `addresses`
- * each job's change carries its row address; every job it changes is added to `moved`.
+ * written for it (`written`, updated), or null when there is nothing to write. Job and file
+ * changes carry their rows' addresses when `at` has them; every row they change is added to
+ * `at.moved`.
  */
 function writeParams(
   fx: Effects,
   written: Map<string, JobState>,
   current: Map<string, JobState>,
   versions: ReadonlyMap<string, string> | undefined,
-  addresses: ReadonlyMap<string, string> | undefined,
-  moved: Set<string>,
+  at: Addresses,
 ): string[] | null {
   const changes: Array<Record<string, unknown>> = [];
   for (const id of fx.touched) {
@@ -389,11 +414,12 @@ function writeParams(
     if (versions) {
       if (changed || fx.effected.has(id)) changes.push({ id, version: versions.get(id), ...diff });
     } else if (changed) {
-      changes.push(addresses ? { id, ctid: addresses.get(id), ...diff } : { id, ...diff });
-      moved.add(id);
+      changes.push(at.jobs ? { id, ctid: at.jobs.get(id), ...diff } : { id, ...diff });
+      at.moved.add(id);
     }
     written.set(id, after);
   }
+  for (const fileId of fx.files.keys()) at.moved.add(fileId);
   if (changes.length === 0 && fx.files.size === 0 && fx.transitions.length === 0 && fx.objects.size === 0) return null;
   // One upsert row per (bucket, key), in a stable order: a row is never affected twice, and
   // concurrent batches take the unique index's locks in the same order.
@@ -403,7 +429,7 @@ function writeParams(
   return [
     JSON.stringify(unique.map((o) => ({ bucket: o.bucket, key: o.key, created_by: o.createdBy }))),
     JSON.stringify(changes),
-    JSON.stringify([...fx.files.values()]),
+    JSON.stringify([...fx.files.values()].map((f) => (at.files ? { ...f, ctid: at.files.get(f.file_id) } : f))),
     JSON.stringify(fx.transitions),
     ...(versions ? [String(changes.length)] : []),
   ];
@@ -440,6 +466,9 @@ export async function applyPassedDeadlines(tx: StepTransaction, limit: number, f
     db,
     rows,
     rows.map((r) => ({ jobId: r.id, event: { type: 'DEADLINE_PASSED' } })),
+    undefined,
+    undefined,
+    true,
   );
 }
 
@@ -492,8 +521,9 @@ const OPTIMISTIC_ATTEMPTS = 3;
 const SERIALIZATION_FAILURE = '40001';
 
 /**
- * Steps 2–3 for `items`, against `rows` — locked by this transaction, or read at `versions` (the
- * unlocked path: one guarded statement, so at most {@link WRITE_CHUNK} items).
+ * Steps 2–3 for `items`, against `rows` — locked by this transaction (their files too when
+ * `filesLocked`), or read at `versions` (the unlocked path: one guarded statement, so at most
+ * {@link WRITE_CHUNK} items).
  */
 async function decideAndWrite(
   db: StepSql,
@@ -501,11 +531,13 @@ async function decideAndWrite(
   items: readonly StepItem[],
   versions?: ReadonlyMap<string, string>,
   sent?: { write: boolean },
+  filesLocked = false,
 ): Promise<StepOutcome[]> {
   const written = new Map<string, JobState>();
   const current = new Map<string, JobState>();
   // Locked rows stay at their address until this batch updates them (`moved`).
-  const addresses = versions ? undefined : new Map<string, string>();
+  const jobAddresses = versions ? undefined : new Map<string, string>();
+  const fileAddresses = filesLocked && !versions ? new Map<string, string>() : undefined;
   const moved = new Set<string>();
   let now: Date | undefined;
   for (const row of rows) {
@@ -513,8 +545,10 @@ async function decideAndWrite(
     const state = rowToJobState(row, row.file_is_current);
     written.set(row.id, state);
     current.set(row.id, state);
-    addresses?.set(row.id, row.row_address);
+    jobAddresses?.set(row.id, row.row_address);
+    fileAddresses?.set(row.file_id, row.file_address);
   }
+  const notMoved = (ids: Iterable<string>) => moved.size === 0 || ![...ids].some((id) => moved.has(id));
 
   // 2–3. Decide a chunk in order and send its write; decide the next chunk while PostgreSQL
   //      writes this one. One statement at a time on the connection: a chunk's write is sent
@@ -523,16 +557,23 @@ async function decideAndWrite(
   let writing: Promise<unknown> | undefined;
   for (let start = 0; start < items.length; start += WRITE_CHUNK) {
     const fx = decideAll(items.slice(start, start + WRITE_CHUNK), current, now, outcomes);
-    // A job an earlier chunk updated has moved: such a chunk finds its jobs by id.
-    const byAddress = addresses !== undefined && (moved.size === 0 || ![...fx.touched].some((id) => moved.has(id)));
-    const params = writeParams(fx, written, current, versions, byAddress ? addresses : undefined, moved);
+    // A row an earlier chunk updated has moved: such a chunk finds its rows by id.
+    const jobsAt = jobAddresses !== undefined && notMoved(fx.touched);
+    const filesAt = jobsAt && fileAddresses !== undefined && notMoved(fx.files.keys());
+    const params = writeParams(fx, written, current, versions, {
+      jobs: jobsAt ? jobAddresses : undefined,
+      files: filesAt ? fileAddresses : undefined,
+      moved,
+    });
     if (writing) await writing;
     if (!params) continue;
     writing = versions
       ? db.query(GUARDED_WRITE_NAME, GUARDED_WRITE_SQL, params)
-      : byAddress
-        ? db.query(WRITE_NAME, WRITE_SQL, params)
-        : db.query(WRITE_BY_ID_NAME, WRITE_BY_ID_SQL, params);
+      : filesAt
+        ? db.query(WRITE_LOCKED_FILES_NAME, WRITE_LOCKED_FILES_SQL, params)
+        : jobsAt
+          ? db.query(WRITE_NAME, WRITE_SQL, params)
+          : db.query(WRITE_BY_ID_NAME, WRITE_BY_ID_SQL, params);
     if (sent) sent.write = true;
     if (start + WRITE_CHUNK < items.length) {
       // Let the statement go out before deciding the next chunk; its failure is awaited above.

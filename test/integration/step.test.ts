@@ -17,6 +17,7 @@ import {
   type JobEventInput,
   type StepOutcome,
   type StepSql,
+  WRITE_LOCKED_FILES_SQL,
   WRITE_SQL,
 } from '../../src/daemon/step.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
@@ -439,36 +440,60 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
   }
   const nodes = (n: PlanNode): PlanNode[] => [n, ...(n.Plans ?? []).flatMap(nodes)];
 
-  it('finds each job at its row address and hashes the result objects, whatever the batch', async () => {
+  /**
+   * The generic plan of `text` for three processing jobs, each with a result object and a file
+   * change, given their rows' and files' addresses as the step gives them (read under lock).
+   */
+  let prepared = 0;
+  async function planFor(text: string): Promise<PlanNode[]> {
     await withPgClient(t.pool, fillTables);
     const jobs = await Promise.all(Array.from({ length: 3 }, () => insertJob(t.db, { status: 'processing' })));
     const plan = await withPgClient(t.pool, async (client: pg.PoolClient) => {
       await client.query('BEGIN');
       try {
         await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
-        const { rows } = await client.query<{ id: string; row_address: string }>(
-          `SELECT id, ctid::text AS row_address FROM recognition_job WHERE id = ANY($1::uuid[]) FOR UPDATE`,
+        const { rows } = await client.query<{ id: string; file_id: string; row_address: string; file_address: string }>(
+          `SELECT j.id, j.file_id, j.ctid::text AS row_address, f.ctid::text AS file_address
+           FROM recognition_job j JOIN stored_file f ON f.id = j.file_id WHERE j.id = ANY($1::uuid[]) FOR UPDATE`,
           [jobs.map((j) => j.jobId)],
         );
         const objects = jobs.map((j) => ({ bucket: 'arm-ka', key: `results/${j.jobId}.json`, created_by: 'tabular-parser' }));
         const changes = rows.map((r) => ({ id: r.id, ctid: r.row_address, status: 'done', result_object: { bucket: 'arm-ka', key: `results/${r.id}.json` } }));
-        await client.query({ text: `PREPARE plan_check(jsonb, jsonb, jsonb, jsonb) AS ${WRITE_SQL}` });
+        const files = rows.map((r) => ({ file_id: r.file_id, job_id: r.id, status: 'DONE', error_code: null, ctid: r.file_address }));
+        // A name of its own: a prepared statement outlives the transaction, on a pooled connection.
+        const name = `plan_check_${++prepared}`;
+        await client.query({ text: `PREPARE ${name}(jsonb, jsonb, jsonb, jsonb) AS ${text}` });
         // EXECUTE takes no bind parameters: the documents go in as literals.
         const lit = (v: unknown) => client.escapeLiteral(JSON.stringify(v));
         const explained = await client.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
-          `EXPLAIN (FORMAT JSON) EXECUTE plan_check(${lit(objects)}, ${lit(changes)}, '[]', '[]')`,
+          `EXPLAIN (FORMAT JSON) EXECUTE ${name}(${lit(objects)}, ${lit(changes)}, ${lit(files)}, '[]')`,
         );
         return explained.rows[0]!['QUERY PLAN'][0]!.Plan;
       } finally {
         await client.query('ROLLBACK');
       }
     });
-    const all = nodes(plan);
-    expect(all.some((n) => n['Node Type'] === 'Tid Scan' && n['Relation Name'] === 'recognition_job')).toBe(true);
+    return nodes(plan);
+  }
+  /** The joins that read `input` directly or through a Hash. */
+  const joinsOver = (all: PlanNode[], input: (n: PlanNode) => boolean) =>
+    all
+      .filter((n) => n['Node Type'] !== 'Hash')
+      .filter((n) => (n.Plans ?? []).some((c) => input(c) || (c['Node Type'] === 'Hash' && (c.Plans ?? []).some(input))))
+      .map((n) => n['Node Type']);
+  const tidScanOf = (relation: string) => (n: PlanNode) => n['Node Type'] === 'Tid Scan' && n['Relation Name'] === relation;
+
+  it('finds each job at its row address and hashes the result objects, whatever the batch', async () => {
+    const all = await planFor(WRITE_SQL);
+    expect(joinsOver(all, tidScanOf('recognition_job'))).toEqual(['Hash Join']);
     // The objects' CTE is read once, into a hash, not once per job by a nested loop.
-    const readsObjects = (n: PlanNode) => n['CTE Name'] === 'obj' || (n['Node Type'] === 'Hash' && (n.Plans ?? []).some((c) => c['CTE Name'] === 'obj'));
-    const joins = all.filter((n) => (n.Plans ?? []).some(readsObjects));
-    expect(joins.map((n) => n['Node Type'])).toEqual(['Hash Join']);
+    expect(joinsOver(all, (n) => n['CTE Name'] === 'obj')).toEqual(['Hash Join']);
+  });
+
+  it("the watchdog's write (files locked too) finds the files at their addresses as well", async () => {
+    const all = await planFor(WRITE_LOCKED_FILES_SQL);
+    expect(joinsOver(all, tidScanOf('recognition_job'))).toEqual(['Hash Join']);
+    expect(joinsOver(all, tidScanOf('stored_file'))).toEqual(['Hash Join']);
   });
 });
 
