@@ -85,7 +85,7 @@ export const CONFIG_VARIABLES = {
   LOG_PRETTY: [z.enum(['auto', 'true', 'false'], { message: 'must be auto, true or false' }), 'auto', 'human-readable logs (auto: when stdout is a terminal)'],
   WATCHDOG_INTERVAL_MS: [int(1), '30000', 'how often the watchdog looks for passed deadlines'],
   WATCHDOG_BATCH_SIZE: [int(1, 100000), '1000', 'jobs the watchdog times out per transaction'],
-  WATCHDOG_CONCURRENCY: [int(1, 16), '2', 'watchdog transactions at once while a backlog drains'],
+  WATCHDOG_CONCURRENCY: [int(1, 16), '2', 'watchdog transactions at once while a backlog drains (the first from the oldest deadline, the second from the newest)'],
   REPLY_TIMEOUT_MS: [int(1), '600000', 'how long a service has to answer after publication'],
   MAX_PUBLISH_ATTEMPTS: [int(1, 1000), '5', 'publish attempts before a job goes to dlq'],
   PUBLISH_BACKOFF_BASE_MS: [int(1), '1000', 'delay after the first failed publish (doubles each time)'],
