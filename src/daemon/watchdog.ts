@@ -2,10 +2,12 @@
  * The watchdog (SPEC §3.3, §6): turns passed `reply_deadline`s into `DEADLINE_PASSED` events.
  *
  * It schedules sweeps and reports; the step (`applyPassedDeadlines`) locks a batch of due rows,
- * decides and writes. Due rows are locked `FOR UPDATE SKIP LOCKED`, so several instances — and
- * the WATCHDOG_CONCURRENCY batches of one sweep — work side by side without ever timing out the
- * same job twice, and a result being applied right now (its row locked by the inbox) is skipped:
- * if the result commits first the job is final and the machine ignores the deadline.
+ * decides and writes. Due rows (and their files) are locked `FOR UPDATE SKIP LOCKED`, so several
+ * instances — and the WATCHDOG_CONCURRENCY batches of one sweep — work side by side without ever
+ * timing out the same job twice, and a result being applied right now (its row locked by the
+ * inbox) is skipped: if the result commits first the job is final and the machine ignores the
+ * deadline. A backlog is drained from both ends of the due index at once (oldest and newest
+ * passed deadline), so two workers do not step over each other's locked rows.
  *
  * Logging: one info line per timed-out job (`job_id`, `event`, `from`, `to`), as for every other
  * decision of the daemon, plus one info summary per sweep that timed anything out (count, batches,
