@@ -98,18 +98,20 @@ export function pgStepSql(client: PgQueryable): StepSql {
   };
 }
 
-export type LockedRow = JobStateRow & { file_is_current: boolean; db_now: Date; row_address: string; file_address: string };
-
+/** A job's row as the step reads it: its state, whether its file points at it, the database clock. */
+export type StepRow = JobStateRow & { file_is_current: boolean; db_now: Date };
 /**
- * The locked row's columns: the job's state, whether its file points at it, the database clock,
- * and the addresses (`ctid`) of the job's row version and of its file's: while this transaction
- * holds a row's lock nobody else can move it, so the write finds it there without a search of the
- * primary key.
+ * A row read under this transaction's lock, with its address (`ctid`): nobody else can move a
+ * locked row, so the write finds it there without a search of the primary key.
  */
+export type LockedRow = StepRow & { row_address: string };
+/** A locked row whose file is locked too, with the file's address. */
+export type LockedWithFileRow = LockedRow & { file_address: string };
+
+/** {@link StepRow}'s columns. */
 const LOCKED_COLUMNS = `${JOB_STATE_COLUMNS.map((c) => `j.${c}`).join(', ')},
          (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
-         date_trunc('milliseconds', now()) AS db_now,
-         j.ctid::text AS row_address, f.ctid::text AS file_address`;
+         date_trunc('milliseconds', now()) AS db_now`;
 
 /**
  * Step 1. `unnest` drives the join, so the planner looks each id up in the primary key whatever
@@ -117,7 +119,7 @@ const LOCKED_COLUMNS = `${JOB_STATE_COLUMNS.map((c) => `j.${c}`).join(', ')},
  * then costs more than the whole rest of the batch).
  */
 export const LOCK_SQL = `
-  SELECT ${LOCKED_COLUMNS}
+  SELECT ${LOCKED_COLUMNS}, j.ctid::text AS row_address
   FROM unnest($1::uuid[]) AS k(id)
   JOIN recognition_job j ON j.id = k.id
   JOIN stored_file f ON f.id = j.file_id
@@ -176,7 +178,7 @@ const DUE_LOCK_NEWEST_SQL = dueLockSql('DESC');
 
 function dueLockSql(order: 'ASC' | 'DESC'): string {
   return `
-  SELECT ${LOCKED_COLUMNS}
+  SELECT ${LOCKED_COLUMNS}, j.ctid::text AS row_address, f.ctid::text AS file_address
   FROM recognition_job j
   JOIN stored_file f ON f.id = j.file_id
   WHERE j.status IN ('published', 'processing')
@@ -446,7 +448,7 @@ export async function applyEvents(tx: StepTransaction, items: readonly StepItem[
   // 1. Lock the rows, in id order.
   const ids = [...new Set(items.map((i) => i.jobId))];
   const rows = await db.query<LockedRow>(LOCK_NAME, LOCK_SQL, [ids]);
-  return decideAndWrite(db, rows, items);
+  return decideAndWrite(db, items, { locked: 'jobs', rows });
 }
 
 /**
@@ -460,16 +462,10 @@ export async function applyPassedDeadlines(tx: StepTransaction, limit: number, f
   const db = stepSqlOf(tx);
   const rows =
     from === 'oldest'
-      ? await db.query<LockedRow>(DUE_LOCK_NAME, DUE_LOCK_SQL, [limit])
-      : await db.query<LockedRow>(DUE_LOCK_NEWEST_NAME, DUE_LOCK_NEWEST_SQL, [limit]);
-  return decideAndWrite(
-    db,
-    rows,
-    rows.map((r) => ({ jobId: r.id, event: { type: 'DEADLINE_PASSED' } })),
-    undefined,
-    undefined,
-    true,
-  );
+      ? await db.query<LockedWithFileRow>(DUE_LOCK_NAME, DUE_LOCK_SQL, [limit])
+      : await db.query<LockedWithFileRow>(DUE_LOCK_NEWEST_NAME, DUE_LOCK_NEWEST_SQL, [limit]);
+  const items = rows.map((r): StepItem => ({ jobId: r.id, event: { type: 'DEADLINE_PASSED' } }));
+  return decideAndWrite(db, items, { locked: 'jobs and files', rows });
 }
 
 /**
@@ -497,13 +493,13 @@ export async function applyEventsOptimistic(sql: StepSql, items: readonly StepIt
   const jobId = items[0]!.jobId;
   if (items.some((i) => i.jobId !== jobId)) return null;
   for (let attempt = 1; attempt <= OPTIMISTIC_ATTEMPTS; attempt++) {
-    const rows = await sql.query<LockedRow & { version: string }>(READ_NAME, READ_SQL, [jobId]);
+    const rows = await sql.query<StepRow & { version: string }>(READ_NAME, READ_SQL, [jobId]);
     if (rows.length === 0) return null;
     const versions = new Map(rows.map((r) => [r.id, r.version]));
     const sent = { write: false };
     let outcomes: StepOutcome[];
     try {
-      outcomes = await decideAndWrite(sql, rows, items, versions, sent);
+      outcomes = await decideAndWrite(sql, items, { locked: false, rows, versions, sent });
     } catch (err) {
       if ((err as { code?: unknown }).code !== SERIALIZATION_FAILURE) throw err;
       continue;
@@ -521,33 +517,31 @@ const OPTIMISTIC_ATTEMPTS = 3;
 const SERIALIZATION_FAILURE = '40001';
 
 /**
- * Steps 2–3 for `items`, against `rows` — locked by this transaction (their files too when
- * `filesLocked`), or read at `versions` (the unlocked path: one guarded statement, so at most
- * {@link WRITE_CHUNK} items).
+ * How the rows of a batch were read: locked by this transaction (their files too, for the
+ * watchdog), or without a lock at `versions` (the unlocked path: one guarded statement, so at
+ * most {@link WRITE_CHUNK} items; `sent` says whether it was sent).
  */
-async function decideAndWrite(
-  db: StepSql,
-  rows: readonly LockedRow[],
-  items: readonly StepItem[],
-  versions?: ReadonlyMap<string, string>,
-  sent?: { write: boolean },
-  filesLocked = false,
-): Promise<StepOutcome[]> {
+type Reading =
+  | { locked: 'jobs'; rows: readonly LockedRow[] }
+  | { locked: 'jobs and files'; rows: readonly LockedWithFileRow[] }
+  | { locked: false; rows: readonly StepRow[]; versions: ReadonlyMap<string, string>; sent: { write: boolean } };
+
+/** Steps 2–3 for `items`, against the rows `read`. */
+async function decideAndWrite(db: StepSql, items: readonly StepItem[], read: Reading): Promise<StepOutcome[]> {
   const written = new Map<string, JobState>();
   const current = new Map<string, JobState>();
-  // Locked rows stay at their address until this batch updates them (`moved`).
-  const jobAddresses = versions ? undefined : new Map<string, string>();
-  const fileAddresses = filesLocked && !versions ? new Map<string, string>() : undefined;
-  const moved = new Set<string>();
   let now: Date | undefined;
-  for (const row of rows) {
+  for (const row of read.rows) {
     now = row.db_now;
     const state = rowToJobState(row, row.file_is_current);
     written.set(row.id, state);
     current.set(row.id, state);
-    jobAddresses?.set(row.id, row.row_address);
-    fileAddresses?.set(row.file_id, row.file_address);
   }
+  const versions = read.locked === false ? read.versions : undefined;
+  // Locked rows stay at their address until this batch updates them (`moved`).
+  const jobAddresses = read.locked !== false ? new Map(read.rows.map((r) => [r.id, r.row_address])) : undefined;
+  const fileAddresses = read.locked === 'jobs and files' ? new Map(read.rows.map((r) => [r.file_id, r.file_address])) : undefined;
+  const moved = new Set<string>();
   const notMoved = (ids: Iterable<string>) => moved.size === 0 || ![...ids].some((id) => moved.has(id));
 
   // 2–3. Decide a chunk in order and send its write; decide the next chunk while PostgreSQL
@@ -574,7 +568,7 @@ async function decideAndWrite(
         : jobsAt
           ? db.query(WRITE_NAME, WRITE_SQL, params)
           : db.query(WRITE_BY_ID_NAME, WRITE_BY_ID_SQL, params);
-    if (sent) sent.write = true;
+    if (read.locked === false) read.sent.write = true;
     if (start + WRITE_CHUNK < items.length) {
       // Let the statement go out before deciding the next chunk; its failure is awaited above.
       writing.catch(() => undefined);

@@ -18,7 +18,7 @@ import type { Database } from '../db/schema.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { inPgTransaction, type PgPool } from '../db/pgTransaction.js';
-import { applyPassedDeadlines, DUE_LOCK_SQL, pgStepSql, type LockedRow, type StepOutcome } from './step.js';
+import { applyPassedDeadlines, DUE_LOCK_SQL, pgStepSql, type LockedWithFileRow, type StepOutcome } from './step.js';
 
 /** Which end of the due jobs (by reply deadline) a batch is taken from. */
 type DueEnd = 'oldest' | 'newest';
@@ -67,7 +67,7 @@ export interface Watchdog {
  */
 export function dueDeadlinesQuery(limit: number) {
   if (!Number.isInteger(limit) || limit < 1) throw new Error(`limit must be a positive integer: ${limit}`);
-  return sql<LockedRow>`${sql.raw(DUE_LOCK_SQL.replace('$1', String(limit)))}`;
+  return sql<LockedWithFileRow>`${sql.raw(DUE_LOCK_SQL.replace('$1', String(limit)))}`;
 }
 
 /**
