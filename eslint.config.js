@@ -13,7 +13,10 @@ export default tseslint.config(
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       'no-restricted-syntax': [
         'error',
-        { selector: "CallExpression[callee.property.name='only']", message: 'no focused tests (.only) in the repo' },
+        {
+          selector: "CallExpression[callee.property.name='only']",
+          message: 'no focused tests (.only) in the repo',
+        },
       ],
     },
   },

@@ -52,7 +52,9 @@ export function measureCpu(events: number): CpuResult {
     const a = decide(st, s.event);
     const b = switchDecide(st, s.event);
     if (JSON.stringify(a) !== JSON.stringify(b)) {
-      throw new Error(`switch and machine disagree on "${s.name}":\n${JSON.stringify(a)}\n${JSON.stringify(b)}`);
+      throw new Error(
+        `switch and machine disagree on "${s.name}":\n${JSON.stringify(a)}\n${JSON.stringify(b)}`,
+      );
     }
   }
   const rounds = Math.max(1, Math.round(events / samples.length));

@@ -26,7 +26,9 @@ export const RESULTS_BUCKET = 'arm-ka';
 
 /** Where the bench finds PostgreSQL: `BENCH_PG_URL` (a server URL), else the machine's local server. */
 function serverUrl(): string {
-  return process.env['BENCH_PG_URL'] ?? process.env['TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+  return (
+    process.env['BENCH_PG_URL'] ?? process.env['TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/postgres'
+  );
 }
 
 function dbUrl(name: string): string {
@@ -200,7 +202,10 @@ export function resultHeaders(job: BenchJob) {
 
 /** Publish one job's result envelope; resolves with JetStream's ack. */
 export function publishResult(js: JetStreamClient, job: BenchJob, sentAt?: Date) {
-  return js.publish(RESULT_SUBJECT, doneEnvelope(job, sentAt), { headers: resultHeaders(job), msgID: resultMsgId(job) });
+  return js.publish(RESULT_SUBJECT, doneEnvelope(job, sentAt), {
+    headers: resultHeaders(job),
+    msgID: resultMsgId(job),
+  });
 }
 
 /**
@@ -218,7 +223,11 @@ export async function resetStream(jsm: JetStreamManager, cfg: Config): Promise<v
 }
 
 /** Publish one result per job, `window` in flight at a time. Resolves with the last stream sequence. */
-export async function prePublish(js: JetStreamClient, jobs: readonly BenchJob[], window = 2_000): Promise<number> {
+export async function prePublish(
+  js: JetStreamClient,
+  jobs: readonly BenchJob[],
+  window = 2_000,
+): Promise<number> {
   let last = 0;
   for (let i = 0; i < jobs.length; i += window) {
     const acks = await Promise.all(jobs.slice(i, i + window).map((j) => publishResult(js, j)));
@@ -228,7 +237,12 @@ export async function prePublish(js: JetStreamClient, jobs: readonly BenchJob[],
 }
 
 /** Resolve once `core-inbox` has every message up to `lastSeq` acked (polled every `everyMs`). */
-export async function waitAllAcked(jsm: JetStreamManager, lastSeq: number, timeoutMs: number, everyMs = 10): Promise<void> {
+export async function waitAllAcked(
+  jsm: JetStreamManager,
+  lastSeq: number,
+  timeoutMs: number,
+  everyMs = 10,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
@@ -244,22 +258,39 @@ export async function waitAllAcked(jsm: JetStreamManager, lastSeq: number, timeo
 
 /** How many jobs are in `status` (a run's correctness check). */
 export async function countJobs(pool: pg.Pool, status: string): Promise<number> {
-  const { rows } = await pool.query<{ n: string }>('SELECT count(*) AS n FROM recognition_job WHERE status = $1', [status]);
+  const { rows } = await pool.query<{ n: string }>(
+    'SELECT count(*) AS n FROM recognition_job WHERE status = $1',
+    [status],
+  );
   return Number(rows[0]!.n);
 }
 
 /** Sanity check after an inbox run: every job done with its object and transition, every file PROCESSING. */
 export async function checkAllDone(pool: pg.Pool, expected: number): Promise<void> {
-  const { rows } = await pool.query<{ done: string; objects: string; transitions: string; files: string; quarantined: string }>(`
+  const { rows } = await pool.query<{
+    done: string;
+    objects: string;
+    transitions: string;
+    files: string;
+    quarantined: string;
+  }>(`
     SELECT (SELECT count(*) FROM recognition_job WHERE status = 'done' AND result_s3_object_id IS NOT NULL) AS done,
            (SELECT count(*) FROM s3_object WHERE bucket_role = 'results') AS objects,
            (SELECT count(*) FROM recognition_job_transition) AS transitions,
            (SELECT count(*) FROM stored_file WHERE status = 'PROCESSING') AS files,
            (SELECT count(*) FROM inbox_quarantine) AS quarantined`);
   const r = rows[0]!;
-  const got = { done: +r.done, objects: +r.objects, transitions: +r.transitions, files: +r.files, quarantined: +r.quarantined };
+  const got = {
+    done: +r.done,
+    objects: +r.objects,
+    transitions: +r.transitions,
+    files: +r.files,
+    quarantined: +r.quarantined,
+  };
   const want = { done: expected, objects: expected, transitions: expected, files: expected, quarantined: 0 };
   if (JSON.stringify(got) !== JSON.stringify(want)) {
-    throw new Error(`inbox run left unexpected rows: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+    throw new Error(
+      `inbox run left unexpected rows: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`,
+    );
   }
 }

@@ -29,7 +29,16 @@ import { createMetrics } from '../src/metrics.js';
 import { connectNats } from '../src/nats/connection.js';
 import { provisionStreams } from '../src/nats/provision.js';
 import type { PublishMode } from './latencyPublisher.js';
-import { checkAllDone, checkpoint, resetStream, seedPublishedJobs, truncateAll, waitAllAcked, type BenchEnv, type BenchJob } from './env.js';
+import {
+  checkAllDone,
+  checkpoint,
+  resetStream,
+  seedPublishedJobs,
+  truncateAll,
+  waitAllAcked,
+  type BenchEnv,
+  type BenchJob,
+} from './env.js';
 
 /** Result of one latency measurement. */
 export interface LatencyResult {
@@ -55,12 +64,21 @@ function percentile(sorted: readonly number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
 
-function publishInChild(natsUrl: string, jobs: BenchJob[], rate: number, publish: PublishMode): Promise<{ times: Array<[string, number]>; lagMs: number }> {
+function publishInChild(
+  natsUrl: string,
+  jobs: BenchJob[],
+  rate: number,
+  publish: PublishMode,
+): Promise<{ times: Array<[string, number]>; lagMs: number }> {
   const here = dirname(fileURLToPath(import.meta.url));
-  const child = fork(join(here, 'latencyPublisher.js'), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(join(here, 'latencyPublisher.js'), [], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   return new Promise((resolve, reject) => {
     child.once('message', (m) => resolve(m as { times: Array<[string, number]>; lagMs: number }));
-    child.once('exit', (code) => (code === 0 ? undefined : reject(new Error(`latency publisher exited with ${code}`))));
+    child.once('exit', (code) =>
+      code === 0 ? undefined : reject(new Error(`latency publisher exited with ${code}`)),
+    );
     child.send({ natsUrl, jobs, rate, publish });
   });
 }
@@ -120,7 +138,8 @@ export async function measureLatency(
       beforeBatch: dump
         ? (items) => {
             const t = wall();
-            for (const it of items) if (it.decoded.ok) batchStart.set(it.decoded.envelope.job_id, [t, items.length]);
+            for (const it of items)
+              if (it.decoded.ok) batchStart.set(it.decoded.envelope.job_id, [t, items.length]);
           }
         : undefined,
       afterCommit: (items) => {

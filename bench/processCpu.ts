@@ -74,7 +74,9 @@ export interface CpuSplit {
  * the consumer's pool during the run), so their whole lifetime is the run's — read them with
  * `end(pids)` before the pool closes.
  */
-export function startCpuSplit(natsPid: number | null): { end(backendPids: readonly number[], envelopes: number): CpuSplit } {
+export function startCpuSplit(natsPid: number | null): {
+  end(backendPids: readonly number[], envelopes: number): CpuSplit;
+} {
   const node0 = process.cpuUsage();
   const nats0 = natsPid === null ? null : processCpuMs(natsPid);
   return {

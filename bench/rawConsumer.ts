@@ -112,7 +112,12 @@ async function applyOne(pool: pg.Pool, m: JsMsg): Promise<void> {
 async function applyBatch(pool: pg.Pool, msgs: JsMsg[]): Promise<void> {
   const items = msgs.map(parse);
   await inPgTransaction(pool, async (client: pg.PoolClient) => {
-    const { rows } = await client.query<{ id: string; status: string; result_msg_id: string | null; file_id: string }>(
+    const { rows } = await client.query<{
+      id: string;
+      status: string;
+      result_msg_id: string | null;
+      file_id: string;
+    }>(
       // unnest drives the lookups through the primary key (with `id = ANY($1)` the planner may pick
       // a sequential scan on a small table): the same lock query form as the step's.
       `SELECT j.id, j.status, j.result_msg_id, j.file_id FROM unnest($1::uuid[]) AS k(id)
@@ -158,7 +163,9 @@ async function applyBatch(pool: pg.Pool, msgs: JsMsg[]): Promise<void> {
           apply.map((i) => i.env.error?.code ?? null),
           apply.map((i) => i.env.error?.message ?? null),
           apply.map((i) => i.env.result_schema_version ?? null),
-          apply.map((i) => (i.env.result_s3 ? (ids.get(`${i.env.result_s3.bucket}/${i.env.result_s3.key}`) ?? null) : null)),
+          apply.map((i) =>
+            i.env.result_s3 ? (ids.get(`${i.env.result_s3.bucket}/${i.env.result_s3.key}`) ?? null) : null,
+          ),
           apply.map((i) => i.msgId),
         ],
       );

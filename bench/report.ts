@@ -16,7 +16,14 @@ export interface BenchReport {
   dirty: boolean;
   scale: number;
   durationSeconds?: number;
-  machine: { cpus: number; cpuModel: string; memoryGiB: number; node: string; postgres: string; natsServer: string };
+  machine: {
+    cpus: number;
+    cpuModel: string;
+    memoryGiB: number;
+    node: string;
+    postgres: string;
+    natsServer: string;
+  };
   /** The configuration defaults the daemon ran with. */
   defaults: Record<string, number>;
   throughput: ThroughputResult[];
@@ -76,17 +83,26 @@ export function renderTable(r: BenchReport): string {
     ]);
   }
   if (r.watchdog) {
-    const median = <T extends { seconds: number }>(all: readonly T[]) => [...all].sort((a, b) => a.seconds - b.seconds)[Math.floor((all.length - 1) / 2)]!;
-    const rounds = (all: ReadonlyArray<{ seconds: number }>) => (all.length > 1 ? ` (median of ${all.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : '');
+    const median = <T extends { seconds: number }>(all: readonly T[]) =>
+      [...all].sort((a, b) => a.seconds - b.seconds)[Math.floor((all.length - 1) / 2)]!;
+    const rounds = (all: ReadonlyArray<{ seconds: number }>) =>
+      all.length > 1 ? ` (median of ${all.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : '';
     const raws = r.watchdog.rawSweeps ?? [];
     const raw = raws.length > 0 ? median(raws) : undefined;
-    if (raw) rows.push([`raw SQL sweep: ${n0(raw.due)} due timed out by one statement (same changes)`, `${raw.seconds.toFixed(2)} s${rounds(raws)}`, 'ceiling', '']);
+    if (raw)
+      rows.push([
+        `raw SQL sweep: ${n0(raw.due)} due timed out by one statement (same changes)`,
+        `${raw.seconds.toFixed(2)} s${rounds(raws)}`,
+        'ceiling',
+        '',
+      ]);
     // Sweeps of one size repeated (rounds): the median one, with every round's time.
     for (const due of [...new Set(r.watchdog.sweeps.map((w) => w.due))]) {
       const all = r.watchdog.sweeps.filter((w) => w.due === due);
       const s = median(all);
       const isTarget = due === 100_000 * r.scale;
-      const vsRaw = raw && raw.due === due ? ` = ${(s.seconds / raw.seconds).toFixed(2)}× the raw SQL sweep's time` : '';
+      const vsRaw =
+        raw && raw.due === due ? ` = ${(s.seconds / raw.seconds).toFixed(2)}× the raw SQL sweep's time` : '';
       rows.push([
         `watchdog, ${n0(due)} due among ${n0(s.rows)} rows (batch ${s.batchSize})`,
         `${s.seconds.toFixed(2)} s (${n0(s.perSecond)} jobs/s)${rounds(all)}${vsRaw}`,
@@ -149,12 +165,27 @@ export function renderTable(r: BenchReport): string {
   ];
   const us = (v: number | null) => (v === null ? '?' : v.toFixed(0));
   const cpuRows = [
-    ...r.throughput.map((t) => [`${t.name}${t.logLevel ? `, ${t.logLevel}` : ''}`, us(t.cpu.nodeUs), us(t.cpu.postgresUs), us(t.cpu.natsUs)]),
-    ...(r.watchdog?.sweeps ?? []).map((w) => [`watchdog, ${n0(w.due)} due (per job)`, us(w.cpu.nodeUs), us(w.cpu.postgresUs), '–']),
-    ...(r.watchdog?.rawSweeps ?? []).map((w) => [`raw SQL sweep, ${n0(w.due)} due (per job)`, '–', us(w.postgresUs), '–']),
+    ...r.throughput.map((t) => [
+      `${t.name}${t.logLevel ? `, ${t.logLevel}` : ''}`,
+      us(t.cpu.nodeUs),
+      us(t.cpu.postgresUs),
+      us(t.cpu.natsUs),
+    ]),
+    ...(r.watchdog?.sweeps ?? []).map((w) => [
+      `watchdog, ${n0(w.due)} due (per job)`,
+      us(w.cpu.nodeUs),
+      us(w.cpu.postgresUs),
+      '–',
+    ]),
+    ...(r.watchdog?.rawSweeps ?? []).map((w) => [
+      `raw SQL sweep, ${n0(w.due)} due (per job)`,
+      '–',
+      us(w.postgresUs),
+      '–',
+    ]),
   ];
   const cpuTable = [
-    'CPU time per envelope, µs (user + system from /proc; postgres = the consumer\'s own backends, so WAL writer and',
+    "CPU time per envelope, µs (user + system from /proc; postgres = the consumer's own backends, so WAL writer and",
     'checkpointer are not counted; compare rows of one run rather than runs of different days):',
     '',
     '| run | node (this process) | postgres | nats-server |',

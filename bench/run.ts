@@ -62,7 +62,9 @@ function parseArgs(argv: string[]): Args {
       if (!Number.isInteger(rounds) || rounds < 1) throw new Error('--rounds must be a positive integer');
     } else if (a.startsWith('--only')) {
       const names = value().split(',');
-      for (const n of names) if (!(SECTIONS as readonly string[]).includes(n)) throw new Error(`--only: unknown section ${n} (${SECTIONS.join(', ')})`);
+      for (const n of names)
+        if (!(SECTIONS as readonly string[]).includes(n))
+          throw new Error(`--only: unknown section ${n} (${SECTIONS.join(', ')})`);
       only = new Set(names as Section[]);
       write ??= false;
     } else if (a.startsWith('--latency-rate')) {
@@ -71,7 +73,9 @@ function parseArgs(argv: string[]): Args {
       write ??= false;
     } else if (a === '--write') write = true;
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: npm run bench -- [--scale N] [--rounds N] [--only raw,inbox,latency,watchdog,cpu,memory] [--latency-rate N] [--write]\n');
+      process.stdout.write(
+        'usage: npm run bench -- [--scale N] [--rounds N] [--only raw,inbox,latency,watchdog,cpu,memory] [--latency-rate N] [--write]\n',
+      );
       process.exit(0);
     } else throw new Error(`unknown argument ${a}`);
   }
@@ -84,7 +88,11 @@ const log = (line: string) => process.stderr.write(line + '\n');
 
 function git(args: string[]): string {
   try {
-    return execFileSync('git', args, { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    return execFileSync('git', args, {
+      cwd: repoRoot,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
   } catch {
     return '';
   }
@@ -97,17 +105,28 @@ function git(args: string[]): string {
  * collector's threads move RSS by ±15 % from run to run: with these flags RSS follows what the
  * run retains. The same run with V8's defaults is reported beside it.
  */
-export const MEMORY_V8_FLAGS = ['--min-semi-space-size=16', '--max-semi-space-size=16', '--single-threaded-gc'];
+export const MEMORY_V8_FLAGS = [
+  '--min-semi-space-size=16',
+  '--max-semi-space-size=16',
+  '--single-threaded-gc',
+];
 
 function child<T>(args: string[], v8Flags: string[] = []): T {
-  const r = spawnSync(process.execPath, ['--expose-gc', ...v8Flags, join(here, 'child.js'), ...args], { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
+  const r = spawnSync(process.execPath, ['--expose-gc', ...v8Flags, join(here, 'child.js'), ...args], {
+    encoding: 'utf8',
+    maxBuffer: 16 * 1024 * 1024,
+  });
   if (r.status !== 0) throw new Error(`child ${args.join(' ')} failed (${r.status}): ${r.stderr}`);
   return JSON.parse(r.stdout) as T;
 }
 
 const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
 const cpuText = (c: CpuSplit) =>
-  [`node ${c.nodeUs?.toFixed(0) ?? '?'} µs`, `postgres ${c.postgresUs?.toFixed(0) ?? '?'} µs`, ...(c.natsUs !== null ? [`nats ${c.natsUs.toFixed(0)} µs`] : [])].join(', ');
+  [
+    `node ${c.nodeUs?.toFixed(0) ?? '?'} µs`,
+    `postgres ${c.postgresUs?.toFixed(0) ?? '?'} µs`,
+    ...(c.natsUs !== null ? [`nats ${c.natsUs.toFixed(0)} µs`] : []),
+  ].join(', ');
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
@@ -147,8 +166,12 @@ async function main(): Promise<void> {
     throughput: [],
   };
   try {
-    report.machine.postgres = (await env.pool.query<{ v: string }>(`SELECT current_setting('server_version') AS v`)).rows[0]!.v;
-    report.machine.natsServer = execFileSync(findNatsServerBinary(), ['--version'], { encoding: 'utf8' }).trim();
+    report.machine.postgres = (
+      await env.pool.query<{ v: string }>(`SELECT current_setting('server_version') AS v`)
+    ).rows[0]!.v;
+    report.machine.natsServer = execFileSync(findNatsServerBinary(), ['--version'], {
+      encoding: 'utf8',
+    }).trim();
     const cfg = env.config();
     report.defaults = {
       INBOX_BATCH_SIZE: cfg.INBOX_BATCH_SIZE,
@@ -160,7 +183,9 @@ async function main(): Promise<void> {
 
     const runOnce = async (label: string, fn: () => Promise<ThroughputResult>) => {
       const r = await fn();
-      log(`  ${label}: ${fmt(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})`);
+      log(
+        `  ${label}: ${fmt(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})`,
+      );
       return r;
     };
     /**
@@ -175,7 +200,10 @@ async function main(): Promise<void> {
       }
       const medians = results.map((rs) => {
         const sorted = [...rs].sort((a, b) => a.perSecond - b.perSecond);
-        return { ...sorted[Math.floor((sorted.length - 1) / 2)]!, roundsPerSecond: rs.map((r) => r.perSecond) };
+        return {
+          ...sorted[Math.floor((sorted.length - 1) / 2)]!,
+          roundsPerSecond: rs.map((r) => r.perSecond),
+        };
       });
       report.throughput.push(...medians);
       return medians;
@@ -196,32 +224,60 @@ async function main(): Promise<void> {
     const inbox = args.only.has('inbox');
     let batchedMax: number | undefined;
     if (raw || inbox) {
-      log(`throughput: ${[raw && 'raw consumer', inbox && 'daemon inbox'].filter(Boolean).join(' and ')}, ${args.rounds} round(s)`);
+      log(
+        `throughput: ${[raw && 'raw consumer', inbox && 'daemon inbox'].filter(Boolean).join(' and ')}, ${args.rounds} round(s)`,
+      );
       const perMessageRuns: Array<[string, () => Promise<ThroughputResult>]> = [];
       const batchedRuns: Array<[string, () => Promise<ThroughputResult>]> = [];
       if (raw) perMessageRuns.push(['raw, per message', () => measureRaw(env, 'message', sizes.perMessage)]);
-      if (inbox) perMessageRuns.push(['inbox, per message, warn', () => measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.perMessage)]);
+      if (inbox)
+        perMessageRuns.push([
+          'inbox, per message, warn',
+          () => measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.perMessage),
+        ]);
       if (raw) batchedRuns.push(['raw, batched', () => measureRaw(env, 'batch', sizes.batched)]);
-      if (inbox) batchedRuns.push(['inbox, batched, warn', () => measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched)]);
+      if (inbox)
+        batchedRuns.push([
+          'inbox, batched, warn',
+          () => measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched),
+        ]);
       await compared(perMessageRuns);
       const b = await compared(batchedRuns);
       if (inbox) batchedMax = b[b.length - 1]!.perSecond;
     }
     if (inbox) {
       // At info (one log line per envelope, as SPEC §8 asks): reported, one round.
-      report.throughput.push(await runOnce('inbox, per message, info', () => measureInbox(env, { ...perMessage, logLevel: 'info' }, sizes.perMessage)));
-      report.throughput.push(await runOnce('inbox, batched, info', () => measureInbox(env, { ...batched, logLevel: 'info' }, sizes.batched)));
+      report.throughput.push(
+        await runOnce('inbox, per message, info', () =>
+          measureInbox(env, { ...perMessage, logLevel: 'info' }, sizes.perMessage),
+        ),
+      );
+      report.throughput.push(
+        await runOnce('inbox, batched, info', () =>
+          measureInbox(env, { ...batched, logLevel: 'info' }, sizes.batched),
+        ),
+      );
     }
     if (args.only.has('latency')) {
       // --latency-rate: a fixed rate, to compare configurations or builds at the same load.
-      const rate = args.latencyRate ?? Math.round((batchedMax ?? (await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched)).perSecond) / 2);
+      const rate =
+        args.latencyRate ??
+        Math.round(
+          (batchedMax ??
+            (await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched)).perSecond) / 2,
+        );
       log(`latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s`);
       const fixed = args.latencyRate === undefined ? {} : { fixedRate: true };
       // The target, with the lightest publisher; then the same with JetStream-acknowledged
       // publishing, reported (both described in bench/latencyPublisher.ts).
       for (const publish of ['core', 'jetstream'] as const) {
-        const r: LatencyResult = { ...(await measureLatency(env, rate, sizes.latencySeconds, 'warn', publish)), ...fixed };
-        log(`  ${publish} publish: p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`);
+        const r: LatencyResult = {
+          ...(await measureLatency(env, rate, sizes.latencySeconds, 'warn', publish)),
+          ...fixed,
+        };
+        log(
+          `  ${publish} publish: p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`,
+        );
         if (publish === 'core') report.latency = r;
         else report.latencyJetStream = r;
       }
@@ -229,10 +285,15 @@ async function main(): Promise<void> {
     if (args.only.has('watchdog')) {
       log(`watchdog: ${fmt(sizes.watchdogRows)} rows`);
       // The target sweep (the last size) is repeated `rounds` times, on newly due rows each time.
-      const dues = [...sizes.watchdogDue.slice(0, -1), ...Array.from({ length: args.rounds }, () => sizes.watchdogDue.at(-1)!)];
+      const dues = [
+        ...sizes.watchdogDue.slice(0, -1),
+        ...Array.from({ length: args.rounds }, () => sizes.watchdogDue.at(-1)!),
+      ];
       const w = await measureWatchdog(env, sizes.watchdogRows, dues, sizes.idleSweeps, log);
       for (const sw of w.sweeps) {
-        log(`  ${fmt(sw.due)} due: ${sw.seconds.toFixed(2)} s (${fmt(sw.perSecond)} jobs/s; CPU per job: ${cpuText(sw.cpu)})`);
+        log(
+          `  ${fmt(sw.due)} due: ${sw.seconds.toFixed(2)} s (${fmt(sw.perSecond)} jobs/s; CPU per job: ${cpuText(sw.cpu)})`,
+        );
       }
       log(`  idle sweep: median ${w.idle.medianMs.toFixed(2)} ms`);
       report.watchdog = w;
@@ -241,9 +302,13 @@ async function main(): Promise<void> {
       // Three fresh processes, the median one reported: V8's young-generation sizing makes a
       // single process land in a fast or a slow regime (seen: 14 vs 50 µs for the same code).
       log('cpu per event (3 child processes)');
-      const runs = [0, 1, 2].map(() => child<CpuResult>(['cpu', String(sizes.cpuEvents)])).sort((a, b) => a.machineUs - b.machineUs);
+      const runs = [0, 1, 2]
+        .map(() => child<CpuResult>(['cpu', String(sizes.cpuEvents)]))
+        .sort((a, b) => a.machineUs - b.machineUs);
       const c = { ...runs[1]!, runsUs: runs.map((r) => r.machineUs) };
-      log(`  decide()+diff ${c.machineUs.toFixed(2)} µs (runs: ${c.runsUs.map((u) => u.toFixed(1)).join(', ')}), switch+diff ${c.switchUs.toFixed(2)} µs`);
+      log(
+        `  decide()+diff ${c.machineUs.toFixed(2)} µs (runs: ${c.runsUs.map((u) => u.toFixed(1)).join(', ')}), switch+diff ${c.switchUs.toFixed(2)} µs`,
+      );
       report.cpu = c;
     }
     if (args.only.has('memory')) {
@@ -253,7 +318,9 @@ async function main(): Promise<void> {
         v8Flags: MEMORY_V8_FLAGS,
         withDefaultFlags: child<MemoryResult>(['memory', sizes.memory.join(',')]),
       };
-      log(`  ${m.checkpoints.map((c) => `${fmt(c.events)} events: ${(c.rssBytes / 2 ** 20).toFixed(1)} MiB`).join(', ')}`);
+      log(
+        `  ${m.checkpoints.map((c) => `${fmt(c.events)} events: ${(c.rssBytes / 2 ** 20).toFixed(1)} MiB`).join(', ')}`,
+      );
       report.memory = m;
     }
   } finally {
@@ -278,7 +345,10 @@ async function main(): Promise<void> {
       const b = text.indexOf(end);
       if (a >= 0 && b > a) {
         const source = relative(dirname(readme), `${base}.json`);
-        writeFileSync(readme, `${text.slice(0, a + start.length)}\n\nFrom \`${source}\`:\n\n${table}\n${text.slice(b)}`);
+        writeFileSync(
+          readme,
+          `${text.slice(0, a + start.length)}\n\nFrom \`${source}\`:\n\n${table}\n${text.slice(b)}`,
+        );
       }
     }
     log(`wrote ${relative(repoRoot, base)}.json and .md; updated README.md and bench/README.md`);

@@ -51,7 +51,12 @@ export function sample(i: number): Sample {
   const r = row(i, 'published');
   switch (i % 5) {
     case 0:
-      return { name: 'ack on published', row: r, fileIsCurrent: true, event: { type: 'ENVELOPE_PROCESSING', msgId: `ack:${r.id}:1`, service: SERVICE, now } };
+      return {
+        name: 'ack on published',
+        row: r,
+        fileIsCurrent: true,
+        event: { type: 'ENVELOPE_PROCESSING', msgId: `ack:${r.id}:1`, service: SERVICE, now },
+      };
     case 1:
       return {
         name: 'done on published',
@@ -69,26 +74,56 @@ export function sample(i: number): Sample {
         },
       };
     case 2: {
-      const p = row(i, 'processing', { started_at: new Date(now.getTime() - 30_000), service_name: 'tabular-parser', service_version: '2.3.1' });
+      const p = row(i, 'processing', {
+        started_at: new Date(now.getTime() - 30_000),
+        service_name: 'tabular-parser',
+        service_version: '2.3.1',
+      });
       return {
         name: 'error on processing',
         row: p,
         fileIsCurrent: true,
-        event: { type: 'ENVELOPE_RESULT', msgId: `result:${p.id}:1`, status: 'error', service: SERVICE, error: { code: 'UNSUPPORTED_FORMAT', message: 'xls 95' }, now },
+        event: {
+          type: 'ENVELOPE_RESULT',
+          msgId: `result:${p.id}:1`,
+          status: 'error',
+          service: SERVICE,
+          error: { code: 'UNSUPPORTED_FORMAT', message: 'xls 95' },
+          now,
+        },
       };
     }
     case 3: {
-      const d = row(i, 'done', { finished_at: new Date(now.getTime() - 5_000), result_msg_id: `result:${r.id}:1`, metrics: { pages: 2 } });
+      const d = row(i, 'done', {
+        finished_at: new Date(now.getTime() - 5_000),
+        result_msg_id: `result:${r.id}:1`,
+        metrics: { pages: 2 },
+      });
       return {
         name: 'duplicate result',
         row: d,
         fileIsCurrent: true,
-        event: { type: 'ENVELOPE_RESULT', msgId: `result:${d.id}:1`, status: 'done', service: SERVICE, metrics: { pages: 2 }, now },
+        event: {
+          type: 'ENVELOPE_RESULT',
+          msgId: `result:${d.id}:1`,
+          status: 'done',
+          service: SERVICE,
+          metrics: { pages: 2 },
+          now,
+        },
       };
     }
     default: {
-      const p = row(i, 'processing', { reply_deadline: new Date(now.getTime() - 1), started_at: new Date(now.getTime() - 30_000) });
-      return { name: 'deadline on processing', row: p, fileIsCurrent: true, event: { type: 'DEADLINE_PASSED', now } };
+      const p = row(i, 'processing', {
+        reply_deadline: new Date(now.getTime() - 1),
+        started_at: new Date(now.getTime() - 30_000),
+      });
+      return {
+        name: 'deadline on processing',
+        row: p,
+        fileIsCurrent: true,
+        event: { type: 'DEADLINE_PASSED', now },
+      };
     }
   }
 }

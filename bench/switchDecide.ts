@@ -26,14 +26,24 @@ export function switchDecide(job: JobState, event: JobEvent): JobDecision {
     case 'ENVELOPE_PROCESSING': {
       if (job.status === 'processing') return noChange(job, 'duplicate', 'repeated_ack');
       if (job.status !== 'published') return noChange(job, 'ignored', 'ack_not_accepted');
-      const context = { ...c, startedAt: event.now, serviceName: event.service.name, serviceVersion: event.service.version };
+      const context = {
+        ...c,
+        startedAt: event.now,
+        serviceName: event.service.name,
+        serviceVersion: event.service.version,
+      };
       const effects: JobEffect[] = [];
-      if (c.fileIsCurrent) effects.push({ type: 'setFileStatus', params: { status: 'PROCESSING', errorCode: null } });
-      effects.push({ type: 'recordTransition', params: { event: event.type, msgId: event.msgId, detail: { service: event.service.name } } });
+      if (c.fileIsCurrent)
+        effects.push({ type: 'setFileStatus', params: { status: 'PROCESSING', errorCode: null } });
+      effects.push({
+        type: 'recordTransition',
+        params: { event: event.type, msgId: event.msgId, detail: { service: event.service.name } },
+      });
       return { decision: 'applied', from: job.status, to: 'processing', context, effects, reason: null };
     }
     case 'ENVELOPE_RESULT': {
-      if (c.resultMsgId !== null && c.resultMsgId === event.msgId) return noChange(job, 'duplicate', 'same_msg_id');
+      if (c.resultMsgId !== null && c.resultMsgId === event.msgId)
+        return noChange(job, 'duplicate', 'same_msg_id');
       if (FINAL.has(job.status)) return noChange(job, 'late', 'result_after_final');
       const context = {
         ...c,
@@ -67,13 +77,20 @@ export function switchDecide(job: JobState, event: JobEvent): JobDecision {
       return { decision: 'applied', from: job.status, to: event.status, context, effects, reason: null };
     }
     case 'DEADLINE_PASSED': {
-      if (job.status !== 'published' && job.status !== 'processing') return noChange(job, 'ignored', 'not_accepted');
+      if (job.status !== 'published' && job.status !== 'processing')
+        return noChange(job, 'ignored', 'not_accepted');
       if (c.replyDeadline === null || c.replyDeadline.getTime() >= event.now.getTime()) {
         return noChange(job, 'ignored', 'deadline_not_passed');
       }
-      const context = { ...c, errorCode: 'TIMEOUT', errorMessage: 'no result before reply_deadline', finishedAt: event.now };
+      const context = {
+        ...c,
+        errorCode: 'TIMEOUT',
+        errorMessage: 'no result before reply_deadline',
+        finishedAt: event.now,
+      };
       const effects: JobEffect[] = [];
-      if (c.fileIsCurrent) effects.push({ type: 'setFileStatus', params: { status: 'ERROR', errorCode: 'TIMEOUT' } });
+      if (c.fileIsCurrent)
+        effects.push({ type: 'setFileStatus', params: { status: 'ERROR', errorCode: 'TIMEOUT' } });
       effects.push({ type: 'recordTransition', params: { event: event.type, msgId: null, detail: {} } });
       return { decision: 'applied', from: job.status, to: 'timeout', context, effects, reason: null };
     }

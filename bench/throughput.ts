@@ -61,7 +61,11 @@ function timeoutFor(n: number): number {
 }
 
 /** The raw consumer of bench/rawConsumer.ts. */
-export async function measureRaw(env: BenchEnv, mode: 'message' | 'batch', n: number): Promise<ThroughputResult> {
+export async function measureRaw(
+  env: BenchEnv,
+  mode: 'message' | 'batch',
+  n: number,
+): Promise<ThroughputResult> {
   const last = await prepare(env, n);
   const pool = new pg.Pool({ connectionString: env.databaseUrl, max: 10, application_name: 'bench-raw' });
   // pool.end() resolves before its connections have closed: one the bench's DROP DATABASE … FORCE
@@ -79,7 +83,8 @@ export async function measureRaw(env: BenchEnv, mode: 'message' | 'batch', n: nu
     await raw.stop();
     await checkAllDone(env.pool, n);
     return {
-      name: mode === 'message' ? 'raw, one tx per message, 8 in flight' : 'raw, one tx per fetched batch of 100',
+      name:
+        mode === 'message' ? 'raw, one tx per message, 8 in flight' : 'raw, one tx per fetched batch of 100',
       envelopes: n,
       seconds,
       perSecond: n / seconds,
@@ -104,7 +109,11 @@ export interface InboxRunOptions {
 }
 
 /** The daemon's inbox, end to end. */
-export async function measureInbox(env: BenchEnv, run: InboxRunOptions, n: number): Promise<ThroughputResult> {
+export async function measureInbox(
+  env: BenchEnv,
+  run: InboxRunOptions,
+  n: number,
+): Promise<ThroughputResult> {
   const last = await prepare(env, n);
   const overrides: Record<string, string> = { LOG_LEVEL: run.logLevel, ...run.env };
   if (run.batchSize !== undefined) overrides['INBOX_BATCH_SIZE'] = String(run.batchSize);

@@ -202,9 +202,16 @@ export async function measureWatchdog(
   });
   const sweeps: SweepResult[] = [];
   const rawSweeps: RawSweepResult[] = [];
-  const lsn = async () => (await env.pool.query<{ l: string }>('SELECT pg_current_wal_lsn()::text AS l')).rows[0]!.l;
+  const lsn = async () =>
+    (await env.pool.query<{ l: string }>('SELECT pg_current_wal_lsn()::text AS l')).rows[0]!.l;
   const walSince = async (lsn0: string) =>
-    Number((await env.pool.query<{ b: string }>(`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1)::bigint AS b`, [lsn0])).rows[0]!.b);
+    Number(
+      (
+        await env.pool.query<{ b: string }>(`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1)::bigint AS b`, [
+          lsn0,
+        ])
+      ).rows[0]!.b,
+    );
   /** `due` more rows due; then every sweep starts from the same condition as the first. */
   async function prepare(due: number, first: boolean): Promise<void> {
     const t0 = performance.now();
@@ -213,10 +220,14 @@ export async function measureWatchdog(
       await makeDue(env.pool, due);
       // The previous sweep's and makeDue's dead row versions vacuumed away (as autovacuum
       // would), statistics fresh.
-      await env.pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
+      await env.pool.query(
+        'VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition',
+      );
     }
     await checkpoint(env.pool);
-    log(`  ${first ? 'seeded' : 'made due'}: ${rows} rows, ${due} due (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
+    log(
+      `  ${first ? 'seeded' : 'made due'}: ${rows} rows, ${due} due (${((performance.now() - t0) / 1000).toFixed(1)} s)`,
+    );
   }
   try {
     for (const [i, due] of dues.entries()) {
@@ -224,7 +235,9 @@ export async function measureWatchdog(
       const lsn0 = await lsn();
       // Open the sweep's connections first (a running daemon has them; the pool closes idle ones
       // while the table is prepared), so their CPU is counted as a difference over the sweep.
-      const clients = await Promise.all(Array.from({ length: cfg.WATCHDOG_CONCURRENCY }, () => db.pool.connect()));
+      const clients = await Promise.all(
+        Array.from({ length: cfg.WATCHDOG_CONCURRENCY }, () => db.pool.connect()),
+      );
       clients.forEach((c) => c.release());
       const pg0 = await backendCpuMs(env, 'bench-watchdog');
       const split = startCpuSplit(null);
@@ -236,13 +249,31 @@ export async function measureWatchdog(
       const cpu = split.end([], due);
       const pg1 = await backendCpuMs(env, 'bench-watchdog');
       cpu.postgresUs = pg0 === null || pg1 === null ? null : ((pg1 - pg0) * 1000) / due;
-      const files = await count(env.pool, `SELECT count(*) AS n FROM stored_file WHERE status = 'ERROR' AND error_code = 'TIMEOUT'`);
-      const jobs = await count(env.pool, `SELECT count(*) AS n FROM recognition_job WHERE status = 'timeout'`);
-      const expected = dues.slice(0, i + 1).reduce((a, b) => a + b, 0) + rawSweeps.reduce((a, r) => a + r.due, 0);
+      const files = await count(
+        env.pool,
+        `SELECT count(*) AS n FROM stored_file WHERE status = 'ERROR' AND error_code = 'TIMEOUT'`,
+      );
+      const jobs = await count(
+        env.pool,
+        `SELECT count(*) AS n FROM recognition_job WHERE status = 'timeout'`,
+      );
+      const expected =
+        dues.slice(0, i + 1).reduce((a, b) => a + b, 0) + rawSweeps.reduce((a, r) => a + r.due, 0);
       if (timedOut !== due || files !== expected || jobs !== expected) {
-        throw new Error(`watchdog sweep: timed out ${timedOut} of ${due}; ${jobs} jobs timeout, ${files} files ERROR (want ${expected})`);
+        throw new Error(
+          `watchdog sweep: timed out ${timedOut} of ${due}; ${jobs} jobs timeout, ${files} files ERROR (want ${expected})`,
+        );
       }
-      sweeps.push({ rows, due, timedOut, seconds, perSecond: due / seconds, batchSize: cfg.WATCHDOG_BATCH_SIZE, walBytes, cpu });
+      sweeps.push({
+        rows,
+        due,
+        timedOut,
+        seconds,
+        perSecond: due / seconds,
+        batchSize: cfg.WATCHDOG_BATCH_SIZE,
+        walBytes,
+        cpu,
+      });
       // The repeated (target) sweeps take turns with their ceiling, on as many newly due rows.
       if (i > 0) {
         await prepare(due, false);
@@ -266,7 +297,13 @@ export async function measureWatchdog(
     return {
       sweeps,
       rawSweeps,
-      idle: { rows, sweeps: times.length, medianMs: times[Math.floor(times.length / 2)]!, minMs: times[0]!, maxMs: times[times.length - 1]! },
+      idle: {
+        rows,
+        sweeps: times.length,
+        medianMs: times[Math.floor(times.length / 2)]!,
+        minMs: times[0]!,
+        maxMs: times[times.length - 1]!,
+      },
     };
   } finally {
     await watchdog.stop();

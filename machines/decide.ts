@@ -38,7 +38,10 @@ export interface JobState {
  * the inbox's hot path.
  */
 const RESOLVED = new Map(
-  JOB_STATUSES.map((status) => [status, recognitionJobMachine.resolveState({ value: status, context: {} as JobContext })]),
+  JOB_STATUSES.map((status) => [
+    status,
+    recognitionJobMachine.resolveState({ value: status, context: {} as JobContext }),
+  ]),
 );
 
 /**
@@ -95,11 +98,20 @@ export function decide(job: JobState, event: JobEvent): JobDecision {
   const to = next.value as JobStatus;
   const note = effects.find((e) => e.type === 'noteNoChange');
   if (note) {
-    return { decision: note.params.decision, from: job.status, to, context: next.context, effects, reason: note.params.reason };
+    return {
+      decision: note.params.decision,
+      from: job.status,
+      to,
+      context: next.context,
+      effects,
+      reason: note.params.reason,
+    };
   }
   if (effects.some((e) => e.type === 'recordTransition')) {
     return { decision: 'applied', from: job.status, to, context: next.context, effects, reason: null };
   }
   // Every transition of the machine either records or notes; anything else is a machine bug.
-  throw new Error(`machine returned neither a transition nor a no-change note for ${event.type} in ${job.status}`);
+  throw new Error(
+    `machine returned neither a transition nor a no-change note for ${event.type} in ${job.status}`,
+  );
 }

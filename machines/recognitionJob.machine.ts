@@ -82,19 +82,22 @@ const resultTransitions = [
     guard: 'reportsDone',
     target: '#recognitionJob.done',
     actions: ['applyResult', 'registerResultObjectIfAny', record(FILE_STATUS.PROCESSING)],
-    description: "the service reports done: register the result object; file PROCESSING (if still this job's)",
+    description:
+      "the service reports done: register the result object; file PROCESSING (if still this job's)",
   },
   {
     guard: 'reportsNeedsCheck',
     target: '#recognitionJob.needs_check',
     actions: ['applyResult', 'registerResultObjectIfAny', record(FILE_STATUS.PROCESSING)],
-    description: "the service reports needs_check: register the result object; file PROCESSING (if still this job's)",
+    description:
+      "the service reports needs_check: register the result object; file PROCESSING (if still this job's)",
   },
   {
     guard: 'reportsError',
     target: '#recognitionJob.error',
     actions: ['applyResult', record(FILE_STATUS.ERROR)],
-    description: "the service reports an error: file ERROR with the service's error code (if still this job's)",
+    description:
+      "the service reports an error: file ERROR with the service's error code (if still this job's)",
   },
 ] as const;
 
@@ -111,7 +114,10 @@ const finalStateHandlers = {
       description: 'a result after a final status: logged at warn, not applied',
     },
   ],
-  ENVELOPE_PROCESSING: { actions: noChange('ignored', 'ack_not_accepted'), description: 'an ack after a final status' },
+  ENVELOPE_PROCESSING: {
+    actions: noChange('ignored', 'ack_not_accepted'),
+    description: 'an ack after a final status',
+  },
 } as const;
 
 function finalState(description: string) {
@@ -162,7 +168,10 @@ export const recognitionJobMachine = setup({
     applyPublishRetry: assign(({ context, event }) => {
       if (event.type !== 'PUBLISH_FAILED') return {};
       const attempts = context.publishAttempts + 1;
-      return { publishAttempts: attempts, nextPublishAt: addMs(event.now, publishBackoffMs(attempts, event.policy)) };
+      return {
+        publishAttempts: attempts,
+        nextPublishAt: addMs(event.now, publishBackoffMs(attempts, event.policy)),
+      };
     }),
     applyPublishExhausted: assign(({ context, event }) => ({
       publishAttempts: context.publishAttempts + 1,
@@ -214,19 +223,21 @@ export const recognitionJobMachine = setup({
         );
       }
     }),
-    recordAndSetFile: enqueueActions(({ context, event, enqueue, check }, params: { file: FileStatus | null }) => {
-      if (params.file !== null && check('fileIsCurrent' as never)) {
-        const errorCode = params.file === FILE_STATUS.ERROR ? context.errorCode : null;
-        enqueue(effect('setFileStatus', { status: params.file, errorCode }));
-      }
-      enqueue(
-        effect('recordTransition', {
-          event: event.type,
-          msgId: 'msgId' in event ? event.msgId : null,
-          detail: transitionDetail(event),
-        }),
-      );
-    }),
+    recordAndSetFile: enqueueActions(
+      ({ context, event, enqueue, check }, params: { file: FileStatus | null }) => {
+        if (params.file !== null && check('fileIsCurrent' as never)) {
+          const errorCode = params.file === FILE_STATUS.ERROR ? context.errorCode : null;
+          enqueue(effect('setFileStatus', { status: params.file, errorCode }));
+        }
+        enqueue(
+          effect('recordTransition', {
+            event: event.type,
+            msgId: 'msgId' in event ? event.msgId : null,
+            detail: transitionDetail(event),
+          }),
+        );
+      },
+    ),
     setFileStatus: (_, _params: JobEffects['setFileStatus']) => {},
     registerResultObject: (_, _params: JobEffects['registerResultObject']) => {},
     recordTransition: (_, _params: JobEffects['recordTransition']) => {},
@@ -240,8 +251,14 @@ export const recognitionJobMachine = setup({
   // Whatever a state does not handle changes nothing; it is still reported.
   on: {
     PUBLISHED: { actions: noChange('ignored', 'not_accepted'), description: 'not waiting to be published' },
-    PUBLISH_FAILED: { actions: noChange('ignored', 'not_accepted'), description: 'not waiting to be published' },
-    DELIVERY_EXHAUSTED: { actions: noChange('ignored', 'not_accepted'), description: 'not waiting for delivery' },
+    PUBLISH_FAILED: {
+      actions: noChange('ignored', 'not_accepted'),
+      description: 'not waiting to be published',
+    },
+    DELIVERY_EXHAUSTED: {
+      actions: noChange('ignored', 'not_accepted'),
+      description: 'not waiting for delivery',
+    },
     DEADLINE_PASSED: { actions: noChange('ignored', 'not_accepted'), description: 'not waiting for a reply' },
     ENVELOPE_PROCESSING: {
       actions: noChange('ignored', 'ack_not_accepted'),
@@ -277,7 +294,8 @@ export const recognitionJobMachine = setup({
       on: {
         ENVELOPE_PROCESSING: {
           target: 'processing',
-          description: "the service acked: started_at, service name and version; file PROCESSING (if still this job's)",
+          description:
+            "the service acked: started_at, service name and version; file PROCESSING (if still this job's)",
           actions: ['applyAck', record(FILE_STATUS.PROCESSING)],
         },
         ENVELOPE_RESULT: [...resultTransitions],
@@ -292,13 +310,18 @@ export const recognitionJobMachine = setup({
     processing: {
       description: 'The service acked the job and is working on it.',
       on: {
-        ENVELOPE_PROCESSING: { actions: noChange('duplicate', 'repeated_ack'), description: 'a repeated ack' },
+        ENVELOPE_PROCESSING: {
+          actions: noChange('duplicate', 'repeated_ack'),
+          description: 'a repeated ack',
+        },
         ENVELOPE_RESULT: [...resultTransitions],
         DEADLINE_PASSED: [...deadlineTransitions],
       },
     },
     done: finalState('Recognised; the mapping loop reads the result. The file stays PROCESSING.'),
-    needs_check: finalState('Recognised with doubts; the mapping loop reads the result. The file stays PROCESSING.'),
+    needs_check: finalState(
+      'Recognised with doubts; the mapping loop reads the result. The file stays PROCESSING.',
+    ),
     error: finalState('The service could not recognise the file. The file is ERROR.'),
     timeout: finalState('No result before reply_deadline. The file is ERROR (TIMEOUT).'),
     dlq: finalState('The job message could not be delivered. The file is ERROR.'),

@@ -13,7 +13,9 @@ import { registerDemoCommand } from './cli/demo.js';
 import { registerServiceCommands } from './cli/service.js';
 
 const program = new Command('recognition-core')
-  .description('Core of the document-recognition job exchange: NATS JetStream ⇄ PostgreSQL, one XState machine per job')
+  .description(
+    'Core of the document-recognition job exchange: NATS JetStream ⇄ PostgreSQL, one XState machine per job',
+  )
   .showHelpAfterError('(run with --help for usage)')
   .exitOverride();
 
@@ -29,7 +31,8 @@ function fail(err: unknown): never {
   if (err instanceof CommanderError) process.exit(err.exitCode === 0 ? 0 : 2);
   const message = redactUrl(err instanceof Error ? err.message : String(err));
   process.stderr.write(`recognition-core: ${message}\n`);
-  const code = err instanceof UsageError || err instanceof ConfigError || err instanceof MigrationsPendingError ? 2 : 1;
+  const code =
+    err instanceof UsageError || err instanceof ConfigError || err instanceof MigrationsPendingError ? 2 : 1;
   process.exit(code);
 }
 

@@ -25,25 +25,27 @@ const url = (protocols: string[]) =>
   z
     .string()
     .trim()
-    .refine((v) => {
-      try {
-        return protocols.includes(new URL(v).protocol);
-      } catch {
-        return false;
-      }
-    }, `must be a URL (${protocols.map((p) => p + '//').join(' or ')}…)`);
+    .refine(
+      (v) => {
+        try {
+          return protocols.includes(new URL(v).protocol);
+        } catch {
+          return false;
+        }
+      },
+      `must be a URL (${protocols.map((p) => p + '//').join(' or ')}…)`,
+    );
 
 /** Variable → [schema, default]. The README's configuration table is generated from the same list. */
 export const CONFIG_VARIABLES = {
   DATABASE_URL: [
-    url(['postgres:', 'postgresql:'])
-      .refine((v) => {
-        try {
-          return new URL(v).pathname.replace(/^\//, '') !== '';
-        } catch {
-          return true; // not a URL: reported by url()
-        }
-      }, 'must name a database (postgres://user@host:5432/database)'),
+    url(['postgres:', 'postgresql:']).refine((v) => {
+      try {
+        return new URL(v).pathname.replace(/^\//, '') !== '';
+      } catch {
+        return true; // not a URL: reported by url()
+      }
+    }, 'must name a database (postgres://user@host:5432/database)'),
     'postgres://postgres@127.0.0.1:5432/recognition',
     'PostgreSQL connection URL',
   ],
@@ -78,23 +80,41 @@ export const CONFIG_VARIABLES = {
   HTTP_HOST: [z.string().trim().min(1), '0.0.0.0', 'address of the health/metrics server'],
   HTTP_PORT: [int(0, 65535), '8080', 'port of /healthz, /readyz, /metrics, /statechart (0 = any free port)'],
   LOG_LEVEL: [
-    z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], { message: 'must be one of fatal, error, warn, info, debug, trace, silent' }),
+    z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+      message: 'must be one of fatal, error, warn, info, debug, trace, silent',
+    }),
     'info',
     'pino log level',
   ],
-  LOG_PRETTY: [z.enum(['auto', 'true', 'false'], { message: 'must be auto, true or false' }), 'auto', 'human-readable logs (auto: when stdout is a terminal)'],
+  LOG_PRETTY: [
+    z.enum(['auto', 'true', 'false'], { message: 'must be auto, true or false' }),
+    'auto',
+    'human-readable logs (auto: when stdout is a terminal)',
+  ],
   WATCHDOG_INTERVAL_MS: [int(1), '30000', 'how often the watchdog looks for passed deadlines'],
   WATCHDOG_BATCH_SIZE: [int(1, 100000), '1000', 'jobs the watchdog times out per transaction'],
-  WATCHDOG_CONCURRENCY: [int(1, 16), '2', 'watchdog transactions at once while a backlog drains (the first from the oldest deadline, the second from the newest)'],
+  WATCHDOG_CONCURRENCY: [
+    int(1, 16),
+    '2',
+    'watchdog transactions at once while a backlog drains (the first from the oldest deadline, the second from the newest)',
+  ],
   REPLY_TIMEOUT_MS: [int(1), '600000', 'how long a service has to answer after publication'],
   MAX_PUBLISH_ATTEMPTS: [int(1, 1000), '5', 'publish attempts before a job goes to dlq'],
   PUBLISH_BACKOFF_BASE_MS: [int(1), '1000', 'delay after the first failed publish (doubles each time)'],
   PUBLISH_BACKOFF_MAX_MS: [int(1), '60000', 'the longest delay between publish attempts'],
   PUBLISH_TIMEOUT_MS: [int(1), '5000', 'how long to wait for JetStream to ack a job message'],
-  PUBLISHER_POLL_INTERVAL_MS: [int(1), '5000', 'safety-net poll for due pending jobs (NOTIFY wakes it sooner)'],
+  PUBLISHER_POLL_INTERVAL_MS: [
+    int(1),
+    '5000',
+    'safety-net poll for due pending jobs (NOTIFY wakes it sooner)',
+  ],
   PUBLISHER_BATCH_SIZE: [int(1, 10000), '100', 'pending jobs published per transaction'],
   RESULTS_BUCKET: [z.string().trim().min(1), 'arm-ka', 'bucket named in job messages for the results'],
-  MAX_ENVELOPE_BYTES: [int(64, 64 * 1024 * 1024), '1048576', 'larger envelopes are quarantined PAYLOAD_TOO_LARGE'],
+  MAX_ENVELOPE_BYTES: [
+    int(64, 64 * 1024 * 1024),
+    '1048576',
+    'larger envelopes are quarantined PAYLOAD_TOO_LARGE',
+  ],
   INBOX_BATCH_SIZE: [int(1, 10000), '500', 'envelopes applied per transaction'],
   INBOX_CONCURRENCY: [int(1, 64), '2', 'batches applied at once by this instance'],
   INBOX_ACK_WAIT_MS: [int(1000), '30000', 'JetStream redelivers an envelope not acked within this time'],
@@ -118,7 +138,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     const parsed = (schema as z.ZodType).safeParse(value);
     if (!parsed.success) {
       const shown = /PASSWORD|TOKEN|URL/.test(name) ? redactUrl(String(value)) : String(value);
-      throw new ConfigError(`${name} ${parsed.error.issues[0]?.message ?? 'is invalid'} (got ${JSON.stringify(shown)})`);
+      throw new ConfigError(
+        `${name} ${parsed.error.issues[0]?.message ?? 'is invalid'} (got ${JSON.stringify(shown)})`,
+      );
     }
     out[name] = parsed.data;
   }
@@ -126,7 +148,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (cfg.PUBLISH_BACKOFF_MAX_MS < cfg.PUBLISH_BACKOFF_BASE_MS) {
     throw new ConfigError('PUBLISH_BACKOFF_MAX_MS must be at least PUBLISH_BACKOFF_BASE_MS');
   }
-  if (cfg.NATS_TOKEN && cfg.NATS_USER) throw new ConfigError('NATS_TOKEN and NATS_USER are exclusive: set one');
+  if (cfg.NATS_TOKEN && cfg.NATS_USER)
+    throw new ConfigError('NATS_TOKEN and NATS_USER are exclusive: set one');
   if (cfg.NATS_PASSWORD && !cfg.NATS_USER) throw new ConfigError('NATS_PASSWORD is set but NATS_USER is not');
   if (Boolean(cfg.NATS_TLS_CERT) !== Boolean(cfg.NATS_TLS_KEY)) {
     throw new ConfigError('NATS_TLS_CERT and NATS_TLS_KEY go together: set both or neither');

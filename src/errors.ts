@@ -23,13 +23,23 @@ export class ConfigError extends Error {
 export class MigrationsPendingError extends Error {
   override name = 'MigrationsPendingError';
   constructor(readonly pending: string[]) {
-    super(`the database has ${pending.length} pending migration(s) (${pending.join(', ')}): run \`recognition-core migrate\``);
+    super(
+      `the database has ${pending.length} pending migration(s) (${pending.join(', ')}): run \`recognition-core migrate\``,
+    );
   }
 }
 
 /** SQLSTATE classes and codes a retry can fix: connection trouble, deadlocks, serialization, shutdown. */
 const RETRYABLE_SQLSTATE = /^(08|53|57P|40001|40P01|55P03|58)/;
-const RETRYABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH']);
+const RETRYABLE_NODE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+]);
 
 /**
  * True when retrying the same work later can succeed: the database is unreachable or restarting,
@@ -38,7 +48,8 @@ const RETRYABLE_NODE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT',
 export function isRetryable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const code = (err as { code?: unknown }).code;
-  if (typeof code === 'string' && (RETRYABLE_SQLSTATE.test(code) || RETRYABLE_NODE_CODES.has(code))) return true;
+  if (typeof code === 'string' && (RETRYABLE_SQLSTATE.test(code) || RETRYABLE_NODE_CODES.has(code)))
+    return true;
   const msg = err.message;
   if (
     /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Query read timeout|the database system is (starting up|shutting down)|terminating connection|Client was closed/i.test(

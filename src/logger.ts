@@ -18,7 +18,16 @@ export interface LoggerOptions {
   base?: Record<string, unknown>;
 }
 
-const REDACT_KEYS = ['password', 'pass', 'token', 'creds', 'credentials', 'secret', 'authorization', 'auth_token'];
+const REDACT_KEYS = [
+  'password',
+  'pass',
+  'token',
+  'creds',
+  'credentials',
+  'secret',
+  'authorization',
+  'auth_token',
+];
 
 function scrubber(secrets: readonly string[]) {
   const sorted = [...secrets].sort((a, b) => b.length - a.length);
@@ -56,14 +65,19 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
     },
     hooks: {
       logMethod(args, method) {
-        const clean = args.map((a) => (typeof a === 'string' ? scrubString(a) : a)) as Parameters<typeof method>;
+        const clean = args.map((a) => (typeof a === 'string' ? scrubString(a) : a)) as Parameters<
+          typeof method
+        >;
         method.apply(this, clean);
       },
     },
   };
   if (opts.destination) return pino(options, opts.destination);
   if (opts.pretty) {
-    return pino({ ...options, transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l' } } });
+    return pino({
+      ...options,
+      transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l' } },
+    });
   }
   return pino(options);
 }

@@ -53,7 +53,7 @@ export function registerDbCommands(program: Command): void {
   const jobs = program.command('jobs').description('recognition jobs');
   jobs
     .command('create')
-    .description("create a pending job for a file (the file becomes QUEUED and points at it); prints the job")
+    .description('create a pending job for a file (the file becomes QUEUED and points at it); prints the job')
     .requiredOption('--file <id>', 'stored_file id')
     .requiredOption('--service <name>', 'target recognition service, e.g. tabular-parser')
     .action(async (o: { file: string; service: string }) => {
@@ -69,7 +69,11 @@ export function registerDbCommands(program: Command): void {
       print(view);
     });
   inspectOptions(
-    jobs.command('history <id>').description("print a job's transitions, oldest first; --inspect replays them into the Stately inspector"),
+    jobs
+      .command('history <id>')
+      .description(
+        "print a job's transitions, oldest first; --inspect replays them into the Stately inspector",
+      ),
   ).action(async (id: string, o: InspectOptions) => {
     const { rows, status } = await withDb(async ({ db }) => {
       const view = await loadJob(db, id);
@@ -77,6 +81,7 @@ export function registerDbCommands(program: Command): void {
       return { rows: await loadTransitions(db, id), status: view.job.status };
     });
     print(rows);
-    if (o.inspect) await sendToInspector(historyRun(id, rows, status), o, (line) => process.stderr.write(line + '\n'));
+    if (o.inspect)
+      await sendToInspector(historyRun(id, rows, status), o, (line) => process.stderr.write(line + '\n'));
   });
 }

@@ -18,11 +18,16 @@ export function registerQuarantineCommands(program: Command): void {
   q.command('list')
     .description('list quarantined messages, newest first (JSON lines)')
     .option('--reason <reason>', `only this reason (${QUARANTINE_REASONS.join(', ')})`, reason)
-    .option('--limit <n>', 'at most this many', (v) => {
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive whole number');
-      return n;
-    }, 100)
+    .option(
+      '--limit <n>',
+      'at most this many',
+      (v) => {
+        const n = Number(v);
+        if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive whole number');
+        return n;
+      },
+      100,
+    )
     .action(async (o: { reason?: QuarantineReason; limit: number }) => {
       const rows = await withDb(({ db }) => {
         let query = db.selectFrom('inbox_quarantine').selectAll().orderBy('id', 'desc').limit(o.limit);
@@ -33,21 +38,29 @@ export function registerQuarantineCommands(program: Command): void {
         const payload = Buffer.from(r.payload);
         const text = payload.toString('utf8');
         process.stdout.write(
-          JSON.stringify({ ...r, payload: text.length > 2000 ? `${text.slice(0, 2000)}… (${payload.length} bytes)` : text }) + '\n',
+          JSON.stringify({
+            ...r,
+            payload: text.length > 2000 ? `${text.slice(0, 2000)}… (${payload.length} bytes)` : text,
+          }) + '\n',
         );
       }
     });
   q.command('replay [id]')
-    .description('run stored messages through the inbox again (one by id, or all not yet replayed of --reason)')
+    .description(
+      'run stored messages through the inbox again (one by id, or all not yet replayed of --reason)',
+    )
     .option('--reason <reason>', 'replay every not-yet-replayed message of this reason', reason)
     .action(async (id: string | undefined, o: { reason?: QuarantineReason }) => {
-      if ((id === undefined) === (o.reason === undefined)) throw new UsageError('give either a quarantine id or --reason');
-      if (id !== undefined && !/^\d+$/.test(id)) throw new UsageError(`quarantine id must be a number: ${JSON.stringify(id)}`);
+      if ((id === undefined) === (o.reason === undefined))
+        throw new UsageError('give either a quarantine id or --reason');
+      if (id !== undefined && !/^\d+$/.test(id))
+        throw new UsageError(`quarantine id must be a number: ${JSON.stringify(id)}`);
       const cfg = loadConfig();
       const results = await withDb(({ db }) =>
         replayQuarantine(db, id !== undefined ? { id } : { reason: o.reason! }, cfg.MAX_ENVELOPE_BYTES),
       );
-      if (id !== undefined && results.length === 0) throw new UsageError(`no inbox_quarantine row with id ${id}`);
+      if (id !== undefined && results.length === 0)
+        throw new UsageError(`no inbox_quarantine row with id ${id}`);
       for (const r of results) process.stdout.write(JSON.stringify(r) + '\n');
     });
 }

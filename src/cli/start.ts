@@ -13,7 +13,8 @@ export function registerStartCommand(program: Command): void {
     .description('run the daemon: inbox, watchdog and publisher, with /healthz, /readyz and /metrics')
     .action(async () => {
       const cfg = loadConfig();
-      const pretty = cfg.LOG_PRETTY === 'true' || (cfg.LOG_PRETTY === 'auto' && process.stdout.isTTY === true);
+      const pretty =
+        cfg.LOG_PRETTY === 'true' || (cfg.LOG_PRETTY === 'auto' && process.stdout.isTTY === true);
       const logger = createLogger({ level: cfg.LOG_LEVEL, pretty, secrets: secretsOf(cfg) });
       const daemon = await startDaemon({ config: cfg, logger });
       await new Promise<void>((resolve) => {

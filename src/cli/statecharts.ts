@@ -5,7 +5,12 @@
 import { resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
 import type { JobStatus } from '../../machines/index.js';
-import { defaultVisualizationsDir, findStaleFiles, generateStatecharts, writeStatecharts } from '../statecharts/generate.js';
+import {
+  defaultVisualizationsDir,
+  findStaleFiles,
+  generateStatecharts,
+  writeStatecharts,
+} from '../statecharts/generate.js';
 import {
   DEFAULT_INSPECT_PORT,
   inspectorInstructions,
@@ -22,7 +27,8 @@ export class CheckFailed extends Error {
 
 export function port(value: string): number {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > 65535) throw new InvalidArgumentError('must be a port number (1-65535)');
+  if (!Number.isInteger(n) || n < 1 || n > 65535)
+    throw new InvalidArgumentError('must be a port number (1-65535)');
   return n;
 }
 
@@ -35,21 +41,33 @@ export interface InspectOptions {
 /** Add the inspector options shared by `simulate` and `jobs history`. */
 export function inspectOptions(cmd: Command): Command {
   return cmd
-    .option('--inspect', 'send the run to the Stately inspector (a local inspection server) and wait for Ctrl-C')
+    .option(
+      '--inspect',
+      'send the run to the Stately inspector (a local inspection server) and wait for Ctrl-C',
+    )
     .option('--inspect-port <port>', 'port of the local inspection server', port, DEFAULT_INSPECT_PORT)
-    .option('--inspect-exit', 'with --inspect: exit once the server holds the run instead of waiting for Ctrl-C');
+    .option(
+      '--inspect-exit',
+      'with --inspect: exit once the server holds the run instead of waiting for Ctrl-C',
+    );
 }
 
 /**
  * Start the inspection server, send `run`, print how to open it, then wait for Ctrl-C (or return
  * at once with `--inspect-exit`). Writes to stderr when stdout carries JSON.
  */
-export async function sendToInspector(run: InspectionRun, o: InspectOptions, out: (line: string) => void): Promise<void> {
+export async function sendToInspector(
+  run: InspectionRun,
+  o: InspectOptions,
+  out: (line: string) => void,
+): Promise<void> {
   const session = await startInspection({ port: o.inspectPort });
   try {
     out(inspectorInstructions(session));
     const count = await session.send(run);
-    out(`  Sent ${count} inspection events (actor ${run.sessionId}).${o.inspectExit ? '' : ' Press Ctrl-C to stop.'}`);
+    out(
+      `  Sent ${count} inspection events (actor ${run.sessionId}).${o.inspectExit ? '' : ' Press Ctrl-C to stop.'}`,
+    );
     if (!o.inspectExit) await waitForSignal();
   } finally {
     await session.close();
@@ -79,7 +97,9 @@ export function scenarioRun(trace: Trace, startRow: Record<string, unknown>): In
 export function registerStatechartsCommands(program: Command): void {
   program
     .command('statecharts')
-    .description('write the statecharts generated from the machine (visualizations/); --check fails when they are stale')
+    .description(
+      'write the statecharts generated from the machine (visualizations/); --check fails when they are stale',
+    )
     .option('--out <dir>', 'output folder', defaultVisualizationsDir())
     .option('--check', 'regenerate in memory and exit 1 naming every committed file that differs')
     .action(async (o: { out: string; check?: boolean }) => {
@@ -105,7 +125,9 @@ export function registerStatechartsCommands(program: Command): void {
   inspectOptions(
     program
       .command('simulate <scenario>')
-      .description('run a scenario file (visualizations/scenarios/README.md) through the pure machine and print the trace')
+      .description(
+        'run a scenario file (visualizations/scenarios/README.md) through the pure machine and print the trace',
+      )
       .option('--json', 'print the trace as JSON'),
   ).action(async (file: string, o: InspectOptions & { json?: boolean }) => {
     const scenario = await loadScenario(file);
@@ -116,6 +138,7 @@ export function registerStatechartsCommands(program: Command): void {
       const log = (line: string) => (o.json ? process.stderr : process.stdout).write(line + '\n');
       await sendToInspector(scenarioRun(trace, startRow), o, log);
     }
-    if (trace.unmet.length) throw new CheckFailed(`the scenario's expectations are not met: ${trace.unmet.join('; ')}`);
+    if (trace.unmet.length)
+      throw new CheckFailed(`the scenario's expectations are not met: ${trace.unmet.join('; ')}`);
   });
 }

@@ -58,7 +58,14 @@ async function dbReachable(db: Db): Promise<boolean> {
  */
 export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const { config: cfg, logger } = opts;
-  const loops = { inbox: true, watchdog: true, publisher: true, deadLetters: true, http: true, ...opts.loops };
+  const loops = {
+    inbox: true,
+    watchdog: true,
+    publisher: true,
+    deadLetters: true,
+    http: true,
+    ...opts.loops,
+  };
 
   // 1. Database.
   const db = openDb(cfg.DATABASE_URL, {
@@ -130,10 +137,20 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       : undefined;
     watchdog?.start();
     const publisher = loops.publisher
-      ? createPublisher({ db: db.db, pool: db.pool, js, isConnected: nats.isConnected, logger, metrics, config: cfg })
+      ? createPublisher({
+          db: db.db,
+          pool: db.pool,
+          js,
+          isConnected: nats.isConnected,
+          logger,
+          metrics,
+          config: cfg,
+        })
       : undefined;
     await publisher?.start();
-    const deadLetters = loops.deadLetters ? createDeadLetters({ db: db.db, nc: nats.nc, jsm, logger, metrics }) : undefined;
+    const deadLetters = loops.deadLetters
+      ? createDeadLetters({ db: db.db, nc: nats.nc, jsm, logger, metrics })
+      : undefined;
     await deadLetters?.start();
 
     // 4. HTTP.

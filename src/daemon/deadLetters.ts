@@ -81,8 +81,12 @@ interface MaxDeliverAdvisory {
 
 function parseAdvisory(data: Uint8Array | string): MaxDeliverAdvisory | undefined {
   try {
-    const v = JSON.parse(typeof data === 'string' ? data : new TextDecoder().decode(data)) as Record<string, unknown>;
-    if (typeof v.stream_seq !== 'number' || !Number.isSafeInteger(v.stream_seq) || v.stream_seq < 1) return undefined;
+    const v = JSON.parse(typeof data === 'string' ? data : new TextDecoder().decode(data)) as Record<
+      string,
+      unknown
+    >;
+    if (typeof v.stream_seq !== 'number' || !Number.isSafeInteger(v.stream_seq) || v.stream_seq < 1)
+      return undefined;
     return {
       stream: typeof v.stream === 'string' ? v.stream : '',
       consumer: typeof v.consumer === 'string' ? v.consumer : '',
@@ -137,10 +141,17 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
     // 1. Parse the advisory.
     const advisory = parseAdvisory(data);
     if (!advisory) {
-      log.warn({ event: 'dead_letter_advisory_invalid' }, 'max-deliveries advisory without a stream sequence; ignored');
+      log.warn(
+        { event: 'dead_letter_advisory_invalid' },
+        'max-deliveries advisory without a stream sequence; ignored',
+      );
       return undefined;
     }
-    const fields = { stream_seq: advisory.stream_seq, consumer: advisory.consumer, deliveries: advisory.deliveries };
+    const fields = {
+      stream_seq: advisory.stream_seq,
+      consumer: advisory.consumer,
+      deliveries: advisory.deliveries,
+    };
     // 2. Read the job message it names.
     jsm ??= await jetstreamManager(nc, { checkAPI: false });
     const stored = await jsm.streams.getMessage(stream, { seq: advisory.stream_seq });
@@ -154,14 +165,25 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
     // 3. Find its job.
     const jobId = jobIdOf(stored.header, () => stored.json());
     if (!jobId) {
-      log.warn({ ...fields, subject: stored.subject, event: 'dead_letter_no_job_id' }, 'undeliverable message names no job; ignored');
+      log.warn(
+        { ...fields, subject: stored.subject, event: 'dead_letter_no_job_id' },
+        'undeliverable message names no job; ignored',
+      );
       return undefined;
     }
     // 4. Step the job (its own transaction).
     const msgId = stored.header?.get('Nats-Msg-Id') || null;
     const outcome = await step(db, jobId, { type: 'DELIVERY_EXHAUSTED', deliveries: advisory.deliveries });
     // 5. Report.
-    const line = { ...fields, job_id: jobId, msg_id: msgId, event: outcome.event, from: outcome.from, to: outcome.to, decision: outcome.decision };
+    const line = {
+      ...fields,
+      job_id: jobId,
+      msg_id: msgId,
+      event: outcome.event,
+      from: outcome.from,
+      to: outcome.to,
+      decision: outcome.decision,
+    };
     if (outcome.decision === 'applied') {
       metrics?.transitions.inc({ from: outcome.from, event: outcome.event, to: outcome.to });
       metrics?.deadLetters.inc({ reason: 'MAX_DELIVERIES' });
@@ -169,7 +191,10 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
     } else if (outcome.decision === 'unknown_job') {
       log.warn(line, 'undeliverable job message for an unknown job; ignored');
     } else {
-      log.info({ ...line, reason: outcome.reason }, 'delivery exhausted for a job that no longer waits for delivery; ignored');
+      log.info(
+        { ...line, reason: outcome.reason },
+        'delivery exhausted for a job that no longer waits for delivery; ignored',
+      );
     }
     return outcome;
   }
@@ -189,10 +214,16 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
           return;
         }
         const delay = HANDLE_RETRY_BASE_MS * 2 ** (attempt - 1);
-        log.warn({ err, event: 'dead_letter_retry', attempts: attempt, retry_in_ms: delay }, 'could not handle a max-deliveries advisory yet; retrying');
+        log.warn(
+          { err, event: 'dead_letter_retry', attempts: attempt, retry_in_ms: delay },
+          'could not handle a max-deliveries advisory yet; retrying',
+        );
         await pause(delay);
         if (stopping) {
-          log.warn({ event: 'dead_letter_abandoned', attempts: attempt }, 'stopping: the watchdog will time out the job of a pending advisory');
+          log.warn(
+            { event: 'dead_letter_abandoned', attempts: attempt },
+            'stopping: the watchdog will time out the job of a pending advisory',
+          );
           return;
         }
       }

@@ -27,7 +27,14 @@ import { isRetryable } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
-import { applyInboxBatchTx, decodeItem, type InboxItem, type InboxOutcome, type PgPool, type RawMessage } from './inboxBatch.js';
+import {
+  applyInboxBatchTx,
+  decodeItem,
+  type InboxItem,
+  type InboxOutcome,
+  type PgPool,
+  type RawMessage,
+} from './inboxBatch.js';
 
 export interface InboxOptions {
   db: Kysely<Database>;
@@ -153,13 +160,18 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
 
   const laneOf = (item: InboxItem): number => {
     if (opts.concurrency === 1) return 0;
-    const key = item.decoded.ok ? item.decoded.envelope.job_id : (item.decoded.jobId ?? String(item.raw.streamSeq));
+    const key = item.decoded.ok
+      ? item.decoded.envelope.job_id
+      : (item.decoded.jobId ?? String(item.raw.streamSeq));
     return laneHash(key) % opts.concurrency;
   };
 
   /** Log one line per decision; count per batch (one counter update per distinct label set). */
   function report(entries: readonly Entry[], outs: readonly InboxOutcome[]): void {
-    const counts = new Map<string, { labels: Record<string, string>; counter: 'envelopes' | 'quarantine' | 'transitions'; n: number }>();
+    const counts = new Map<
+      string,
+      { labels: Record<string, string>; counter: 'envelopes' | 'quarantine' | 'transitions'; n: number }
+    >();
     const count = (counter: 'envelopes' | 'quarantine' | 'transitions', labels: Record<string, string>) => {
       const key = `${counter}\u0000${Object.values(labels).join('\u0000')}`;
       const c = counts.get(key);
@@ -170,12 +182,23 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     if (metrics) for (const c of counts.values()) (metrics[c.counter] as Counter<string>).inc(c.labels, c.n);
   }
 
-  function reportOne(entry: Entry, out: InboxOutcome, count: (counter: 'envelopes' | 'quarantine' | 'transitions', labels: Record<string, string>) => void): void {
+  function reportOne(
+    entry: Entry,
+    out: InboxOutcome,
+    count: (counter: 'envelopes' | 'quarantine' | 'transitions', labels: Record<string, string>) => void,
+  ): void {
     if (out.kind === 'quarantined') {
       count('envelopes', { outcome: 'quarantined' });
       count('quarantine', { reason: out.reason });
       log.warn(
-        { job_id: out.jobId, msg_id: out.msgId, event: 'quarantined', reason: out.reason, stream_seq: entry.msg.seq, details: out.details },
+        {
+          job_id: out.jobId,
+          msg_id: out.msgId,
+          event: 'quarantined',
+          reason: out.reason,
+          stream_seq: entry.msg.seq,
+          details: out.details,
+        },
         `envelope quarantined: ${out.reason}`,
       );
       return;
@@ -212,7 +235,10 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   async function applyBatch(batch: Entry[]): Promise<void> {
     const started = process.hrtime.bigint();
     // Long batches (a slow database) must not outlive the ack wait: tell JetStream we are working.
-    const keepAlive = setInterval(() => batch.forEach((e) => e.msg.working()), Math.max(1000, opts.ackWaitMs / 3));
+    const keepAlive = setInterval(
+      () => batch.forEach((e) => e.msg.working()),
+      Math.max(1000, opts.ackWaitMs / 3),
+    );
     try {
       const items = batch.map((e) => e.item);
       await opts.beforeBatch?.(items);
@@ -230,9 +256,15 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
           e.msg.nak(delay);
           metrics?.envelopes.inc({ outcome: 'retried' });
         }
-        log.warn({ err, event: 'batch_retry', size: batch.length }, 'batch failed for a transient cause: nak, will be redelivered');
+        log.warn(
+          { err, event: 'batch_retry', size: batch.length },
+          'batch failed for a transient cause: nak, will be redelivered',
+        );
       } else if (batch.length > 1) {
-        log.error({ err, event: 'batch_isolate', size: batch.length }, 'batch failed: applying its messages one by one');
+        log.error(
+          { err, event: 'batch_isolate', size: batch.length },
+          'batch failed: applying its messages one by one',
+        );
         for (const e of batch) await applyBatch([e]);
       } else {
         await quarantineUnapplicable(batch[0]!, err);

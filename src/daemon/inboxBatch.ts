@@ -12,7 +12,15 @@ import { inPgTransaction, withPgClient, type PgPool } from '../db/pgTransaction.
 import type { Database } from '../db/schema.js';
 import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
 import type { ResultEnvelope } from '../messages/schemas.js';
-import { applyEvents, applyEventsOptimistic, pgStepSql, stepSqlOf, type StepItem, type StepOutcome, type StepTransaction } from './step.js';
+import {
+  applyEvents,
+  applyEventsOptimistic,
+  pgStepSql,
+  stepSqlOf,
+  type StepItem,
+  type StepOutcome,
+  type StepTransaction,
+} from './step.js';
 
 /** A message as it came off the stream: everything quarantine keeps. */
 export interface RawMessage {
@@ -32,7 +40,13 @@ export interface InboxItem {
 /** What became of one message. */
 export type InboxOutcome =
   | { kind: 'step'; outcome: StepOutcome; msgId: string | null }
-  | { kind: 'quarantined'; reason: QuarantineReason; jobId: string | null; msgId: string | null; details: unknown };
+  | {
+      kind: 'quarantined';
+      reason: QuarantineReason;
+      jobId: string | null;
+      msgId: string | null;
+      details: unknown;
+    };
 
 /** The `Nats-Msg-Id` of a message, or undefined ('' counts as missing). */
 export function msgIdOf(raw: RawMessage): string | undefined {
@@ -58,10 +72,16 @@ export function envelopeToStepItem(envelope: ResultEnvelope, msgId: string | nul
       msgId: msgId!,
       status: envelope.status,
       service,
-      resultS3: 'result_s3' in envelope && envelope.result_s3 ? { bucket: envelope.result_s3.bucket, key: envelope.result_s3.key } : undefined,
+      resultS3:
+        'result_s3' in envelope && envelope.result_s3
+          ? { bucket: envelope.result_s3.bucket, key: envelope.result_s3.key }
+          : undefined,
       resultSchemaVersion: envelope.result_schema_version,
       metrics: envelope.metrics as Record<string, unknown> | undefined,
-      error: 'error' in envelope && envelope.error ? { code: envelope.error.code, message: envelope.error.message } : undefined,
+      error:
+        'error' in envelope && envelope.error
+          ? { code: envelope.error.code, message: envelope.error.message }
+          : undefined,
     },
   };
 }
@@ -105,7 +125,10 @@ async function quarantine(tx: StepTransaction, rows: QuarantineInsert[]): Promis
  * Apply a batch inside the caller's transaction. Returns one outcome per item, in order.
  * Unknown jobs are quarantined (`UNKNOWN_JOB`) in the same transaction.
  */
-export async function applyInboxBatch(tx: StepTransaction, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
+export async function applyInboxBatch(
+  tx: StepTransaction,
+  items: readonly InboxItem[],
+): Promise<InboxOutcome[]> {
   const outcomes: InboxOutcome[] = new Array(items.length);
   const steps: StepItem[] = [];
   const stepIndex: number[] = [];
@@ -116,7 +139,13 @@ export async function applyInboxBatch(tx: StepTransaction, items: readonly Inbox
       steps.push(envelopeToStepItem(d.envelope, d.msgId));
       stepIndex.push(i);
     } else {
-      const q = { raw: item.raw, reason: d.reason, jobId: d.jobId ?? null, msgId: d.msgId ?? null, details: d.details };
+      const q = {
+        raw: item.raw,
+        reason: d.reason,
+        jobId: d.jobId ?? null,
+        msgId: d.msgId ?? null,
+        details: d.details,
+      };
       quarantined.push(q);
       outcomes[i] = { kind: 'quarantined', ...q };
     }
@@ -155,7 +184,10 @@ function isKysely(db: Kysely<Database> | PgPool): db is Kysely<Database> {
  * statements are prepared and planned once per connection (named statements, generic plans);
  * through Kysely they are not.
  */
-export async function applyInboxBatchTx(db: Kysely<Database> | PgPool, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
+export async function applyInboxBatchTx(
+  db: Kysely<Database> | PgPool,
+  items: readonly InboxItem[],
+): Promise<InboxOutcome[]> {
   if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items));
   return (
     (await applyOneJobUnlocked(db, items)) ??
@@ -171,7 +203,10 @@ export async function applyInboxBatchTx(db: Kysely<Database> | PgPool, items: re
  * Only one job: a single statement updating several rows in no set order could deadlock with
  * another instance's, which the locked path avoids by locking in id order.
  */
-async function applyOneJobUnlocked(pool: PgPool, items: readonly InboxItem[]): Promise<InboxOutcome[] | null> {
+async function applyOneJobUnlocked(
+  pool: PgPool,
+  items: readonly InboxItem[],
+): Promise<InboxOutcome[] | null> {
   const steps: StepItem[] = [];
   const msgIds: Array<string | null> = [];
   for (const item of items) {

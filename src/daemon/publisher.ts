@@ -211,17 +211,30 @@ export function createPublisher(opts: PublisherOptions): Publisher {
   async function publishOne(row: DueJobRow): Promise<Attempt> {
     const msgId = jobMsgId(row.job_id, row.attempt);
     const subject = jobSubject(row.target_service);
-    const message = buildJobMessage(row, { resultsBucket: cfg.RESULTS_BUCKET, replyTimeoutMs: cfg.REPLY_TIMEOUT_MS });
+    const message = buildJobMessage(row, {
+      resultsBucket: cfg.RESULTS_BUCKET,
+      replyTimeoutMs: cfg.REPLY_TIMEOUT_MS,
+    });
     const check = checkJobMessage(message);
     if (!check.valid) {
       const detail = check.errors.map((e) => `${e.instancePath || '/'} ${e.message ?? e.keyword}`).join('; ');
-      return { row, msgId, subject, ok: false, permanent: true, error: `invalid job message (a bug): ${detail}` };
+      return {
+        row,
+        msgId,
+        subject,
+        ok: false,
+        permanent: true,
+        error: `invalid job message (a bug): ${detail}`,
+      };
     }
     if (opts.isConnected && !opts.isConnected()) {
       return { row, msgId, subject, ok: false, permanent: false, error: 'NATS is not connected' };
     }
     try {
-      const ack = await js.publish(subject, JSON.stringify(message), { msgID: msgId, timeout: cfg.PUBLISH_TIMEOUT_MS });
+      const ack = await js.publish(subject, JSON.stringify(message), {
+        msgID: msgId,
+        timeout: cfg.PUBLISH_TIMEOUT_MS,
+      });
       return { row, msgId, subject, ok: true, ack };
     } catch (err) {
       return { row, msgId, subject, ok: false, permanent: false, error: describeError(err) };
@@ -246,21 +259,39 @@ export function createPublisher(opts: PublisherOptions): Publisher {
     if (attempt.ok) {
       metrics?.publisherResults.inc({ result: 'published' });
       log.info(
-        { ...fields, subject: attempt.subject, stream_seq: attempt.ack.seq, duplicate: attempt.ack.duplicate },
-        attempt.ack.duplicate ? 'job published (JetStream already had it: duplicate dropped)' : 'job published',
+        {
+          ...fields,
+          subject: attempt.subject,
+          stream_seq: attempt.ack.seq,
+          duplicate: attempt.ack.duplicate,
+        },
+        attempt.ack.duplicate
+          ? 'job published (JetStream already had it: duplicate dropped)'
+          : 'job published',
       );
     } else if (outcome.to === 'dlq') {
       metrics?.publisherResults.inc({ result: 'dlq' });
       metrics?.deadLetters.inc({ reason: 'PUBLISH_FAILED' });
       log.error(
-        { ...fields, subject: attempt.subject, attempts: attempt.row.publish_attempts + 1, error: attempt.error },
+        {
+          ...fields,
+          subject: attempt.subject,
+          attempts: attempt.row.publish_attempts + 1,
+          error: attempt.error,
+        },
         'job publish failed for the last time: dead letter',
       );
     } else {
       const attempts = attempt.row.publish_attempts + 1;
       metrics?.publisherResults.inc({ result: 'failed' });
       log.warn(
-        { ...fields, subject: attempt.subject, attempts, retry_in_ms: publishBackoffMs(attempts, policy), error: attempt.error },
+        {
+          ...fields,
+          subject: attempt.subject,
+          attempts,
+          retry_in_ms: publishBackoffMs(attempts, policy),
+          error: attempt.error,
+        },
         'job publish failed; will retry',
       );
     }
@@ -307,7 +338,8 @@ export function createPublisher(opts: PublisherOptions): Publisher {
   /** How long to sleep before the next round: until the earliest retry, at most one poll interval. */
   async function nextDelay(): Promise<number> {
     const poll = cfg.PUBLISHER_POLL_INTERVAL_MS;
-    const floor = failures > 0 ? Math.min(ROUND_RETRY_BASE_MS * 2 ** (failures - 1), poll) : MIN_WAKE_DELAY_MS;
+    const floor =
+      failures > 0 ? Math.min(ROUND_RETRY_BASE_MS * 2 ** (failures - 1), poll) : MIN_WAKE_DELAY_MS;
     try {
       const { rows } = await nextDueQuery().execute(db);
       const ms = rows[0]?.ms;

@@ -17,7 +17,9 @@ export interface ReplayResult {
 /** A short word for an outcome, stored in `replay_outcome`. */
 export function describeOutcome(o: InboxOutcome): string {
   if (o.kind === 'quarantined') return `still quarantined: ${o.reason}`;
-  return o.outcome.decision === 'applied' ? `applied: ${o.outcome.from} -> ${o.outcome.to}` : o.outcome.decision;
+  return o.outcome.decision === 'applied'
+    ? `applied: ${o.outcome.from} -> ${o.outcome.to}`
+    : o.outcome.decision;
 }
 
 /** Replay quarantined messages chosen by id or by reason, one transaction each. */
@@ -34,7 +36,13 @@ export async function replayQuarantine(
   for (const row of rows) {
     const outcome = await db.transaction().execute(async (tx) => {
       const item = decodeItem(
-        { subject: row.subject, stream: row.stream, streamSeq: row.stream_seq === null ? null : Number(row.stream_seq), headers: row.headers, data: row.payload },
+        {
+          subject: row.subject,
+          stream: row.stream,
+          streamSeq: row.stream_seq === null ? null : Number(row.stream_seq),
+          headers: row.headers,
+          data: row.payload,
+        },
         maxEnvelopeBytes,
       );
       const [out] = await applyInboxBatch(tx, [item]);

@@ -35,7 +35,13 @@ import {
   type JobEvent,
   type JobState,
 } from '../../machines/index.js';
-import { changedColumns, JOB_STATE_COLUMNS, rowToJobState, type JobStateRow, type MutableJobColumn } from '../db/jobRow.js';
+import {
+  changedColumns,
+  JOB_STATE_COLUMNS,
+  rowToJobState,
+  type JobStateRow,
+  type MutableJobColumn,
+} from '../db/jobRow.js';
 import type { Database } from '../db/schema.js';
 
 type DistributiveOmit<T, K extends keyof never> = T extends unknown ? Omit<T, K> : never;
@@ -51,7 +57,15 @@ export interface StepItem {
 /** What happened to one item. `unknown_job` when no job has that id. */
 export type StepOutcome =
   | ({ jobId: string; event: JobEventInput['type'] } & Omit<JobDecision, 'context'> & { fileId: string })
-  | { jobId: string; event: JobEventInput['type']; decision: 'unknown_job'; from: null; to: null; effects: []; reason: null };
+  | {
+      jobId: string;
+      event: JobEventInput['type'];
+      decision: 'unknown_job';
+      from: null;
+      to: null;
+      effects: [];
+      reason: null;
+    };
 
 /**
  * How the step sends SQL inside a transaction. `name` identifies `text` (same name, same text), so
@@ -265,9 +279,12 @@ function writeSql(mode: WriteMode, files: 'id' | 'address' = 'id'): string {
     FROM jsonb_array_elements($2::jsonb) AS e
     LEFT JOIN obj ON obj.bucket = e->'result_object'->>'bucket' AND obj.key = e->'result_object'->>'key'
     ${findJobs}${
-        guarded ? `
+      guarded
+        ? `
       AND j.xmin::text = e->>'version'
-    RETURNING j.id` : ''}
+    RETURNING j.id`
+        : ''
+    }
   ),
   file AS (
     -- The guard is repeated in SQL on purpose: only files still pointing at their jobs change.
@@ -333,12 +350,31 @@ interface Effects {
 }
 
 /** Step 2 for `items`: decide each in order against `current` (updated), appending to `outcomes`. */
-function decideAll(items: readonly StepItem[], current: Map<string, JobState>, now: Date | undefined, outcomes: StepOutcome[]): Effects {
-  const fx: Effects = { objects: new Map(), files: new Map(), transitions: [], touched: new Set(), effected: new Set() };
+function decideAll(
+  items: readonly StepItem[],
+  current: Map<string, JobState>,
+  now: Date | undefined,
+  outcomes: StepOutcome[],
+): Effects {
+  const fx: Effects = {
+    objects: new Map(),
+    files: new Map(),
+    transitions: [],
+    touched: new Set(),
+    effected: new Set(),
+  };
   for (const item of items) {
     const state = current.get(item.jobId);
     if (!state || !now) {
-      outcomes.push({ jobId: item.jobId, event: item.event.type, decision: 'unknown_job', from: null, to: null, effects: [], reason: null });
+      outcomes.push({
+        jobId: item.jobId,
+        event: item.event.type,
+        decision: 'unknown_job',
+        from: null,
+        to: null,
+        effects: [],
+        reason: null,
+      });
       continue;
     }
     const d = decide(state, { ...item.event, now } as JobEvent);
@@ -356,7 +392,8 @@ function decideAll(items: readonly StepItem[], current: Map<string, JobState>, n
     });
     for (const effect of d.effects) {
       if (effect.type !== 'noteNoChange') fx.effected.add(item.jobId);
-      if (effect.type === 'registerResultObject') fx.objects.set(item.jobId, { jobId: item.jobId, ...effect.params });
+      if (effect.type === 'registerResultObject')
+        fx.objects.set(item.jobId, { jobId: item.jobId, ...effect.params });
       else if (effect.type === 'setFileStatus') {
         // The last change of a file within the batch wins, as it would one event at a time.
         fx.files.set(state.context.fileId, {
@@ -422,16 +459,19 @@ function writeParams(
     written.set(id, after);
   }
   for (const fileId of fx.files.keys()) at.moved.add(fileId);
-  if (changes.length === 0 && fx.files.size === 0 && fx.transitions.length === 0 && fx.objects.size === 0) return null;
+  if (changes.length === 0 && fx.files.size === 0 && fx.transitions.length === 0 && fx.objects.size === 0)
+    return null;
   // One upsert row per (bucket, key), in a stable order: a row is never affected twice, and
   // concurrent batches take the unique index's locks in the same order.
-  const unique = [...new Map([...fx.objects.values()].map((o) => [`${o.bucket}\u0000${o.key}`, o])).values()].sort((a, b) =>
-    a.bucket === b.bucket ? (a.key < b.key ? -1 : 1) : a.bucket < b.bucket ? -1 : 1,
-  );
+  const unique = [
+    ...new Map([...fx.objects.values()].map((o) => [`${o.bucket}\u0000${o.key}`, o])).values(),
+  ].sort((a, b) => (a.bucket === b.bucket ? (a.key < b.key ? -1 : 1) : a.bucket < b.bucket ? -1 : 1));
   return [
     JSON.stringify(unique.map((o) => ({ bucket: o.bucket, key: o.key, created_by: o.createdBy }))),
     JSON.stringify(changes),
-    JSON.stringify([...fx.files.values()].map((f) => (at.files ? { ...f, ctid: at.files.get(f.file_id) } : f))),
+    JSON.stringify(
+      [...fx.files.values()].map((f) => (at.files ? { ...f, ctid: at.files.get(f.file_id) } : f)),
+    ),
     JSON.stringify(fx.transitions),
     ...(versions ? [String(changes.length)] : []),
   ];
@@ -458,7 +498,11 @@ export async function applyEvents(tx: StepTransaction, items: readonly StepItem[
  * applied right now is left to it) and apply `DEADLINE_PASSED` to each. The machine still decides:
  * a job it declines is reported, not changed.
  */
-export async function applyPassedDeadlines(tx: StepTransaction, limit: number, from: 'oldest' | 'newest' = 'oldest'): Promise<StepOutcome[]> {
+export async function applyPassedDeadlines(
+  tx: StepTransaction,
+  limit: number,
+  from: 'oldest' | 'newest' = 'oldest',
+): Promise<StepOutcome[]> {
   const db = stepSqlOf(tx);
   const rows =
     from === 'oldest'
@@ -487,7 +531,10 @@ export async function applyPassedDeadlines(tx: StepTransaction, limit: number, f
  * nothing has been written.
  * A decision that writes nothing (a duplicate, a late result) costs the read and the check.
  */
-export async function applyEventsOptimistic(sql: StepSql, items: readonly StepItem[]): Promise<StepOutcome[] | null> {
+export async function applyEventsOptimistic(
+  sql: StepSql,
+  items: readonly StepItem[],
+): Promise<StepOutcome[] | null> {
   if (items.length === 0) return [];
   if (items.length > WRITE_CHUNK) return null;
   const jobId = items[0]!.jobId;
@@ -524,10 +571,19 @@ const SERIALIZATION_FAILURE = '40001';
 type Reading =
   | { locked: 'jobs'; rows: readonly LockedRow[] }
   | { locked: 'jobs and files'; rows: readonly LockedWithFileRow[] }
-  | { locked: false; rows: readonly StepRow[]; versions: ReadonlyMap<string, string>; sent: { write: boolean } };
+  | {
+      locked: false;
+      rows: readonly StepRow[];
+      versions: ReadonlyMap<string, string>;
+      sent: { write: boolean };
+    };
 
 /** Steps 2–3 for `items`, against the rows `read`. */
-async function decideAndWrite(db: StepSql, items: readonly StepItem[], read: Reading): Promise<StepOutcome[]> {
+async function decideAndWrite(
+  db: StepSql,
+  items: readonly StepItem[],
+  read: Reading,
+): Promise<StepOutcome[]> {
   const written = new Map<string, JobState>();
   const current = new Map<string, JobState>();
   let now: Date | undefined;
@@ -539,8 +595,10 @@ async function decideAndWrite(db: StepSql, items: readonly StepItem[], read: Rea
   }
   const versions = read.locked === false ? read.versions : undefined;
   // Locked rows stay at their address until this batch updates them (`moved`).
-  const jobAddresses = read.locked !== false ? new Map(read.rows.map((r) => [r.id, r.row_address])) : undefined;
-  const fileAddresses = read.locked === 'jobs and files' ? new Map(read.rows.map((r) => [r.file_id, r.file_address])) : undefined;
+  const jobAddresses =
+    read.locked !== false ? new Map(read.rows.map((r) => [r.id, r.row_address])) : undefined;
+  const fileAddresses =
+    read.locked === 'jobs and files' ? new Map(read.rows.map((r) => [r.file_id, r.file_address])) : undefined;
   const moved = new Set<string>();
   const notMoved = (ids: Iterable<string>) => moved.size === 0 || ![...ids].some((id) => moved.has(id));
 

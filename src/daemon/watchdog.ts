@@ -18,7 +18,13 @@ import type { Database } from '../db/schema.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { inPgTransaction, type PgPool } from '../db/pgTransaction.js';
-import { applyPassedDeadlines, DUE_LOCK_SQL, pgStepSql, type LockedWithFileRow, type StepOutcome } from './step.js';
+import {
+  applyPassedDeadlines,
+  DUE_LOCK_SQL,
+  pgStepSql,
+  type LockedWithFileRow,
+  type StepOutcome,
+} from './step.js';
 
 /** Which end of the due jobs (by reply deadline) a batch is taken from. */
 type DueEnd = 'oldest' | 'newest';
@@ -89,10 +95,16 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
    * One transaction: lock a batch of due jobs, step each with DEADLINE_PASSED, commit. `from`: the
    * end of the due index the batch is taken from.
    */
-  async function sweepBatch(from: DueEnd): Promise<{ locked: number; applied: StepOutcome[]; outcomes: StepOutcome[] }> {
+  async function sweepBatch(
+    from: DueEnd,
+  ): Promise<{ locked: number; applied: StepOutcome[]; outcomes: StepOutcome[] }> {
     const started = performance.now();
     const outcomes = opts.pool
-      ? await inPgTransaction(opts.pool, (client) => applyPassedDeadlines(pgStepSql(client), batchSize, from), { genericPlans: true })
+      ? await inPgTransaction(
+          opts.pool,
+          (client) => applyPassedDeadlines(pgStepSql(client), batchSize, from),
+          { genericPlans: true },
+        )
       : await db.transaction().execute((tx) => applyPassedDeadlines(tx, batchSize, from));
     if (outcomes.length > 0) {
       metrics?.stepDuration.observe({ loop: 'watchdog' }, (performance.now() - started) / 1000);
@@ -107,7 +119,11 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
    * came back full, timed something out, and the sweep was not halted (rows due in SQL that the
    * machine declines would otherwise be selected again and again).
    */
-  async function batchOnce(control: { halted: boolean }, counts: { total: number; batches: number }, from: DueEnd): Promise<boolean> {
+  async function batchOnce(
+    control: { halted: boolean },
+    counts: { total: number; batches: number },
+    from: DueEnd,
+  ): Promise<boolean> {
     // 1. Lock, decide and commit one batch.
     const { locked, applied, outcomes } = await sweepBatch(from);
     counts.batches += 1;
@@ -116,23 +132,34 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
     const edges = new Map<string, { from: string; event: string; to: string; n: number }>();
     for (const o of outcomes) {
       if (o.decision === 'applied') {
-        log.info({ job_id: o.jobId, event: o.event, from: o.from, to: o.to, decision: o.decision }, 'job timed out');
+        log.info(
+          { job_id: o.jobId, event: o.event, from: o.from, to: o.to, decision: o.decision },
+          'job timed out',
+        );
         const key = `${o.from}>${o.to}`;
         const edge = edges.get(key);
         if (edge) edge.n += 1;
         else edges.set(key, { from: o.from, event: o.event, to: o.to, n: 1 });
       } else {
-        log.debug({ job_id: o.jobId, event: o.event, from: o.from, to: o.to, decision: o.decision, reason: o.reason }, 'deadline event changed nothing');
+        log.debug(
+          { job_id: o.jobId, event: o.event, from: o.from, to: o.to, decision: o.decision, reason: o.reason },
+          'deadline event changed nothing',
+        );
       }
     }
     for (const e of edges.values()) metrics?.transitions.inc({ from: e.from, event: e.event, to: e.to }, e.n);
     metrics?.watchdogTimeouts.inc(applied.length);
-    if (locked > 0) log.debug({ event: 'watchdog_batch', locked, timed_out: applied.length }, 'watchdog batch committed');
+    if (locked > 0)
+      log.debug({ event: 'watchdog_batch', locked, timed_out: applied.length }, 'watchdog batch committed');
     return locked === batchSize && applied.length > 0 && !control.halted;
   }
 
   /** One worker of a sweep: batch after batch while they come back full. */
-  async function drain(control: { halted: boolean }, counts: { total: number; batches: number }, from: DueEnd): Promise<void> {
+  async function drain(
+    control: { halted: boolean },
+    counts: { total: number; batches: number },
+    from: DueEnd,
+  ): Promise<void> {
     while (await batchOnce(control, counts, from));
   }
 
@@ -146,7 +173,9 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
         // Workers take turns at the two ends of the due index: two of them never step over the
         // rows the other holds locked until they meet in the middle of the backlog.
         const results = await Promise.allSettled(
-          Array.from({ length: concurrency }, (_, k) => drain(control, counts, k % 2 === 0 ? 'oldest' : 'newest')),
+          Array.from({ length: concurrency }, (_, k) =>
+            drain(control, counts, k % 2 === 0 ? 'oldest' : 'newest'),
+          ),
         );
         const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
         if (failed) throw failed.reason;
@@ -156,7 +185,12 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
     }
     if (counts.total > 0) {
       log.info(
-        { event: 'watchdog_sweep', timed_out: counts.total, batches: counts.batches, duration_ms: Math.round(performance.now() - started) },
+        {
+          event: 'watchdog_sweep',
+          timed_out: counts.total,
+          batches: counts.batches,
+          duration_ms: Math.round(performance.now() - started),
+        },
         'watchdog sweep timed out jobs',
       );
     }

@@ -24,7 +24,9 @@ export interface DbOptions {
   applicationName?: string;
 }
 
-const defaultTimestamptz = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ, 'text') as (text: string) => Date;
+const defaultTimestamptz = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ, 'text') as (
+  text: string,
+) => Date;
 
 /**
  * `timestamptz` text → Date, fast: PostgreSQL's ISO output (`2026-11-30 01:43:13.123456+00`, the
@@ -39,7 +41,8 @@ export function parseTimestamptz(text: string): Date {
     let iso: string | undefined;
     const c3 = text.charCodeAt(n - 3);
     if (c3 === 43 || c3 === 45) iso = `${text.slice(0, 10)}T${text.slice(11)}:00`;
-    else if (c3 === 58 && (text.charCodeAt(n - 6) === 43 || text.charCodeAt(n - 6) === 45)) iso = `${text.slice(0, 10)}T${text.slice(11)}`;
+    else if (c3 === 58 && (text.charCodeAt(n - 6) === 43 || text.charCodeAt(n - 6) === 45))
+      iso = `${text.slice(0, 10)}T${text.slice(11)}`;
     if (iso !== undefined) {
       const ms = Date.parse(iso);
       if (!Number.isNaN(ms)) return new Date(ms);

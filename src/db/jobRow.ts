@@ -35,7 +35,10 @@ export const JOB_STATE_COLUMNS = [
   'attempt',
   'target_service',
   'status',
-  ...(Object.keys(MUTABLE_JOB_COLUMNS).filter((c) => c !== 'status') as Exclude<MutableJobColumn, 'status'>[]),
+  ...(Object.keys(MUTABLE_JOB_COLUMNS).filter((c) => c !== 'status') as Exclude<
+    MutableJobColumn,
+    'status'
+  >[]),
 ] as const satisfies ReadonlyArray<keyof JobStateRow>;
 
 /** Hydration input from a row (plus whether the file's current job is this one). */
@@ -75,7 +78,10 @@ function same(a: unknown, b: unknown): boolean {
 }
 
 /** The columns whose values differ between two states of a job, with their new values. */
-export function changedColumns(before: JobState, after: JobState): Partial<Record<MutableJobColumn, unknown>> {
+export function changedColumns(
+  before: JobState,
+  after: JobState,
+): Partial<Record<MutableJobColumn, unknown>> {
   const diff: Partial<Record<MutableJobColumn, unknown>> = {};
   if (before.status !== after.status) diff.status = after.status;
   for (const [column, key] of CONTEXT_COLUMNS) {
@@ -86,5 +92,10 @@ export function changedColumns(before: JobState, after: JobState): Partial<Recor
 
 /** (column, context key) of every mutable column but `status`, computed once. */
 const CONTEXT_COLUMNS = Object.entries(MUTABLE_JOB_COLUMNS).filter(
-  (e): e is [Exclude<MutableJobColumn, 'status'>, Exclude<(typeof MUTABLE_JOB_COLUMNS)[MutableJobColumn], null>] => e[1] !== null,
+  (
+    e,
+  ): e is [
+    Exclude<MutableJobColumn, 'status'>,
+    Exclude<(typeof MUTABLE_JOB_COLUMNS)[MutableJobColumn], null>,
+  ] => e[1] !== null,
 );

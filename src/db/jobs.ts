@@ -20,11 +20,17 @@ export async function addFile(
   db: Kysely<Database>,
   file: { bucket: string; key: string; name: string; createdBy?: string },
 ): Promise<FileRow> {
-  if (!file.bucket || !file.key || !file.name) throw new UsageError('a file needs a bucket, a key and a name');
+  if (!file.bucket || !file.key || !file.name)
+    throw new UsageError('a file needs a bucket, a key and a name');
   return db.transaction().execute(async (tx) => {
     const obj = await tx
       .insertInto('s3_object')
-      .values({ bucket: file.bucket, key: file.key, bucket_role: 'uploads', created_by: file.createdBy ?? 'recognition-core' })
+      .values({
+        bucket: file.bucket,
+        key: file.key,
+        bucket_role: 'uploads',
+        created_by: file.createdBy ?? 'recognition-core',
+      })
       .onConflict((oc) => oc.columns(['bucket', 'key']).doNothing())
       .returning('id')
       .executeTakeFirst();
@@ -48,7 +54,9 @@ export async function createJob(
 ): Promise<JobRow> {
   assertUuid(input.fileId, 'file id');
   if (!SERVICE.test(input.targetService)) {
-    throw new UsageError(`service name must be 1-100 letters, digits, '-' or '_': ${JSON.stringify(input.targetService)}`);
+    throw new UsageError(
+      `service name must be 1-100 letters, digits, '-' or '_': ${JSON.stringify(input.targetService)}`,
+    );
   }
   return db.transaction().execute(async (tx) => {
     const file = await tx
@@ -70,7 +78,12 @@ export async function createJob(
       .executeTakeFirstOrThrow();
     await tx
       .updateTable('stored_file')
-      .set({ current_recognition_job_id: job.id, status: FILE_STATUS.QUEUED, error_code: null, updated_at: sql`now()` })
+      .set({
+        current_recognition_job_id: job.id,
+        status: FILE_STATUS.QUEUED,
+        error_code: null,
+        updated_at: sql`now()`,
+      })
       .where('id', '=', input.fileId)
       .execute();
     return job;
@@ -89,9 +102,17 @@ export async function loadJob(db: Kysely<Database>, jobId: string): Promise<JobV
   assertUuid(jobId, 'job id');
   const job = await db.selectFrom('recognition_job').selectAll().where('id', '=', jobId).executeTakeFirst();
   if (!job) return undefined;
-  const file = await db.selectFrom('stored_file').selectAll().where('id', '=', job.file_id).executeTakeFirstOrThrow();
+  const file = await db
+    .selectFrom('stored_file')
+    .selectAll()
+    .where('id', '=', job.file_id)
+    .executeTakeFirstOrThrow();
   const result = job.result_s3_object_id
-    ? ((await db.selectFrom('s3_object').selectAll().where('id', '=', job.result_s3_object_id).executeTakeFirst()) ?? null)
+    ? ((await db
+        .selectFrom('s3_object')
+        .selectAll()
+        .where('id', '=', job.result_s3_object_id)
+        .executeTakeFirst()) ?? null)
     : null;
   return { job, file, result };
 }
@@ -99,5 +120,10 @@ export async function loadJob(db: Kysely<Database>, jobId: string): Promise<JobV
 /** A job's transitions, oldest first. */
 export async function loadTransitions(db: Kysely<Database>, jobId: string): Promise<TransitionRow[]> {
   assertUuid(jobId, 'job id');
-  return db.selectFrom('recognition_job_transition').selectAll().where('job_id', '=', jobId).orderBy('id').execute();
+  return db
+    .selectFrom('recognition_job_transition')
+    .selectAll()
+    .where('job_id', '=', jobId)
+    .orderBy('id')
+    .execute();
 }

@@ -47,8 +47,11 @@ export interface NotificationListener {
  * warn and retried with a capped exponential backoff until {@link NotificationListener.close}.
  * Resolves once the first attempt has finished (listening or scheduled to retry).
  */
-export async function listenForNotifications(opts: NotificationListenerOptions): Promise<NotificationListener> {
-  if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(opts.channel)) throw new Error(`invalid LISTEN channel: ${opts.channel}`);
+export async function listenForNotifications(
+  opts: NotificationListenerOptions,
+): Promise<NotificationListener> {
+  if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(opts.channel))
+    throw new Error(`invalid LISTEN channel: ${opts.channel}`);
   const log = opts.logger.child({ channel: opts.channel });
   let closed = false;
   let listening = false;

@@ -24,7 +24,10 @@ function isBrokenConnection(err: unknown): boolean {
  * Run `fn` with a client of `pool`, released after; a connection that died under it is
  * destroyed rather than handed out again.
  */
-export async function withPgClient<C extends PgPoolClient, T>(pool: { connect(): Promise<C> }, fn: (client: C) => Promise<T>): Promise<T> {
+export async function withPgClient<C extends PgPoolClient, T>(
+  pool: { connect(): Promise<C> },
+  fn: (client: C) => Promise<T>,
+): Promise<T> {
   const client = await pool.connect();
   let broken: Error | undefined;
   try {

@@ -48,8 +48,12 @@ async function runCheck(check: () => Promise<boolean> | boolean): Promise<boolea
 }
 
 /** Evaluate every readiness check concurrently. */
-export async function readiness(checks: ReadinessChecks): Promise<{ ready: boolean; checks: Record<string, boolean> }> {
-  const entries = await Promise.all(Object.entries(checks).map(async ([name, c]) => [name, await runCheck(c)] as const));
+export async function readiness(
+  checks: ReadinessChecks,
+): Promise<{ ready: boolean; checks: Record<string, boolean> }> {
+  const entries = await Promise.all(
+    Object.entries(checks).map(async ([name, c]) => [name, await runCheck(c)] as const),
+  );
   const result = Object.fromEntries(entries);
   return { ready: entries.every(([, ok]) => ok), checks: result };
 }
@@ -65,13 +69,15 @@ export async function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
     const path = (req.url ?? '/').split('?')[0]!;
     void (async () => {
       try {
-        if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'text/plain', 'method not allowed\n');
+        if (req.method !== 'GET' && req.method !== 'HEAD')
+          return send(res, 405, 'text/plain', 'method not allowed\n');
         if (path === '/healthz') return send(res, 200, 'application/json', '{"status":"ok"}\n');
         if (path === '/readyz') {
           const r = await readiness(opts.readiness);
           return send(res, r.ready ? 200 : 503, 'application/json', JSON.stringify(r) + '\n');
         }
-        if (path === '/metrics') return send(res, 200, opts.registry.contentType, await opts.registry.metrics());
+        if (path === '/metrics')
+          return send(res, 200, opts.registry.contentType, await opts.registry.metrics());
         const route = opts.routes?.[path];
         if (route) return await route(req, res);
         return send(res, 404, 'text/plain', 'not found\n');

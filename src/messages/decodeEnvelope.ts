@@ -104,7 +104,14 @@ function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
     if (bytes > S3_KEY_MAX_BYTES) {
       return fail(
         QUARANTINE_REASON.SCHEMA_INVALID,
-        [{ instancePath: '/result_s3/key', keyword: 'maxBytes', params: { limit: S3_KEY_MAX_BYTES, bytes }, message: `must be at most ${S3_KEY_MAX_BYTES} bytes of UTF-8` }],
+        [
+          {
+            instancePath: '/result_s3/key',
+            keyword: 'maxBytes',
+            params: { limit: S3_KEY_MAX_BYTES, bytes },
+            message: `must be at most ${S3_KEY_MAX_BYTES} bytes of UTF-8`,
+          },
+        ],
         jobId,
       );
     }

@@ -10,7 +10,14 @@ import type { Logger } from '../logger.js';
 
 type NatsConfig = Pick<
   Config,
-  'NATS_URL' | 'NATS_USER' | 'NATS_PASSWORD' | 'NATS_TOKEN' | 'NATS_CREDS' | 'NATS_TLS_CA' | 'NATS_TLS_CERT' | 'NATS_TLS_KEY'
+  | 'NATS_URL'
+  | 'NATS_USER'
+  | 'NATS_PASSWORD'
+  | 'NATS_TOKEN'
+  | 'NATS_CREDS'
+  | 'NATS_TLS_CA'
+  | 'NATS_TLS_CERT'
+  | 'NATS_TLS_KEY'
 >;
 
 /** A connection and whether it is up right now. */

@@ -11,7 +11,13 @@ import {
   type JetStreamManager,
   type StreamConfig,
 } from '@nats-io/jetstream';
-import { INBOX_CONSUMER, JOBS_STREAM, JOB_SUBJECT_PREFIX, RESULTS_STREAM, RESULT_SUBJECT } from './subjects.js';
+import {
+  INBOX_CONSUMER,
+  JOBS_STREAM,
+  JOB_SUBJECT_PREFIX,
+  RESULTS_STREAM,
+  RESULT_SUBJECT,
+} from './subjects.js';
 
 export interface ProvisionOptions {
   duplicateWindowMs: number;
@@ -25,7 +31,10 @@ export interface ProvisionOptions {
 /** How long the streams keep messages: a week, so operators can inspect and replay. */
 const MAX_AGE_MS = 7 * 24 * 3600 * 1000;
 
-async function ensureStream(jsm: JetStreamManager, cfg: Partial<StreamConfig> & { name: string }): Promise<void> {
+async function ensureStream(
+  jsm: JetStreamManager,
+  cfg: Partial<StreamConfig> & { name: string },
+): Promise<void> {
   try {
     const info = await jsm.streams.info(cfg.name);
     const c = info.config;

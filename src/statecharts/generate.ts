@@ -13,11 +13,17 @@ import { renderMarkdown, renderStatelyFile, renderSvg, toDot } from './render.js
 import { buildStateEventTable } from './stateEventTable.js';
 
 /** The generated files, by name relative to the output folder. */
-export const STATECHART_FILES = ['recognition-job.md', 'recognition-job.svg', 'recognition-job.stately.ts'] as const;
+export const STATECHART_FILES = [
+  'recognition-job.md',
+  'recognition-job.svg',
+  'recognition-job.stately.ts',
+] as const;
 export type StatechartFile = (typeof STATECHART_FILES)[number];
 
 /** Every generated file's content, from `machine` (the lifecycle machine by default). */
-export async function generateStatecharts(machine: AnyStateMachine = recognitionJobMachine): Promise<Record<StatechartFile, string>> {
+export async function generateStatecharts(
+  machine: AnyStateMachine = recognitionJobMachine,
+): Promise<Record<StatechartFile, string>> {
   const graph = readMachineGraph(machine);
   return {
     'recognition-job.md': renderMarkdown(graph, buildStateEventTable(machine), legalEdges(machine)),

@@ -9,7 +9,11 @@ import type { InspectionRun } from './inspector.js';
  * The run of job `jobId` from its transition rows (oldest first). It starts in the first row's
  * `from_status` (or `currentStatus` when the job has no transition yet).
  */
-export function historyRun(jobId: string, rows: readonly TransitionRow[], currentStatus: string): InspectionRun {
+export function historyRun(
+  jobId: string,
+  rows: readonly TransitionRow[],
+  currentStatus: string,
+): InspectionRun {
   const first = rows[0];
   return {
     sessionId: jobId,

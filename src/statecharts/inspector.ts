@@ -33,7 +33,11 @@ export interface InspectionRun {
   /** Shown by the inspector as the actor's id (e.g. the job id). */
   sessionId: string;
   start: { value: string; context: Record<string, unknown> };
-  steps: Array<{ event: { type: string } & Record<string, unknown>; value: string; context: Record<string, unknown> }>;
+  steps: Array<{
+    event: { type: string } & Record<string, unknown>;
+    value: string;
+    context: Record<string, unknown>;
+  }>;
 }
 
 export interface InspectorSession {
@@ -118,7 +122,10 @@ async function startInspectionServer(port: number, wsUrl: string): Promise<{ sto
   // Browsers send their page's origin: only this server's own page may connect, not any site the
   // developer happens to have open (programs, like the inspector below, send no origin).
   const ownPage = new Set([`http://${INSPECT_HOST}:${port}`, `http://localhost:${port}`]);
-  const wss = new WebSocketServer({ server: http, verifyClient: ({ origin }: { origin?: string }) => !origin || ownPage.has(origin) });
+  const wss = new WebSocketServer({
+    server: http,
+    verifyClient: ({ origin }: { origin?: string }) => !origin || ownPage.has(origin),
+  });
   const held: string[] = [];
   wss.on('connection', (client) => {
     for (const msg of held) client.send(msg);
@@ -126,7 +133,8 @@ async function startInspectionServer(port: number, wsUrl: string): Promise<{ sto
       const msg = data.toString();
       held.push(msg);
       if (held.length > HELD_EVENTS) held.shift();
-      for (const other of wss.clients) if (other !== client && other.readyState === WebSocket.OPEN) other.send(msg);
+      for (const other of wss.clients)
+        if (other !== client && other.readyState === WebSocket.OPEN) other.send(msg);
     });
   });
   return {
@@ -144,7 +152,9 @@ function connect(url: string): Promise<WebSocket> {
   return new Promise<WebSocket>((resolve, reject) => {
     const ws = new WebSocket(url);
     ws.once('open', () => resolve(ws));
-    ws.once('error', (err) => reject(new Error(`the inspector server at ${url} did not accept a connection`, { cause: err })));
+    ws.once('error', (err) =>
+      reject(new Error(`the inspector server at ${url} did not accept a connection`, { cause: err })),
+    );
   });
 }
 
@@ -166,7 +176,11 @@ export async function startInspection(opts: { port?: number } = {}): Promise<Ins
   let pending: Array<Promise<void>> = [];
   const inspector = createInspector({
     send(event: StatelyInspectionEvent) {
-      pending.push(new Promise<void>((resolve, reject) => ws.send(JSON.stringify(event), (err) => (err ? reject(err) : resolve()))));
+      pending.push(
+        new Promise<void>((resolve, reject) =>
+          ws.send(JSON.stringify(event), (err) => (err ? reject(err) : resolve())),
+        ),
+      );
     },
   });
   const definition = statelyConfig(readMachineGraph());
@@ -184,13 +198,21 @@ export async function startInspection(opts: { port?: number } = {}): Promise<Ins
     wsUrl,
     async send(run) {
       // The inspector reads the definition from `actorRef.logic.config`, as for a live actor.
-      const actorRef = { sessionId: run.sessionId, id: run.sessionId, logic: { config: definition } } as unknown as ActorRefLike;
+      const actorRef = {
+        sessionId: run.sessionId,
+        id: run.sessionId,
+        logic: { config: definition },
+      } as unknown as ActorRefLike;
       let count = 0;
       inspector.actor(actorRef, { status: 'active', value: run.start.value, context: run.start.context });
       count++;
       for (const s of run.steps) {
         inspector.event(run.sessionId, s.event);
-        inspector.snapshot(run.sessionId, { status: 'active', value: s.value, context: s.context }, { event: s.event });
+        inspector.snapshot(
+          run.sessionId,
+          { status: 'active', value: s.value, context: s.context },
+          { event: s.event },
+        );
         count += 2;
       }
       const sent = pending;

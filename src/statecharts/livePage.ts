@@ -55,16 +55,29 @@ async function loadCounts(db: Db): Promise<ChartCounts & { transitions: Statecha
   return {
     states,
     edges,
-    transitions: transitions.map((r) => ({ from: r.from_status, to: r.to_status, event: r.event, count: Number(r.count) })),
+    transitions: transitions.map((r) => ({
+      from: r.from_status,
+      to: r.to_status,
+      event: r.event,
+      count: Number(r.count),
+    })),
   };
 }
 
 /** Read the numbers and render the chart with them. */
-export async function loadStatechartSnapshot(db: Db, graph: MachineGraph = readMachineGraph()): Promise<StatechartSnapshot> {
+export async function loadStatechartSnapshot(
+  db: Db,
+  graph: MachineGraph = readMachineGraph(),
+): Promise<StatechartSnapshot> {
   const counts = await loadCounts(db);
   return {
     generatedAt: new Date().toISOString(),
-    states: graph.states.map((s) => ({ name: s.name, final: s.final, description: s.description, count: counts.states[s.name] ?? 0 })),
+    states: graph.states.map((s) => ({
+      name: s.name,
+      final: s.final,
+      description: s.description,
+      count: counts.states[s.name] ?? 0,
+    })),
     transitions: counts.transitions,
     svg: await renderSvg(toDot(graph, counts)),
   };

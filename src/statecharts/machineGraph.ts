@@ -67,7 +67,9 @@ function guardName(guard: unknown): string | null {
 function actionRef(action: unknown): ActionRef {
   if (typeof action === 'string') return action;
   if (typeof action === 'object' && action !== null && 'type' in action && typeof action.type === 'string') {
-    return 'params' in action && action.params !== undefined ? { type: action.type, params: action.params } : { type: action.type };
+    return 'params' in action && action.params !== undefined
+      ? { type: action.type, params: action.params }
+      : { type: action.type };
   }
   throw new Error('the machine has an inline action; name every action in setup({ actions })');
 }
@@ -77,7 +79,8 @@ function transitionsOf(node: AnyStateNode, source: string | null): GraphTransiti
   for (const [event, definitions] of node.transitions) {
     definitions.forEach((t, order) => {
       const targets = t.target ?? [];
-      if (targets.length > 1) throw new Error(`transition ${source ?? '(root)'} ${event} has several targets`);
+      if (targets.length > 1)
+        throw new Error(`transition ${source ?? '(root)'} ${event} has several targets`);
       const target = targets[0]?.key ?? null;
       out.push({
         source,
@@ -99,8 +102,14 @@ export function readMachineGraph(machine: AnyStateMachine = recognitionJobMachin
   const states: GraphState[] = [];
   const transitions: GraphTransition[] = [];
   for (const [name, node] of Object.entries(root.states)) {
-    if (Object.keys(node.states).length > 0) throw new Error(`state ${name} has child states; the export handles flat machines`);
-    states.push({ name, description: node.description ?? '', tags: [...node.tags], final: node.tags.includes('final') });
+    if (Object.keys(node.states).length > 0)
+      throw new Error(`state ${name} has child states; the export handles flat machines`);
+    states.push({
+      name,
+      description: node.description ?? '',
+      tags: [...node.tags],
+      final: node.tags.includes('final'),
+    });
     transitions.push(...transitionsOf(node, name));
   }
   transitions.push(...transitionsOf(root, null));
@@ -133,7 +142,8 @@ export function legalEdges(machine: AnyStateMachine = recognitionJobMachine): Le
   for (const state of graph.states) {
     for (const event of graphEvents(graph)) {
       for (const t of candidates(graph, state.name, event)) {
-        if (t.target !== null && t.target !== state.name) seen.set(`${state.name}\u0000${t.target}`, { from: state.name, to: t.target });
+        if (t.target !== null && t.target !== state.name)
+          seen.set(`${state.name}\u0000${t.target}`, { from: state.name, to: t.target });
       }
     }
   }

@@ -26,7 +26,8 @@ export function drawnEdges(graph: MachineGraph): Array<GraphTransition & { from:
   for (const state of graph.states) {
     for (const event of graphEvents(graph)) {
       const own = graph.transitions.filter((t) => t.source === state.name && t.event === event);
-      const list = own.length > 0 ? own : graph.transitions.filter((t) => t.source === null && t.event === event);
+      const list =
+        own.length > 0 ? own : graph.transitions.filter((t) => t.source === null && t.event === event);
       for (const t of list) if (isDrawn(t)) out.push({ ...t, from: state.name, to: t.target ?? state.name });
     }
   }
@@ -50,7 +51,8 @@ function edgeLabel(t: GraphTransition): string {
 /** A Mermaid `stateDiagram-v2` (no `:` or `;` inside labels: Mermaid ends a label there). */
 export function toMermaid(graph: MachineGraph): string {
   const lines = ['stateDiagram-v2', `  [*] --> ${graph.initial}`];
-  for (const e of drawnEdges(graph)) lines.push(`  ${e.from} --> ${e.to} : ${edgeLabel(e).replace(/[:;]/g, ' ')}`);
+  for (const e of drawnEdges(graph))
+    lines.push(`  ${e.from} --> ${e.to} : ${edgeLabel(e).replace(/[:;]/g, ' ')}`);
   for (const s of graph.states) if (s.final) lines.push(`  ${s.name} --> [*]`);
   return lines.join('\n');
 }
@@ -65,7 +67,9 @@ function guardCell(r: TableRow): string {
   const words = t.description || '(no description)';
   const guard = t.guard ? ` — guard \`${t.guard}\`` : '';
   const fallback = r.via === 'root' ? ' — any state that does not take this event' : '';
-  const failed = r.failedGuards.length ? `; checked first, not holding: ${r.failedGuards.map((g) => `\`${g}\``).join(', ')}` : '';
+  const failed = r.failedGuards.length
+    ? `; checked first, not holding: ${r.failedGuards.map((g) => `\`${g}\``).join(', ')}`
+    : '';
   return `${words}${guard}${fallback}${failed}`;
 }
 
@@ -74,12 +78,20 @@ function decisionCell(r: TableRow): string {
 }
 
 /** The product owners' page: the diagram, the states, the final statuses and the full table. */
-export function renderMarkdown(graph: MachineGraph, rows: TableRow[], edges: Array<{ from: string; to: string }>): string {
+export function renderMarkdown(
+  graph: MachineGraph,
+  rows: TableRow[],
+  edges: Array<{ from: string; to: string }>,
+): string {
   const out: string[] = [];
-  out.push(`<!-- Generated from ${SOURCE} by \`recognition-core statecharts\`. Do not edit: run ${REGENERATE}. -->`);
+  out.push(
+    `<!-- Generated from ${SOURCE} by \`recognition-core statecharts\`. Do not edit: run ${REGENERATE}. -->`,
+  );
   out.push('', '# The recognition job lifecycle', '', graph.description, '');
   out.push(
-    'Every job starts `' + graph.initial + '` and ends in one of the final statuses. The diagram, the tables and the',
+    'Every job starts `' +
+      graph.initial +
+      '` and ends in one of the final statuses. The diagram, the tables and the',
     "database's list of legal status changes are all generated from the machine the daemon runs.",
     '',
     '## Diagram',
@@ -96,9 +108,13 @@ export function renderMarkdown(graph: MachineGraph, rows: TableRow[], edges: Arr
     '| Status | Final | Meaning |',
     '|---|---|---|',
   );
-  for (const s of graph.states) out.push(`| \`${s.name}\` | ${s.final ? 'yes' : 'no'} | ${cell(s.description)} |`);
+  for (const s of graph.states)
+    out.push(`| \`${s.name}\` | ${s.final ? 'yes' : 'no'} | ${cell(s.description)} |`);
   out.push('', '## Final statuses and what they mean for the file', '');
-  out.push('A job in a final status never changes again. Events that still arrive are logged and counted, never applied.', '');
+  out.push(
+    'A job in a final status never changes again. Events that still arrive are logged and counted, never applied.',
+    '',
+  );
   for (const s of graph.states.filter((x) => x.final)) out.push(`- **${s.name}**: ${s.description}`);
   out.push('', '## Legal status changes', '');
   out.push(
@@ -132,7 +148,13 @@ export function renderMarkdown(graph: MachineGraph, rows: TableRow[], edges: Arr
       `| \`${r.state}\` | \`${r.event}\`: ${cell(r.variant)} | ${cell(guardCell(r))} | ${next} | ${cell(r.file)} | ${cell(r.s3)} | ${cell(r.log)} | ${cell(decisionCell(r))} |`,
     );
   }
-  out.push('', `Events: ${graphEvents(graph).map((e) => `\`${e}\``).join(', ')}.`, '');
+  out.push(
+    '',
+    `Events: ${graphEvents(graph)
+      .map((e) => `\`${e}\``)
+      .join(', ')}.`,
+    '',
+  );
   return out.join('\n');
 }
 
@@ -166,9 +188,13 @@ export function toDot(graph: MachineGraph, counts?: ChartCounts): string {
     '  "__start" [shape=point, width=0.15, label="", fillcolor="black"];',
   ];
   for (const s of graph.states) {
-    const n = counts ? `\n${counts.states[s.name] ?? 0} job${(counts.states[s.name] ?? 0) === 1 ? '' : 's'}` : '';
+    const n = counts
+      ? `\n${counts.states[s.name] ?? 0} job${(counts.states[s.name] ?? 0) === 1 ? '' : 's'}`
+      : '';
     const final = s.final ? ', peripheries=2, fillcolor="#f3f3f3"' : '';
-    lines.push(`  ${q(s.name)} [id=${q(`state-${s.name}`)}, label=${q(s.name + n)}, tooltip=${q(s.description)}${final}];`);
+    lines.push(
+      `  ${q(s.name)} [id=${q(`state-${s.name}`)}, label=${q(s.name + n)}, tooltip=${q(s.description)}${final}];`,
+    );
   }
   lines.push(`  "__start" -> ${q(graph.initial)};`);
   for (const e of drawnEdges(graph)) {
@@ -209,7 +235,8 @@ function onConfig(list: GraphTransition[], fromRoot: boolean): Json {
   const on: Record<string, Json> = {};
   for (const event of [...new Set(list.map((t) => t.event))]) {
     const ts = list.filter((t) => t.event === event).sort((a, b) => a.order - b.order);
-    on[event] = ts.length === 1 ? transitionConfig(ts[0]!, fromRoot) : ts.map((t) => transitionConfig(t, fromRoot));
+    on[event] =
+      ts.length === 1 ? transitionConfig(ts[0]!, fromRoot) : ts.map((t) => transitionConfig(t, fromRoot));
   }
   return on;
 }
@@ -243,12 +270,20 @@ function literal(value: Json, indent: string): string {
   if (value === null || typeof value !== 'object') return JSON.stringify(value);
   const inner = indent + '  ';
   if (Array.isArray(value)) {
-    if (value.every((v) => v === null || typeof v !== 'object')) return `[${value.map((v) => literal(v, inner)).join(', ')}]`;
+    if (value.every((v) => v === null || typeof v !== 'object'))
+      return `[${value.map((v) => literal(v, inner)).join(', ')}]`;
     return `[\n${value.map((v) => `${inner}${literal(v, inner)},\n`).join('')}${indent}]`;
   }
   const entries = Object.entries(value);
   if (entries.length === 0) return '{}';
-  if (entries.every(([, v]) => v === null || typeof v !== 'object' || (!Array.isArray(v) && Object.values(v).every((x) => x === null || typeof x !== 'object')))) {
+  if (
+    entries.every(
+      ([, v]) =>
+        v === null ||
+        typeof v !== 'object' ||
+        (!Array.isArray(v) && Object.values(v).every((x) => x === null || typeof x !== 'object')),
+    )
+  ) {
     const inline = `{ ${entries.map(([k, v]) => `${IDENT.test(k) ? k : `'${k}'`}: ${literal(v, inner).replace(/\n\s*/g, ' ').replace(/, }/g, ' }')}`).join(', ')} }`;
     if (indent.length + inline.length <= 100) return inline;
   }

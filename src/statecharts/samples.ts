@@ -5,15 +5,27 @@
  * Pure: no I/O, no clock. Everything revolves around the fixed moment {@link SAMPLE_NOW}, so the
  * generated files are byte-for-byte reproducible.
  */
-import { CORE_ERROR_CODE, type JobContext, type JobEvent, type PublishRetryPolicy } from '../../machines/index.js';
+import {
+  CORE_ERROR_CODE,
+  type JobContext,
+  type JobEvent,
+  type PublishRetryPolicy,
+} from '../../machines/index.js';
 
 export const SAMPLE_NOW = new Date('2025-03-01T10:00:00.000Z');
 export const SAMPLE_JOB_ID = '00000000-0000-4000-8000-000000000001';
 export const SAMPLE_FILE_ID = '00000000-0000-4000-8000-000000000002';
 export const SAMPLE_SERVICE = { name: 'tabular-parser', version: '1.4.2' } as const;
 export const SAMPLE_REPLY_TIMEOUT_MS = 10 * 60_000;
-export const SAMPLE_PUBLISH_POLICY: PublishRetryPolicy = { maxAttempts: 3, baseDelayMs: 1_000, maxDelayMs: 60_000 };
-export const SAMPLE_RESULT_S3 = { bucket: 'results', key: `results/${SAMPLE_FILE_ID}/${SAMPLE_JOB_ID}/result.json` } as const;
+export const SAMPLE_PUBLISH_POLICY: PublishRetryPolicy = {
+  maxAttempts: 3,
+  baseDelayMs: 1_000,
+  maxDelayMs: 60_000,
+};
+export const SAMPLE_RESULT_S3 = {
+  bucket: 'results',
+  key: `results/${SAMPLE_FILE_ID}/${SAMPLE_JOB_ID}/result.json`,
+} as const;
 
 const MINUTE = 60_000;
 const at = (ms: number) => new Date(SAMPLE_NOW.getTime() + ms);
@@ -52,7 +64,12 @@ export function sampleContext(status: string): JobContext {
     publishedAt: at(-MINUTE),
     replyDeadline: at(-MINUTE + SAMPLE_REPLY_TIMEOUT_MS),
   };
-  const processing = { ...published, startedAt: at(-MINUTE / 2), serviceName: SAMPLE_SERVICE.name, serviceVersion: SAMPLE_SERVICE.version };
+  const processing = {
+    ...published,
+    startedAt: at(-MINUTE / 2),
+    serviceName: SAMPLE_SERVICE.name,
+    serviceVersion: SAMPLE_SERVICE.version,
+  };
   const finished = { ...processing, finishedAt: at(-MINUTE / 6), resultMsgId: 'result-earlier' };
   const byStatus: Record<string, Partial<JobContext>> = {
     pending: {},
@@ -61,8 +78,19 @@ export function sampleContext(status: string): JobContext {
     done: { ...finished, resultS3ObjectId: '41' },
     needs_check: { ...finished, resultS3ObjectId: '42' },
     error: { ...finished, errorCode: 'UNSUPPORTED_FORMAT', errorMessage: 'xls 95 is not supported' },
-    timeout: { ...processing, finishedAt: at(-MINUTE / 6), errorCode: CORE_ERROR_CODE.TIMEOUT, errorMessage: 'no result before reply_deadline' },
-    dlq: { publishAttempts: SAMPLE_PUBLISH_POLICY.maxAttempts, nextPublishAt: null, finishedAt: at(-MINUTE / 6), errorCode: CORE_ERROR_CODE.PUBLISH_FAILED, errorMessage: 'no JetStream ack' },
+    timeout: {
+      ...processing,
+      finishedAt: at(-MINUTE / 6),
+      errorCode: CORE_ERROR_CODE.TIMEOUT,
+      errorMessage: 'no result before reply_deadline',
+    },
+    dlq: {
+      publishAttempts: SAMPLE_PUBLISH_POLICY.maxAttempts,
+      nextPublishAt: null,
+      finishedAt: at(-MINUTE / 6),
+      errorCode: CORE_ERROR_CODE.PUBLISH_FAILED,
+      errorMessage: 'no JetStream ack',
+    },
   };
   return sampleBaseContext(byStatus[status] ?? {});
 }
@@ -91,18 +119,49 @@ export function eventVariants(): Record<JobEvent['type'], EventVariant[]> {
     resultSchemaVersion: '2.1',
     metrics: { pages: 12 },
   } as const;
-  const publishFailed = { type: 'PUBLISH_FAILED', now, error: 'no JetStream ack within 5000 ms', policy: SAMPLE_PUBLISH_POLICY } as const;
+  const publishFailed = {
+    type: 'PUBLISH_FAILED',
+    now,
+    error: 'no JetStream ack within 5000 ms',
+    policy: SAMPLE_PUBLISH_POLICY,
+  } as const;
   return {
-    PUBLISHED: [{ name: 'JetStream accepted the job message', event: { type: 'PUBLISHED', now, replyTimeoutMs: SAMPLE_REPLY_TIMEOUT_MS }, context: {} }],
+    PUBLISHED: [
+      {
+        name: 'JetStream accepted the job message',
+        event: { type: 'PUBLISHED', now, replyTimeoutMs: SAMPLE_REPLY_TIMEOUT_MS },
+        context: {},
+      },
+    ],
     PUBLISH_FAILED: [
       { name: 'attempts left', event: publishFailed, context: { publishAttempts: 0 } },
-      { name: 'the last allowed attempt', event: publishFailed, context: { publishAttempts: SAMPLE_PUBLISH_POLICY.maxAttempts - 1 } },
+      {
+        name: 'the last allowed attempt',
+        event: publishFailed,
+        context: { publishAttempts: SAMPLE_PUBLISH_POLICY.maxAttempts - 1 },
+      },
     ],
-    DELIVERY_EXHAUSTED: [{ name: 'max deliveries reached', event: { type: 'DELIVERY_EXHAUSTED', now, deliveries: 5 }, context: {} }],
-    ENVELOPE_PROCESSING: [{ name: 'ack (status processing)', event: { type: 'ENVELOPE_PROCESSING', now, msgId: 'ack-1', service }, context: {} }],
+    DELIVERY_EXHAUSTED: [
+      {
+        name: 'max deliveries reached',
+        event: { type: 'DELIVERY_EXHAUSTED', now, deliveries: 5 },
+        context: {},
+      },
+    ],
+    ENVELOPE_PROCESSING: [
+      {
+        name: 'ack (status processing)',
+        event: { type: 'ENVELOPE_PROCESSING', now, msgId: 'ack-1', service },
+        context: {},
+      },
+    ],
     ENVELOPE_RESULT: [
       { name: 'result done', event: done, context: {} },
-      { name: 'result needs_check', event: { ...done, msgId: 'result-needs-check-1', status: 'needs_check' }, context: {} },
+      {
+        name: 'result needs_check',
+        event: { ...done, msgId: 'result-needs-check-1', status: 'needs_check' },
+        context: {},
+      },
       {
         name: 'result error',
         event: {
@@ -115,10 +174,18 @@ export function eventVariants(): Record<JobEvent['type'], EventVariant[]> {
         },
         context: {},
       },
-      { name: 'the result already applied (same msg id)', event: done, context: { resultMsgId: DONE_MSG_ID } },
+      {
+        name: 'the result already applied (same msg id)',
+        event: done,
+        context: { resultMsgId: DONE_MSG_ID },
+      },
     ],
     DEADLINE_PASSED: [
-      { name: 'reply_deadline passed', event: { type: 'DEADLINE_PASSED', now: at(SAMPLE_REPLY_TIMEOUT_MS + MINUTE) }, context: {} },
+      {
+        name: 'reply_deadline passed',
+        event: { type: 'DEADLINE_PASSED', now: at(SAMPLE_REPLY_TIMEOUT_MS + MINUTE) },
+        context: {},
+      },
       { name: 'reply_deadline not yet passed', event: { type: 'DEADLINE_PASSED', now }, context: {} },
     ],
   };

@@ -35,7 +35,12 @@ const RELATIVE_PART = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
 const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 } as const;
 
 const timestamp = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO 8601 timestamp');
-const at = z.string().refine((v) => RELATIVE.test(v) || !Number.isNaN(Date.parse(v)), 'must be +<n>ms|s|m|h (e.g. +2m30s) or an ISO 8601 timestamp');
+const at = z
+  .string()
+  .refine(
+    (v) => RELATIVE.test(v) || !Number.isNaN(Date.parse(v)),
+    'must be +<n>ms|s|m|h (e.g. +2m30s) or an ISO 8601 timestamp',
+  );
 const common = { at: at.optional(), note: z.string().optional() };
 
 const publishEvent = z.strictObject({
@@ -54,7 +59,9 @@ const maxDeliveriesEvent = z.strictObject({ ...common, max_deliveries: z.number(
 export const scenarioEventSchema = z.union([publishEvent, envelopeEvent, tickEvent, maxDeliveriesEvent]);
 export type ScenarioEvent = z.infer<typeof scenarioEventSchema>;
 
-const uuid = z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a uuid');
+const uuid = z
+  .string()
+  .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a uuid');
 const columns = {
   id: uuid.optional(),
   file_id: uuid.optional(),
@@ -107,7 +114,9 @@ export type Scenario = z.infer<typeof scenarioSchema>;
 export function parseScenario(value: unknown, source = 'scenario'): Scenario {
   const result = scenarioSchema.safeParse(value);
   if (result.success) return result.data;
-  const problems = result.error.issues.map((i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`);
+  const problems = result.error.issues.map(
+    (i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`,
+  );
   throw new UsageError(`${source} is not a valid scenario: ${problems.join('; ')}`);
 }
 
@@ -170,7 +179,8 @@ function resolveAt(value: string | undefined, start: Date, previous: Date): Date
   if (value === undefined) return previous;
   if (!RELATIVE.test(value)) return new Date(value);
   let ms = 0;
-  for (const [, n, unit] of value.matchAll(RELATIVE_PART)) ms += Number(n) * UNIT_MS[unit as keyof typeof UNIT_MS];
+  for (const [, n, unit] of value.matchAll(RELATIVE_PART))
+    ms += Number(n) * UNIT_MS[unit as keyof typeof UNIT_MS];
   return new Date(start.getTime() + ms);
 }
 
@@ -217,8 +227,12 @@ function plain(value: unknown): unknown {
 }
 
 function describeInput(e: ScenarioEvent): string {
-  if ('publish' in e) return e.publish === 'accepted' ? 'publish: JetStream accepted the job message' : `publish failed: ${e.error ?? 'error'}`;
-  if ('envelope' in e) return `envelope ${String(e.envelope['status'])}${e.msg_id ? ` (msg id ${e.msg_id})` : ' (no msg id)'}`;
+  if ('publish' in e)
+    return e.publish === 'accepted'
+      ? 'publish: JetStream accepted the job message'
+      : `publish failed: ${e.error ?? 'error'}`;
+  if ('envelope' in e)
+    return `envelope ${String(e.envelope['status'])}${e.msg_id ? ` (msg id ${e.msg_id})` : ' (no msg id)'}`;
   if ('tick' in e) return 'watchdog: deadline tick';
   return `JetStream advisory: max deliveries (${e.max_deliveries})`;
 }
@@ -241,7 +255,12 @@ export function runScenario(s: Scenario): Trace {
   let now = start;
   s.events.forEach((input, i) => {
     now = resolveAt(input.at, start, now);
-    const base = { index: i + 1, at: now.toISOString(), note: input.note ?? null, input: describeInput(input) };
+    const base = {
+      index: i + 1,
+      at: now.toISOString(),
+      note: input.note ?? null,
+      input: describeInput(input),
+    };
     let event: JobEvent;
     if ('publish' in input) {
       event =
@@ -254,7 +273,11 @@ export function runScenario(s: Scenario): Trace {
       event = { type: 'DELIVERY_EXHAUSTED', now, deliveries: input.max_deliveries };
     } else {
       const body = { job_id: state.context.jobId, ...input.envelope };
-      const decoded = decodeEnvelope({ data: Buffer.from(JSON.stringify(body)), msgId: input.msg_id ?? undefined, maxBytes: 1024 * 1024 });
+      const decoded = decodeEnvelope({
+        data: Buffer.from(JSON.stringify(body)),
+        msgId: input.msg_id ?? undefined,
+        maxBytes: 1024 * 1024,
+      });
       if (!decoded.ok) {
         steps.push({
           ...base,
@@ -298,7 +321,13 @@ export function runScenario(s: Scenario): Trace {
     });
     state = next;
   });
-  const final = { status: state.status, row: plain({ ...row, ...changedColumns(rowToJobState(row, s.file_is_current), state) }) as Record<string, unknown> };
+  const final = {
+    status: state.status,
+    row: plain({ ...row, ...changedColumns(rowToJobState(row, s.file_is_current), state) }) as Record<
+      string,
+      unknown
+    >,
+  };
   return {
     scenario: s.name,
     description: s.description ?? null,
@@ -321,7 +350,8 @@ function checkExpectations(s: Scenario, steps: TraceStep[], finalStatus: JobStat
   if (e.decisions && JSON.stringify(e.decisions) !== JSON.stringify(decisions)) {
     unmet.push(`decisions: expected ${e.decisions.join(', ')}, got ${decisions.join(', ')}`);
   }
-  if (e.final_status && e.final_status !== finalStatus) unmet.push(`final status: expected ${e.final_status}, got ${finalStatus}`);
+  if (e.final_status && e.final_status !== finalStatus)
+    unmet.push(`final status: expected ${e.final_status}, got ${finalStatus}`);
   return unmet;
 }
 
@@ -348,7 +378,12 @@ function offset(startIso: string, atIso: string): string {
   const sign = ms < 0 ? '-' : '+';
   ms = Math.abs(ms);
   const parts: string[] = [];
-  for (const [unit, size] of [['h', 3_600_000], ['m', 60_000], ['s', 1_000], ['ms', 1]] as const) {
+  for (const [unit, size] of [
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1_000],
+    ['ms', 1],
+  ] as const) {
     const n = Math.floor(ms / size);
     if (n > 0) parts.push(`${n}${unit}`);
     ms -= n * size;
@@ -357,7 +392,8 @@ function offset(startIso: string, atIso: string): string {
 }
 
 function quarantineText(details: unknown): string {
-  if (Array.isArray(details)) return details.map((d) => String((d as { message?: unknown }).message ?? JSON.stringify(d))).join('; ');
+  if (Array.isArray(details))
+    return details.map((d) => String((d as { message?: unknown }).message ?? JSON.stringify(d))).join('; ');
   if (details && typeof details === 'object' && 'message' in details) return String(details.message);
   return JSON.stringify(details);
 }
@@ -366,7 +402,9 @@ function quarantineText(details: unknown): string {
 export function formatTrace(t: Trace): string {
   const out: string[] = [];
   out.push(`scenario: ${t.scenario}${t.description ? ` — ${t.description}` : ''}`);
-  out.push(`start: ${t.start.status} at ${t.start.at}${t.start.fileIsCurrent ? '' : " (the file's current job is another one)"}`);
+  out.push(
+    `start: ${t.start.status} at ${t.start.at}${t.start.fileIsCurrent ? '' : " (the file's current job is another one)"}`,
+  );
   for (const s of t.steps) {
     out.push('');
     out.push(`${s.index}. ${offset(t.start.at, s.at)} (${s.at})  ${s.input}${s.note ? `  — ${s.note}` : ''}`);
@@ -385,7 +423,8 @@ export function formatTrace(t: Trace): string {
     out.push(`   decision:  ${s.decision}${s.reason ? ` (${s.reason})` : ''}, logged at ${s.level}`);
     if (s.effects.length) out.push(`   effects:   ${s.effects.map(effectText).join('; ')}`);
     const changed = Object.entries(s.changes);
-    if (changed.length) out.push(`   columns:   ${changed.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(', ')}`);
+    if (changed.length)
+      out.push(`   columns:   ${changed.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(', ')}`);
   }
   out.push('');
   out.push(`end: ${t.final.status}`);

@@ -19,7 +19,12 @@ import {
 import { candidates, readMachineGraph, type GraphTransition, type MachineGraph } from './machineGraph.js';
 import { eventVariants, sampleContext } from './samples.js';
 
-const EFFECT_TYPES: ReadonlySet<string> = new Set<JobEffectType>(['setFileStatus', 'registerResultObject', 'recordTransition', 'noteNoChange']);
+const EFFECT_TYPES: ReadonlySet<string> = new Set<JobEffectType>([
+  'setFileStatus',
+  'registerResultObject',
+  'recordTransition',
+  'noteNoChange',
+]);
 
 /**
  * The level the inbox logs each decision at (`src/daemon/inbox.ts`). The other loops follow it but
@@ -46,17 +51,41 @@ export interface MachineOutcome {
  * `decide()` for any machine built on the lifecycle's vocabulary (the real one, or a mutated copy
  * in a test). Pure: hydrates, transitions, returns the effects as data.
  */
-export function decideOn(machine: AnyStateMachine, status: string, context: JobContext, event: JobEvent): MachineOutcome {
+export function decideOn(
+  machine: AnyStateMachine,
+  status: string,
+  context: JobContext,
+  event: JobEvent,
+): MachineOutcome {
   const [next, actions] = transition(machine, machine.resolveState({ value: status, context }), event);
-  const effects = actions.filter((a) => EFFECT_TYPES.has(a.type)).map((a) => ({ type: a.type, params: a.params }) as unknown as JobEffect);
+  const effects = actions
+    .filter((a) => EFFECT_TYPES.has(a.type))
+    .map((a) => ({ type: a.type, params: a.params }) as unknown as JobEffect);
   const to = String(next.value);
   const note = effects.find((e) => e.type === 'noteNoChange');
-  if (note) return { decision: note.params.decision, from: status, to, context: next.context as JobContext, effects, reason: note.params.reason };
+  if (note)
+    return {
+      decision: note.params.decision,
+      from: status,
+      to,
+      context: next.context as JobContext,
+      effects,
+      reason: note.params.reason,
+    };
   if (effects.some((e) => e.type === 'recordTransition')) {
-    return { decision: 'applied', from: status, to, context: next.context as JobContext, effects, reason: null };
+    return {
+      decision: 'applied',
+      from: status,
+      to,
+      context: next.context as JobContext,
+      effects,
+      reason: null,
+    };
   }
   // As in decide(): every transition records or notes; anything else is a machine bug.
-  throw new Error(`machine returned neither a transition nor a no-change note for ${event.type} in ${status}`);
+  throw new Error(
+    `machine returned neither a transition nor a no-change note for ${event.type} in ${status}`,
+  );
 }
 
 /** Which transition the machine takes, and the guards it tried first. */
@@ -108,13 +137,18 @@ function fileColumn(effects: JobEffect[], whenNotCurrent: JobEffect[]): string {
   const set = effects.find((e) => e.type === 'setFileStatus');
   if (!set) return '—';
   const code = set.params.errorCode ? ` (error_code ${set.params.errorCode})` : '';
-  const conditional = whenNotCurrent.some((e) => e.type === 'setFileStatus') ? '' : ", if still this job's file";
+  const conditional = whenNotCurrent.some((e) => e.type === 'setFileStatus')
+    ? ''
+    : ", if still this job's file";
   return `${set.params.status}${code}${conditional}`;
 }
 
 function s3Column(effects: JobEffect[], withoutObject: JobEffect[] | null): string {
   if (!effects.some((e) => e.type === 'registerResultObject')) return '—';
-  const conditional = withoutObject && !withoutObject.some((e) => e.type === 'registerResultObject') ? ', when the envelope names one' : '';
+  const conditional =
+    withoutObject && !withoutObject.some((e) => e.type === 'registerResultObject')
+      ? ', when the envelope names one'
+      : '';
   return `result object registered${conditional}`;
 }
 

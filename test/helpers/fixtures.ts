@@ -15,7 +15,11 @@ export interface JobFixture {
 /** Insert a file and a job in `status` (default `published`, with a deadline 10 min away). */
 export async function insertJob(
   db: Kysely<Database>,
-  opts: Partial<Omit<JobRow, 'id' | 'file_id'>> & { status?: JobStatus; fileIsCurrent?: boolean; jobId?: string } = {},
+  opts: Partial<Omit<JobRow, 'id' | 'file_id'>> & {
+    status?: JobStatus;
+    fileIsCurrent?: boolean;
+    jobId?: string;
+  } = {},
 ): Promise<JobFixture> {
   const jobId = opts.jobId ?? randomUUID();
   const status = opts.status ?? 'published';
@@ -23,7 +27,12 @@ export async function insertJob(
   return db.transaction().execute(async (tx) => {
     const obj = await tx
       .insertInto('s3_object')
-      .values({ bucket: 'arm-ka', key: `uploads/${randomUUID()}.xlsx`, bucket_role: 'uploads', created_by: 'test' })
+      .values({
+        bucket: 'arm-ka',
+        key: `uploads/${randomUUID()}.xlsx`,
+        bucket_role: 'uploads',
+        created_by: 'test',
+      })
       .returning('id')
       .executeTakeFirstOrThrow();
     const file = await tx
@@ -55,7 +64,11 @@ export async function insertJob(
       } as never)
       .execute();
     if (fileIsCurrent) {
-      await tx.updateTable('stored_file').set({ current_recognition_job_id: jobId }).where('id', '=', file.id).execute();
+      await tx
+        .updateTable('stored_file')
+        .set({ current_recognition_job_id: jobId })
+        .where('id', '=', file.id)
+        .execute();
     }
     return { jobId, fileId: file.id };
   });
@@ -75,8 +88,16 @@ export async function snapshotTables(db: Kysely<Database>) {
 
 /** One job's row, its file's row and its transitions. */
 export async function loadAll(db: Kysely<Database>, jobId: string) {
-  const job = await db.selectFrom('recognition_job').selectAll().where('id', '=', jobId).executeTakeFirstOrThrow();
-  const file = await db.selectFrom('stored_file').selectAll().where('id', '=', job.file_id).executeTakeFirstOrThrow();
+  const job = await db
+    .selectFrom('recognition_job')
+    .selectAll()
+    .where('id', '=', jobId)
+    .executeTakeFirstOrThrow();
+  const file = await db
+    .selectFrom('stored_file')
+    .selectAll()
+    .where('id', '=', job.file_id)
+    .executeTakeFirstOrThrow();
   const transitions = await db
     .selectFrom('recognition_job_transition')
     .selectAll()

@@ -39,7 +39,10 @@ export function createServiceClient(nc: NatsConnection) {
     raw,
     envelope,
     ack: (j: JobRef) =>
-      envelope({ job_id: j.jobId, status: 'processing', service: SERVICE, sent_at: new Date().toISOString() }, `ack:${j.jobId}:${j.attempt ?? 1}`),
+      envelope(
+        { job_id: j.jobId, status: 'processing', service: SERVICE, sent_at: new Date().toISOString() },
+        `ack:${j.jobId}:${j.attempt ?? 1}`,
+      ),
     done: (j: JobRef, opts: { msgId?: string; status?: 'done' | 'needs_check' } = {}) =>
       envelope(
         {

@@ -39,7 +39,11 @@ export async function startTestDaemon(opts: {
 }
 
 /** Poll `check` until it returns a truthy value or `timeoutMs` passes (then throw with `what`). */
-export async function waitFor<T>(check: () => Promise<T> | T, what: string, timeoutMs = 20_000): Promise<NonNullable<T>> {
+export async function waitFor<T>(
+  check: () => Promise<T> | T,
+  what: string,
+  timeoutMs = 20_000,
+): Promise<NonNullable<T>> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -49,7 +53,8 @@ export async function waitFor<T>(check: () => Promise<T> | T, what: string, time
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }

@@ -56,7 +56,16 @@ describe('migrate', () => {
 
 describe('files and jobs', () => {
   it('files add → jobs create → jobs show → jobs history', async () => {
-    const added = await cli(['files', 'add', '--bucket', 'arm-ka', '--key', `uploads/${randomUUID()}.xlsx`, '--name', 'report.xlsx']);
+    const added = await cli([
+      'files',
+      'add',
+      '--bucket',
+      'arm-ka',
+      '--key',
+      `uploads/${randomUUID()}.xlsx`,
+      '--name',
+      'report.xlsx',
+    ]);
     expect(added.code).toBe(0);
     const file = JSON.parse(added.stdout) as { id: string; status: string };
     expect(file.status).toBe('UPLOADED');
@@ -66,7 +75,10 @@ describe('files and jobs', () => {
     const job = JSON.parse(created.stdout) as { id: string; status: string; attempt: number };
     expect(job).toMatchObject({ status: 'pending', attempt: 1 });
 
-    const shown = JSON.parse((await cli(['jobs', 'show', job.id])).stdout) as { job: { id: string }; file: { status: string; current_recognition_job_id: string } };
+    const shown = JSON.parse((await cli(['jobs', 'show', job.id])).stdout) as {
+      job: { id: string };
+      file: { status: string; current_recognition_job_id: string };
+    };
     expect(shown.job.id).toBe(job.id);
     expect(shown.file).toMatchObject({ status: 'QUEUED', current_recognition_job_id: job.id });
 
@@ -74,15 +86,33 @@ describe('files and jobs', () => {
     expect(history.code).toBe(0);
     expect(JSON.parse(history.stdout)).toEqual([]);
 
-    const again = JSON.parse((await cli(['jobs', 'create', '--file', file.id, '--service', 'tabular-parser'])).stdout) as { attempt: number };
+    const again = JSON.parse(
+      (await cli(['jobs', 'create', '--file', file.id, '--service', 'tabular-parser'])).stdout,
+    ) as { attempt: number };
     expect(again.attempt).toBe(2);
   });
 
   it.each([
-    ['a missing file', ['jobs', 'create', '--file', randomUUID(), '--service', 'tabular-parser'], /no stored_file with id/],
-    ['a malformed file id', ['jobs', 'create', '--file', 'not-a-uuid', '--service', 'tabular-parser'], /file id is not a uuid/],
-    ['a malformed service', ['jobs', 'create', '--file', randomUUID(), '--service', 'bad service!'], /service name must be/],
-    ['an unknown option', ['jobs', 'create', '--file', randomUUID(), '--service', 'x', '--frobnicate'], /unknown option '--frobnicate'/],
+    [
+      'a missing file',
+      ['jobs', 'create', '--file', randomUUID(), '--service', 'tabular-parser'],
+      /no stored_file with id/,
+    ],
+    [
+      'a malformed file id',
+      ['jobs', 'create', '--file', 'not-a-uuid', '--service', 'tabular-parser'],
+      /file id is not a uuid/,
+    ],
+    [
+      'a malformed service',
+      ['jobs', 'create', '--file', randomUUID(), '--service', 'bad service!'],
+      /service name must be/,
+    ],
+    [
+      'an unknown option',
+      ['jobs', 'create', '--file', randomUUID(), '--service', 'x', '--frobnicate'],
+      /unknown option '--frobnicate'/,
+    ],
     ['a missing option', ['jobs', 'create', '--service', 'x'], /required option '--file <id>'/],
     ['an unknown job', ['jobs', 'show', randomUUID()], /no recognition_job with id/],
     ['a malformed job id', ['jobs', 'history', 'nope'], /job id is not a uuid/],
@@ -101,7 +131,11 @@ describe('files and jobs', () => {
 describe('quarantine', () => {
   it('list filters by reason; replay applies an UNKNOWN_JOB message once its job exists', async () => {
     const jobId = randomUUID();
-    const payload = JSON.stringify({ job_id: jobId, status: 'processing', service: { name: 'tabular-parser', version: '1' } });
+    const payload = JSON.stringify({
+      job_id: jobId,
+      status: 'processing',
+      service: { name: 'tabular-parser', version: '1' },
+    });
     const row = await t.db
       .insertInto('inbox_quarantine')
       .values({
@@ -120,7 +154,10 @@ describe('quarantine', () => {
 
     const listed = await cli(['quarantine', 'list', '--reason', 'UNKNOWN_JOB']);
     expect(listed.code).toBe(0);
-    const lines = listed.stdout.trim().split('\n').map((l) => JSON.parse(l) as { id: string; payload: string; reason: string });
+    const lines = listed.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { id: string; payload: string; reason: string });
     expect(lines.find((l) => l.id === row.id)).toMatchObject({ reason: 'UNKNOWN_JOB', payload });
     expect((await cli(['quarantine', 'list', '--reason', 'INVALID_JSON'])).stdout).not.toContain(jobId);
     expect((await cli(['quarantine', 'list', '--reason', 'NOPE'])).code).toBe(2);
@@ -128,8 +165,16 @@ describe('quarantine', () => {
     await insertJob(t.db, { status: 'published', jobId });
     const replayed = await cli(['quarantine', 'replay', row.id]);
     expect(replayed.code).toBe(0);
-    expect(JSON.parse(replayed.stdout)).toEqual({ id: row.id, outcome: 'applied: published -> processing', jobId });
-    const job = await t.db.selectFrom('recognition_job').select('status').where('id', '=', jobId).executeTakeFirstOrThrow();
+    expect(JSON.parse(replayed.stdout)).toEqual({
+      id: row.id,
+      outcome: 'applied: published -> processing',
+      jobId,
+    });
+    const job = await t.db
+      .selectFrom('recognition_job')
+      .select('status')
+      .where('id', '=', jobId)
+      .executeTakeFirstOrThrow();
     expect(job.status).toBe('processing');
 
     expect((await cli(['quarantine', 'replay'])).stderr).toMatch(/either a quarantine id or --reason/);

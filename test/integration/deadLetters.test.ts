@@ -4,7 +4,13 @@
  * job ends `dlq` with `MAX_DELIVERIES` and its file `ERROR`, handled once across instances.
  */
 import { randomUUID } from 'node:crypto';
-import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import {
+  AckPolicy,
+  DeliverPolicy,
+  jetstream,
+  jetstreamManager,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
 import { nanos, type NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -37,7 +43,12 @@ async function natsConnection(): Promise<NatsConnection> {
 beforeAll(async () => {
   server = await startNatsServer();
   jsm = await jetstreamManager(await natsConnection());
-  await provisionStreams(jsm, { duplicateWindowMs: 120_000, replicas: 1, ackWaitMs: 30_000, maxAckPending: 1000 });
+  await provisionStreams(jsm, {
+    duplicateWindowMs: 120_000,
+    replicas: 1,
+    ackWaitMs: 30_000,
+    maxAckPending: 1000,
+  });
 });
 afterAll(async () => {
   await Promise.all(connections.map((nc) => nc.close().catch(() => undefined)));
@@ -52,7 +63,12 @@ afterEach(async () => {
 async function startDeadLetters() {
   const logs = createLogSink();
   const metrics = createMetrics({}, false);
-  const deadLetters = createDeadLetters({ db: t.db, nc: await natsConnection(), logger: logs.logger, metrics });
+  const deadLetters = createDeadLetters({
+    db: t.db,
+    nc: await natsConnection(),
+    logger: logs.logger,
+    metrics,
+  });
   running.push(deadLetters);
   await deadLetters.start();
   return { deadLetters, logs, metrics };
@@ -60,16 +76,26 @@ async function startDeadLetters() {
 
 /** Create a job and publish it with the real publisher; returns its ids and stream sequence. */
 async function publishedJob() {
-  const file = await addFile(t.db, { bucket: 'arm-ka', key: `uploads/${randomUUID()}.xlsx`, name: 'report.xlsx' });
+  const file = await addFile(t.db, {
+    bucket: 'arm-ka',
+    key: `uploads/${randomUUID()}.xlsx`,
+    name: 'report.xlsx',
+  });
   const job = await createJob(t.db, { fileId: file.id, targetService: 'tabular-parser' });
   const logs = createLogSink();
-  const publisher = createPublisher({ db: t.db, js: jetstream(await natsConnection()), logger: logs.logger, config: loadConfig({}) });
+  const publisher = createPublisher({
+    db: t.db,
+    js: jetstream(await natsConnection()),
+    logger: logs.logger,
+    config: loadConfig({}),
+  });
   expect(await publisher.publishDue()).toBe(1);
   const line = logs.lines.find((l) => l.job_id === job.id && l.event === 'PUBLISHED');
   return { jobId: job.id, fileId: file.id, seq: line!.stream_seq as number };
 }
 
-const handled = (logs: LogSink, jobId: string) => logs.lines.filter((l) => l.job_id === jobId && l.event === 'DELIVERY_EXHAUSTED');
+const handled = (logs: LogSink, jobId: string) =>
+  logs.lines.filter((l) => l.job_id === jobId && l.event === 'DELIVERY_EXHAUSTED');
 
 describe('max-deliveries advisory', () => {
   it('a consumer that never acks (max_deliver 2): the job ends dlq with MAX_DELIVERIES, file ERROR, handled by one instance', async () => {
@@ -116,7 +142,12 @@ describe('max-deliveries advisory', () => {
       finished_at: after.job.finished_at,
       updated_at: after.job.updated_at,
     });
-    expect(after.file).toEqual({ ...before.file, status: 'ERROR', error_code: 'MAX_DELIVERIES', updated_at: after.file.updated_at });
+    expect(after.file).toEqual({
+      ...before.file,
+      status: 'ERROR',
+      error_code: 'MAX_DELIVERIES',
+      updated_at: after.file.updated_at,
+    });
     expect(after.transitions.map((r) => [r.from_status, r.to_status, r.event, r.detail])).toEqual([
       ['pending', 'published', 'PUBLISHED', {}],
       ['published', 'dlq', 'DELIVERY_EXHAUSTED', { deliveries: 2 }],
@@ -138,7 +169,9 @@ describe('max-deliveries advisory', () => {
       }),
     ]);
     const counted = await Promise.all([a, b].map(async (x) => (await x.metrics.deadLetters.get()).values));
-    expect(counted.flat()).toEqual([expect.objectContaining({ labels: { reason: 'MAX_DELIVERIES' }, value: 1 })]);
+    expect(counted.flat()).toEqual([
+      expect.objectContaining({ labels: { reason: 'MAX_DELIVERIES' }, value: 1 }),
+    ]);
   });
 
   it('a database outage while handling the advisory is retried (the advisory is not redelivered)', async () => {
@@ -146,10 +179,18 @@ describe('max-deliveries advisory', () => {
     const proxy = await startTcpProxy({ host: pgServer.hostname, port: Number(pgServer.port || 5432) });
     const url = new URL(t.url);
     url.host = `127.0.0.1:${proxy.port}`;
-    const viaProxy = openDb(url.toString(), { max: 2, connectionTimeoutMillis: 1_000, onIdleError: () => undefined });
+    const viaProxy = openDb(url.toString(), {
+      max: 2,
+      connectionTimeoutMillis: 1_000,
+      onIdleError: () => undefined,
+    });
     try {
       const logs = createLogSink();
-      const deadLetters = createDeadLetters({ db: viaProxy.db, nc: await natsConnection(), logger: logs.logger });
+      const deadLetters = createDeadLetters({
+        db: viaProxy.db,
+        nc: await natsConnection(),
+        logger: logs.logger,
+      });
       running.push(deadLetters);
       await deadLetters.start();
       const { jobId, seq } = await publishedJob();
@@ -159,11 +200,23 @@ describe('max-deliveries advisory', () => {
       const nc = await natsConnection();
       nc.publish(
         `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${JOBS_STREAM}.tabular-parser`,
-        JSON.stringify({ type: 'io.nats.jetstream.advisory.v1.max_deliver', stream: JOBS_STREAM, consumer: 'tabular-parser', stream_seq: seq, deliveries: 2 }),
+        JSON.stringify({
+          type: 'io.nats.jetstream.advisory.v1.max_deliver',
+          stream: JOBS_STREAM,
+          consumer: 'tabular-parser',
+          stream_seq: seq,
+          deliveries: 2,
+        }),
       );
-      await vi.waitFor(() => expect(logs.lines.some((l) => l.event === 'dead_letter_retry')).toBe(true), { timeout: 5_000, interval: 20 });
+      await vi.waitFor(() => expect(logs.lines.some((l) => l.event === 'dead_letter_retry')).toBe(true), {
+        timeout: 5_000,
+        interval: 20,
+      });
       proxy.restore();
-      await vi.waitFor(async () => expect((await loadAll(t.db, jobId)).job.status).toBe('dlq'), { timeout: 10_000, interval: 50 });
+      await vi.waitFor(async () => expect((await loadAll(t.db, jobId)).job.status).toBe('dlq'), {
+        timeout: 10_000,
+        interval: 50,
+      });
       expect((await loadAll(t.db, jobId)).job.error_code).toBe('MAX_DELIVERIES');
     } finally {
       await Promise.all(running.splice(0).map((d) => d.stop()));
@@ -182,15 +235,29 @@ describe('max-deliveries advisory', () => {
       stream_seq: seq,
       deliveries: 5,
     });
-    expect(await deadLetters.handleAdvisory(advisory)).toMatchObject({ jobId, decision: 'applied', from: 'published', to: 'dlq' });
+    expect(await deadLetters.handleAdvisory(advisory)).toMatchObject({
+      jobId,
+      decision: 'applied',
+      from: 'published',
+      to: 'dlq',
+    });
     const before = await loadAll(t.db, jobId);
-    expect(await deadLetters.handleAdvisory(advisory)).toMatchObject({ jobId, decision: 'ignored', from: 'dlq', to: 'dlq' });
+    expect(await deadLetters.handleAdvisory(advisory)).toMatchObject({
+      jobId,
+      decision: 'ignored',
+      from: 'dlq',
+      to: 'dlq',
+    });
     expect(await loadAll(t.db, jobId)).toEqual(before);
   });
 
   it('an advisory for a message no longer in the stream, or not an advisory at all, is logged and dropped', async () => {
     const { deadLetters, logs } = await startDeadLetters();
-    expect(await deadLetters.handleAdvisory(JSON.stringify({ stream: JOBS_STREAM, stream_seq: 999_999, deliveries: 2 }))).toBeUndefined();
+    expect(
+      await deadLetters.handleAdvisory(
+        JSON.stringify({ stream: JOBS_STREAM, stream_seq: 999_999, deliveries: 2 }),
+      ),
+    ).toBeUndefined();
     expect(await deadLetters.handleAdvisory('not json')).toBeUndefined();
     expect(logs.lines.map((l) => [l.level, l.event])).toEqual([
       ['warn', 'dead_letter_message_gone'],

@@ -52,7 +52,11 @@ describe('SPEC §3.1: the service confirmed', () => {
     await svc.ack(job);
     await drained();
     const { job: row, file, transitions } = await loadAll(t.db, job.jobId);
-    expect(row).toMatchObject({ status: 'processing', service_name: 'tabular-parser', service_version: '2.3.1' });
+    expect(row).toMatchObject({
+      status: 'processing',
+      service_name: 'tabular-parser',
+      service_version: '2.3.1',
+    });
     expect(row.started_at).toBeInstanceOf(Date);
     expect(file.status).toBe('PROCESSING');
     expect(transitions).toHaveLength(1);
@@ -62,11 +66,20 @@ describe('SPEC §3.1: the service confirmed', () => {
     const processing = await insertJob(t.db, { status: 'processing' });
     const finished = await insertJob(t.db, { status: 'done' });
     const before = await snapshotTables(t.db);
-    await svc.envelope({ job_id: processing.jobId, status: 'processing', service: { name: 'tabular-parser', version: '2.3.1' } }, `ack:${processing.jobId}:again`);
+    await svc.envelope(
+      {
+        job_id: processing.jobId,
+        status: 'processing',
+        service: { name: 'tabular-parser', version: '2.3.1' },
+      },
+      `ack:${processing.jobId}:again`,
+    );
     await svc.ack(finished);
     await drained();
     expect(await snapshotTables(t.db)).toEqual(before);
-    const lines = daemon.logs.lines.filter((l) => l.job_id === processing.jobId || l.job_id === finished.jobId);
+    const lines = daemon.logs.lines.filter(
+      (l) => l.job_id === processing.jobId || l.job_id === finished.jobId,
+    );
     expect(lines.map((l) => [l.job_id, l.decision, l.level])).toEqual(
       expect.arrayContaining([
         [processing.jobId, 'duplicate', 'debug'],
@@ -82,13 +95,34 @@ describe('SPEC §3.2: results applied idempotently', () => {
     const { seq } = await svc.done(job);
     await drained();
     expect(daemon.logs.lines.filter((l) => l.job_id === job.jobId)).toEqual([
-      expect.objectContaining({ level: 'info', msg_id: `result:${job.jobId}:1`, stream_seq: seq, event: 'ENVELOPE_RESULT', from: 'processing', to: 'done', decision: 'applied' }),
+      expect.objectContaining({
+        level: 'info',
+        msg_id: `result:${job.jobId}:1`,
+        stream_seq: seq,
+        event: 'ENVELOPE_RESULT',
+        from: 'processing',
+        to: 'done',
+        decision: 'applied',
+      }),
     ]);
     const { job: row, file } = await loadAll(t.db, job.jobId);
-    expect(row).toMatchObject({ status: 'done', result_msg_id: `result:${job.jobId}:1`, service_name: 'tabular-parser' });
+    expect(row).toMatchObject({
+      status: 'done',
+      result_msg_id: `result:${job.jobId}:1`,
+      service_name: 'tabular-parser',
+    });
     expect(row.finished_at).toBeInstanceOf(Date);
-    const obj = await t.db.selectFrom('s3_object').selectAll().where('id', '=', row.result_s3_object_id!).executeTakeFirstOrThrow();
-    expect(obj).toMatchObject({ bucket: 'arm-ka', key: `results/${job.fileId}/${job.jobId}/result.json`, bucket_role: 'results', created_by: 'tabular-parser' });
+    const obj = await t.db
+      .selectFrom('s3_object')
+      .selectAll()
+      .where('id', '=', row.result_s3_object_id!)
+      .executeTakeFirstOrThrow();
+    expect(obj).toMatchObject({
+      bucket: 'arm-ka',
+      key: `results/${job.fileId}/${job.jobId}/result.json`,
+      bucket_role: 'results',
+      created_by: 'tabular-parser',
+    });
     expect(file.status).toBe('PROCESSING');
   });
 
@@ -105,7 +139,11 @@ describe('SPEC §3.2: results applied idempotently', () => {
     expect(third.seq).toBeGreaterThan(first.seq);
     await drained();
     expect(await snapshotTables(t.db)).toEqual(before);
-    expect(daemon.logs.lines.some((l) => l.job_id === job.jobId && l.decision === 'duplicate' && l.msg_id === `result:${job.jobId}:1`)).toBe(true);
+    expect(
+      daemon.logs.lines.some(
+        (l) => l.job_id === job.jobId && l.decision === 'duplicate' && l.msg_id === `result:${job.jobId}:1`,
+      ),
+    ).toBe(true);
   });
 
   it('service error: job error, error_code and message, file ERROR, no result object', async () => {
@@ -113,7 +151,12 @@ describe('SPEC §3.2: results applied idempotently', () => {
     await svc.error(job, 'UNSUPPORTED_FORMAT', 'not a spreadsheet');
     await drained();
     const { job: row, file } = await loadAll(t.db, job.jobId);
-    expect(row).toMatchObject({ status: 'error', error_code: 'UNSUPPORTED_FORMAT', error_message: 'not a spreadsheet', result_s3_object_id: null });
+    expect(row).toMatchObject({
+      status: 'error',
+      error_code: 'UNSUPPORTED_FORMAT',
+      error_message: 'not a spreadsheet',
+      result_s3_object_id: null,
+    });
     expect(file).toMatchObject({ status: 'ERROR', error_code: 'UNSUPPORTED_FORMAT' });
   });
 
@@ -123,11 +166,17 @@ describe('SPEC §3.2: results applied idempotently', () => {
     await svc.done(job);
     await drained();
     expect(await snapshotTables(t.db)).toEqual(before);
-    expect(daemon.logs.lines.find((l) => l.job_id === job.jobId)).toMatchObject({ decision: 'late', level: 'warn', from: 'timeout' });
+    expect(daemon.logs.lines.find((l) => l.job_id === job.jobId)).toMatchObject({
+      decision: 'late',
+      level: 'warn',
+      from: 'timeout',
+    });
   });
 
   it('acks and results for 200 jobs published concurrently in random order: every job done, nothing left', async () => {
-    const jobs = await Promise.all(Array.from({ length: 200 }, () => insertJob(t.db, { status: 'published' })));
+    const jobs = await Promise.all(
+      Array.from({ length: 200 }, () => insertJob(t.db, { status: 'published' })),
+    );
     const sends = jobs.flatMap((j) => [() => svc.ack(j), () => svc.done(j)]);
     for (let i = sends.length - 1; i > 0; i--) {
       const k = Math.floor(Math.random() * (i + 1));
@@ -136,7 +185,15 @@ describe('SPEC §3.2: results applied idempotently', () => {
     const quarantineBefore = (await t.db.selectFrom('inbox_quarantine').select('id').execute()).length;
     await Promise.all(sends.map((s) => s()));
     await drained();
-    const rows = await t.db.selectFrom('recognition_job').selectAll().where('id', 'in', jobs.map((j) => j.jobId)).execute();
+    const rows = await t.db
+      .selectFrom('recognition_job')
+      .selectAll()
+      .where(
+        'id',
+        'in',
+        jobs.map((j) => j.jobId),
+      )
+      .execute();
     expect(rows).toHaveLength(200);
     for (const r of rows) {
       expect(r.status).toBe('done');
@@ -152,34 +209,99 @@ describe('SPEC §3.2: results applied idempotently', () => {
 describe('hostile input: one quarantine row each, acked, the inbox keeps consuming', () => {
   const svcInfo = { name: 'tabular-parser', version: '1' };
   const cases: Array<[string, () => Promise<unknown>, string]> = [
-    ['not JSON', () => svc.raw('this is {not json', { 'Nats-Msg-Id': `bad:${randomUUID()}` }), 'INVALID_JSON'],
-    ['JSON that is not an object', () => svc.raw('[1,2,3]', { 'Nats-Msg-Id': `bad:${randomUUID()}` }), 'SCHEMA_INVALID'],
-    ['status outside the enum', () => svc.envelope({ job_id: randomUUID(), status: 'finished', service: svcInfo }, `bad:${randomUUID()}`), 'SCHEMA_INVALID'],
-    ['no job_id', () => svc.envelope({ status: 'done', service: svcInfo }, `bad:${randomUUID()}`), 'SCHEMA_INVALID'],
-    ['job_id not a uuid', () => svc.envelope({ job_id: '42', status: 'done', service: svcInfo }, `bad:${randomUUID()}`), 'SCHEMA_INVALID'],
-    ['error without error', () => svc.envelope({ job_id: randomUUID(), status: 'error', service: svcInfo }, `bad:${randomUUID()}`), 'SCHEMA_INVALID'],
+    [
+      'not JSON',
+      () => svc.raw('this is {not json', { 'Nats-Msg-Id': `bad:${randomUUID()}` }),
+      'INVALID_JSON',
+    ],
+    [
+      'JSON that is not an object',
+      () => svc.raw('[1,2,3]', { 'Nats-Msg-Id': `bad:${randomUUID()}` }),
+      'SCHEMA_INVALID',
+    ],
+    [
+      'status outside the enum',
+      () =>
+        svc.envelope({ job_id: randomUUID(), status: 'finished', service: svcInfo }, `bad:${randomUUID()}`),
+      'SCHEMA_INVALID',
+    ],
+    [
+      'no job_id',
+      () => svc.envelope({ status: 'done', service: svcInfo }, `bad:${randomUUID()}`),
+      'SCHEMA_INVALID',
+    ],
+    [
+      'job_id not a uuid',
+      () => svc.envelope({ job_id: '42', status: 'done', service: svcInfo }, `bad:${randomUUID()}`),
+      'SCHEMA_INVALID',
+    ],
+    [
+      'error without error',
+      () => svc.envelope({ job_id: randomUUID(), status: 'error', service: svcInfo }, `bad:${randomUUID()}`),
+      'SCHEMA_INVALID',
+    ],
     [
       'result_s3 on an error',
       () =>
         svc.envelope(
-          { job_id: randomUUID(), status: 'error', service: svcInfo, error: { code: 'X', message: 'y' }, result_s3: { bucket: 'b', key: 'k' } },
+          {
+            job_id: randomUUID(),
+            status: 'error',
+            service: svcInfo,
+            error: { code: 'X', message: 'y' },
+            result_s3: { bucket: 'b', key: 'k' },
+          },
           `bad:${randomUUID()}`,
         ),
       'SCHEMA_INVALID',
     ],
-    ['wrong types in service', () => svc.envelope({ job_id: randomUUID(), status: 'done', service: { name: 7, version: [] } }, `bad:${randomUUID()}`), 'SCHEMA_INVALID'],
+    [
+      'wrong types in service',
+      () =>
+        svc.envelope(
+          { job_id: randomUUID(), status: 'done', service: { name: 7, version: [] } },
+          `bad:${randomUUID()}`,
+        ),
+      'SCHEMA_INVALID',
+    ],
     [
       'a __proto__ payload',
-      () => svc.raw(`{"job_id":"${randomUUID()}","status":"done","service":{"name":"a","version":"1"},"__proto__":{"admin":true}}`, { 'Nats-Msg-Id': `bad:${randomUUID()}` }),
+      () =>
+        svc.raw(
+          `{"job_id":"${randomUUID()}","status":"done","service":{"name":"a","version":"1"},"__proto__":{"admin":true}}`,
+          { 'Nats-Msg-Id': `bad:${randomUUID()}` },
+        ),
       'INVALID_JSON',
     ],
-    ['a payload over the limit', () => svc.envelope({ job_id: randomUUID(), status: 'done', service: svcInfo, pad: 'x'.repeat(5000) }, `bad:${randomUUID()}`), 'PAYLOAD_TOO_LARGE'],
-    ['a result without Nats-Msg-Id', () => svc.envelope({ job_id: randomUUID(), status: 'done', service: svcInfo }, null), 'MISSING_MSG_ID'],
-    ['an unknown job_id', () => svc.envelope({ job_id: randomUUID(), status: 'done', service: svcInfo }, `result:${randomUUID()}:1`), 'UNKNOWN_JOB'],
+    [
+      'a payload over the limit',
+      () =>
+        svc.envelope(
+          { job_id: randomUUID(), status: 'done', service: svcInfo, pad: 'x'.repeat(5000) },
+          `bad:${randomUUID()}`,
+        ),
+      'PAYLOAD_TOO_LARGE',
+    ],
+    [
+      'a result without Nats-Msg-Id',
+      () => svc.envelope({ job_id: randomUUID(), status: 'done', service: svcInfo }, null),
+      'MISSING_MSG_ID',
+    ],
+    [
+      'an unknown job_id',
+      () =>
+        svc.envelope({ job_id: randomUUID(), status: 'done', service: svcInfo }, `result:${randomUUID()}:1`),
+      'UNKNOWN_JOB',
+    ],
   ];
 
   it.each(cases)('%s → %s', async (_name, send, reason) => {
-    const before = await t.db.selectFrom('inbox_quarantine').select('id').orderBy('id', 'desc').limit(1).executeTakeFirst();
+    const before = await t.db
+      .selectFrom('inbox_quarantine')
+      .select('id')
+      .orderBy('id', 'desc')
+      .limit(1)
+      .executeTakeFirst();
     const ack = (await send()) as { seq: number };
     await drained();
     const rows = await t.db
@@ -188,7 +310,12 @@ describe('hostile input: one quarantine row each, acked, the inbox keeps consumi
       .where('id', '>', before?.id ?? '0')
       .execute();
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ reason, subject: 'recognition.result', stream: RESULTS_STREAM, stream_seq: String(ack.seq) });
+    expect(rows[0]).toMatchObject({
+      reason,
+      subject: 'recognition.result',
+      stream: RESULTS_STREAM,
+      stream_seq: String(ack.seq),
+    });
     expect(rows[0]!.payload.length).toBeGreaterThan(0);
     // Still consuming: a valid envelope right after is applied.
     const job = await insertJob(t.db, { status: 'published' });
@@ -202,7 +329,11 @@ describe('hostile input: one quarantine row each, acked, the inbox keeps consumi
     const msgId = `bad:${randomUUID()}`;
     await svc.raw(payload, { 'Nats-Msg-Id': msgId, 'X-Trace': 'abc' });
     await drained();
-    const row = await t.db.selectFrom('inbox_quarantine').selectAll().where('msg_id', '=', msgId).executeTakeFirstOrThrow();
+    const row = await t.db
+      .selectFrom('inbox_quarantine')
+      .selectAll()
+      .where('msg_id', '=', msgId)
+      .executeTakeFirstOrThrow();
     expect(Buffer.from(row.payload).toString('utf8')).toBe(payload);
     expect(row.headers).toMatchObject({ 'Nats-Msg-Id': [msgId], 'X-Trace': ['abc'] });
     expect(row.details).toBeTruthy();

@@ -77,6 +77,10 @@ it('one refused message in a batch: quarantined alone (SCHEMA_INVALID, stage app
   }
   const quarantined = await t.db.selectFrom('inbox_quarantine').selectAll().execute();
   expect(quarantined).toHaveLength(1);
-  expect(quarantined[0]).toMatchObject({ reason: 'SCHEMA_INVALID', job_id: refused.jobId, msg_id: `result:${refused.jobId}:1` });
+  expect(quarantined[0]).toMatchObject({
+    reason: 'SCHEMA_INVALID',
+    job_id: refused.jobId,
+    msg_id: `result:${refused.jobId}:1`,
+  });
   expect(quarantined[0]!.details).toMatchObject({ stage: 'apply', error: 'refused by the test' });
 });

@@ -33,10 +33,20 @@ afterAll(async () => {
   await server?.cleanup();
 });
 
-async function ackFloor(conn: NatsConnection = nc): Promise<{ floor: number; last: number; ackPending: number; pending: number }> {
+async function ackFloor(
+  conn: NatsConnection = nc,
+): Promise<{ floor: number; last: number; ackPending: number; pending: number }> {
   const jsm = await jetstreamManager(conn);
-  const [c, s] = await Promise.all([jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER), jsm.streams.info(RESULTS_STREAM)]);
-  return { floor: c.ack_floor.stream_seq, last: s.state.last_seq, ackPending: c.num_ack_pending, pending: c.num_pending };
+  const [c, s] = await Promise.all([
+    jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER),
+    jsm.streams.info(RESULTS_STREAM),
+  ]);
+  return {
+    floor: c.ack_floor.stream_seq,
+    last: s.state.last_seq,
+    ackPending: c.num_ack_pending,
+    pending: c.num_pending,
+  };
 }
 
 describe('PostgreSQL unreachable in the middle of a stream', () => {
@@ -52,22 +62,52 @@ describe('PostgreSQL unreachable in the middle of a stream', () => {
     });
     try {
       const svc = createServiceClient(nc);
-      const jobs = await Promise.all(Array.from({ length: 300 }, () => insertJob(t.db, { status: 'published' })));
+      const jobs = await Promise.all(
+        Array.from({ length: 300 }, () => insertJob(t.db, { status: 'published' })),
+      );
       const quarantineBefore = (await t.db.selectFrom('inbox_quarantine').select('id').execute()).length;
       // The first third goes through; then the database disappears mid-stream.
       for (const j of jobs.slice(0, 100)) await svc.done(j);
       proxy.cut();
       for (const j of jobs.slice(100)) await svc.done(j);
-      await waitFor(() => daemon.metrics.envelopes.get().then((m) => m.values.some((v) => v.labels.outcome === 'retried' && v.value > 0)), 'a nak while the database is away');
+      await waitFor(
+        () =>
+          daemon.metrics.envelopes
+            .get()
+            .then((m) => m.values.some((v) => v.labels.outcome === 'retried' && v.value > 0)),
+        'a nak while the database is away',
+      );
       proxy.restore();
-      await waitFor(async () => {
-        const s = await ackFloor();
-        return s.floor >= s.last && s.ackPending === 0;
-      }, 'every envelope acked after recovery', 60_000);
-      const rows = await t.db.selectFrom('recognition_job').select(['id', 'status']).where('id', 'in', jobs.map((j) => j.jobId)).execute();
+      await waitFor(
+        async () => {
+          const s = await ackFloor();
+          return s.floor >= s.last && s.ackPending === 0;
+        },
+        'every envelope acked after recovery',
+        60_000,
+      );
+      const rows = await t.db
+        .selectFrom('recognition_job')
+        .select(['id', 'status'])
+        .where(
+          'id',
+          'in',
+          jobs.map((j) => j.jobId),
+        )
+        .execute();
       expect(rows.filter((r) => r.status === 'done')).toHaveLength(300);
-      expect((await t.db.selectFrom('inbox_quarantine').select('id').execute()).length).toBe(quarantineBefore);
-      const transitions = await t.db.selectFrom('recognition_job_transition').select('job_id').where('job_id', 'in', jobs.map((j) => j.jobId)).execute();
+      expect((await t.db.selectFrom('inbox_quarantine').select('id').execute()).length).toBe(
+        quarantineBefore,
+      );
+      const transitions = await t.db
+        .selectFrom('recognition_job_transition')
+        .select('job_id')
+        .where(
+          'job_id',
+          'in',
+          jobs.map((j) => j.jobId),
+        )
+        .execute();
       expect(transitions).toHaveLength(300);
     } finally {
       await daemon.stop();
@@ -83,11 +123,21 @@ describe('quarantine replay', () => {
       const svc = createServiceClient(nc);
       const jobId = randomUUID();
       const ack = await svc.envelope(
-        { job_id: jobId, status: 'done', service: { name: 'tabular-parser', version: '1' }, result_s3: { bucket: 'arm-ka', key: `results/x/${jobId}/result.json` } },
+        {
+          job_id: jobId,
+          status: 'done',
+          service: { name: 'tabular-parser', version: '1' },
+          result_s3: { bucket: 'arm-ka', key: `results/x/${jobId}/result.json` },
+        },
         `result:${jobId}:1`,
       );
       const row = await waitFor(
-        () => t.db.selectFrom('inbox_quarantine').selectAll().where('stream_seq', '=', String(ack.seq)).executeTakeFirst(),
+        () =>
+          t.db
+            .selectFrom('inbox_quarantine')
+            .selectAll()
+            .where('stream_seq', '=', String(ack.seq))
+            .executeTakeFirst(),
         'the quarantine row',
       );
       expect(row.reason).toBe('UNKNOWN_JOB');
@@ -101,12 +151,18 @@ describe('quarantine replay', () => {
       const after = await loadAll(t.db, jobId);
       expect(after.job.status).toBe('done');
       expect(after.transitions).toHaveLength(1);
-      const stored = await t.db.selectFrom('inbox_quarantine').selectAll().where('stream_seq', '=', String(ack.seq)).execute();
+      const stored = await t.db
+        .selectFrom('inbox_quarantine')
+        .selectAll()
+        .where('stream_seq', '=', String(ack.seq))
+        .execute();
       expect(stored).toHaveLength(1);
       expect(stored[0]).toMatchObject({ replay_outcome: 'applied: published -> done' });
       expect(stored[0]!.replayed_at).toBeInstanceOf(Date);
       // Replaying again changes nothing: the result is a duplicate now.
-      expect(await replayQuarantine(t.db, { id: row.id }, 1 << 20)).toEqual([{ id: row.id, outcome: 'duplicate', jobId }]);
+      expect(await replayQuarantine(t.db, { id: row.id }, 1 << 20)).toEqual([
+        { id: row.id, outcome: 'duplicate', jobId },
+      ]);
     } finally {
       await daemon.stop();
     }
@@ -131,8 +187,22 @@ describe('SIGKILL while 2 000 envelopes are in flight', () => {
     const jobs = await db.db
       .selectFrom('recognition_job as j')
       .leftJoin('s3_object as o', 'o.id', 'j.result_s3_object_id')
-      .select(['j.id', 'j.status', 'j.service_name', 'j.service_version', 'j.error_code', 'j.result_msg_id', 'j.metrics', 'o.key', 'o.bucket_role', 'o.created_by'])
-      .select((eb) => [eb('j.started_at', 'is not', null).as('started'), eb('j.finished_at', 'is not', null).as('finished')])
+      .select([
+        'j.id',
+        'j.status',
+        'j.service_name',
+        'j.service_version',
+        'j.error_code',
+        'j.result_msg_id',
+        'j.metrics',
+        'o.key',
+        'o.bucket_role',
+        'o.created_by',
+      ])
+      .select((eb) => [
+        eb('j.started_at', 'is not', null).as('started'),
+        eb('j.finished_at', 'is not', null).as('finished'),
+      ])
       .orderBy('j.id')
       .execute();
     const transitions = await db.db
@@ -147,7 +217,12 @@ describe('SIGKILL while 2 000 envelopes are in flight', () => {
       .select(['j.id', 'f.status', 'f.error_code'])
       .orderBy('j.id')
       .execute();
-    const results = await db.db.selectFrom('s3_object').select(['key', 'bucket_role']).where('bucket_role', '=', 'results').orderBy('key').execute();
+    const results = await db.db
+      .selectFrom('s3_object')
+      .select(['key', 'bucket_role'])
+      .where('bucket_role', '=', 'results')
+      .orderBy('key')
+      .execute();
     const quarantine = await db.db.selectFrom('inbox_quarantine').select(['reason']).execute();
     const anyFile = (key: string | null) => key?.replace(/^results\/[^/]+\//, 'results/<file>/') ?? null;
     return {
@@ -178,10 +253,12 @@ describe('SIGKILL while 2 000 envelopes are in flight', () => {
   async function publishAll(conn: NatsConnection, jobs: Array<{ jobId: string; fileId: string }>) {
     const svc = createServiceClient(conn);
     // Acks then results, job by job, as services do; results also carry metrics.
-    await Promise.all(jobs.map(async (j) => {
-      await svc.ack(j);
-      await svc.done(j);
-    }));
+    await Promise.all(
+      jobs.map(async (j) => {
+        await svc.ack(j);
+        await svc.done(j);
+      }),
+    );
   }
 
   it('after a restart the final rows equal those of an undisturbed run', async () => {
@@ -195,12 +272,20 @@ describe('SIGKILL while 2 000 envelopes are in flight', () => {
     const otherNc = await connect({ servers: otherServer.url });
     try {
       const cleanJobs = await seed(clean);
-      const undisturbed = await startTestDaemon({ databaseUrl: cleanUrl, natsUrl: server.url, env: { LOG_LEVEL: 'warn' } });
+      const undisturbed = await startTestDaemon({
+        databaseUrl: cleanUrl,
+        natsUrl: server.url,
+        env: { LOG_LEVEL: 'warn' },
+      });
       await publishAll(nc, cleanJobs);
-      await waitFor(async () => {
-        const s = await ackFloor();
-        return s.floor >= s.last && s.ackPending === 0 && s.pending === 0;
-      }, 'the undisturbed run to finish', 60_000);
+      await waitFor(
+        async () => {
+          const s = await ackFloor();
+          return s.floor >= s.last && s.ackPending === 0 && s.pending === 0;
+        },
+        'the undisturbed run to finish',
+        60_000,
+      );
       await undisturbed.stop();
       const expected = await normalized(clean);
       expect(expected.jobs.every((j) => j.status === 'done')).toBe(true);
@@ -215,24 +300,41 @@ describe('SIGKILL while 2 000 envelopes are in flight', () => {
       const jobs = await seed(killedDb);
       const first = startCli(t.url, otherServer.url);
       const otherJsm = await jetstreamManager(otherNc);
-      await waitFor(() => otherJsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER), 'the process to provision core-inbox');
+      await waitFor(
+        () => otherJsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER),
+        'the process to provision core-inbox',
+      );
       // Publish while the process applies, and kill it in the middle.
       const publishing = publishAll(otherNc, jobs);
-      await waitFor(async () => {
-        const n = await killedDb.db.selectFrom('recognition_job_transition').select((eb) => eb.fn.countAll<string>().as('n')).executeTakeFirstOrThrow();
-        return Number(n.n) > 200;
-      }, 'the first process to be mid-stream', 60_000);
+      await waitFor(
+        async () => {
+          const n = await killedDb.db
+            .selectFrom('recognition_job_transition')
+            .select((eb) => eb.fn.countAll<string>().as('n'))
+            .executeTakeFirstOrThrow();
+          return Number(n.n) > 200;
+        },
+        'the first process to be mid-stream',
+        60_000,
+      );
       first.kill('SIGKILL');
       await new Promise((r) => first.once('exit', r));
-      const atKill = await killedDb.db.selectFrom('recognition_job_transition').select((eb) => eb.fn.countAll<string>().as('n')).executeTakeFirstOrThrow();
+      const atKill = await killedDb.db
+        .selectFrom('recognition_job_transition')
+        .select((eb) => eb.fn.countAll<string>().as('n'))
+        .executeTakeFirstOrThrow();
       expect(Number(atKill.n)).toBeLessThan(2 * N); // it really died mid-stream
       await publishing;
       const second = startCli(t.url, otherServer.url);
       try {
-        await waitFor(async () => {
-          const s = await ackFloor(otherNc);
-          return s.floor >= s.last && s.ackPending === 0 && s.pending === 0;
-        }, 'the restarted process to apply everything', 90_000);
+        await waitFor(
+          async () => {
+            const s = await ackFloor(otherNc);
+            return s.floor >= s.last && s.ackPending === 0 && s.pending === 0;
+          },
+          'the restarted process to apply everything',
+          90_000,
+        );
       } finally {
         second.kill('SIGTERM');
         await new Promise((r) => second.once('exit', r));

@@ -34,7 +34,9 @@ const paths = getSimplePaths(recognitionJobMachine, {
   input: baseContext({ nextPublishAt: NOW }),
   events: ALPHABET,
   serializeState: (s: Snapshot) => JSON.stringify([s.value, s.context]),
-}).map((p) => p.steps.map((s) => s.event).filter((e): e is JobEvent => (e as { type: string }).type !== 'xstate.init'));
+}).map((p) =>
+  p.steps.map((s) => s.event).filter((e): e is JobEvent => (e as { type: string }).type !== 'xstate.init'),
+);
 
 /** What the pure machine predicts for a path: the job, the file's status and the transition log. */
 function predict(events: JobEvent[]) {
@@ -82,7 +84,16 @@ describe('paths generated from the machine, replayed through the step against Po
   it('there are paths to replay, reaching every status', () => {
     expect(paths.length).toBeGreaterThanOrEqual(30);
     const ends = new Set(paths.map((p) => predict(p).job.status));
-    expect([...ends].sort()).toEqual(['dlq', 'done', 'error', 'needs_check', 'pending', 'processing', 'published', 'timeout']);
+    expect([...ends].sort()).toEqual([
+      'dlq',
+      'done',
+      'error',
+      'needs_check',
+      'pending',
+      'processing',
+      'published',
+      'timeout',
+    ]);
   });
 
   it('every path ends in the rows the pure machine predicts', async () => {
@@ -92,17 +103,26 @@ describe('paths generated from the machine, replayed through the step against Po
       for (const e of events) {
         const { now: _now, ...input } = e;
         // Result objects are unique per (bucket, key): give each job its own.
-        const forDb = (input.type === 'ENVELOPE_RESULT' && input.resultS3
-          ? { ...input, resultS3: { bucket: 'arm-ka', key: `results/${file.id}/${job.id}/result.json` } }
-          : input) as JobEventInput;
+        const forDb = (
+          input.type === 'ENVELOPE_RESULT' && input.resultS3
+            ? { ...input, resultS3: { bucket: 'arm-ka', key: `results/${file.id}/${job.id}/result.json` } }
+            : input
+        ) as JobEventInput;
         await step(t.db, job.id, forDb);
       }
       const expected = predict(events);
       const actual = await loadAll(t.db, job.id);
       const where = events.map((e) => e.type + ('status' in e ? `(${e.status})` : '')).join(' → ');
-      expect(comparable(rowToJobState(actual.job, true), false), where).toEqual(comparable(expected.job, expected.registered));
-      expect({ status: actual.file.status, error_code: actual.file.error_code }, where).toEqual(expected.file);
-      expect(actual.transitions.map((r) => [r.from_status, r.to_status, r.event, r.msg_id]), where).toEqual(expected.log);
+      expect(comparable(rowToJobState(actual.job, true), false), where).toEqual(
+        comparable(expected.job, expected.registered),
+      );
+      expect({ status: actual.file.status, error_code: actual.file.error_code }, where).toEqual(
+        expected.file,
+      );
+      expect(
+        actual.transitions.map((r) => [r.from_status, r.to_status, r.event, r.msg_id]),
+        where,
+      ).toEqual(expected.log);
     }
   });
 });

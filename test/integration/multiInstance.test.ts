@@ -60,16 +60,24 @@ describe('three daemons, one database, one NATS', () => {
       ), f AS (
         INSERT INTO stored_file (s3_object_id, original_name, status) SELECT id, 'f.xlsx', 'QUEUED' FROM o RETURNING id
       )
-      INSERT INTO recognition_job (file_id, attempt, target_service) SELECT id, 1, 'tabular-parser' FROM f`.execute(t.db);
+      INSERT INTO recognition_job (file_id, attempt, target_service) SELECT id, 1, 'tabular-parser' FROM f`.execute(
+      t.db,
+    );
     // (A separate statement: an UPDATE cannot see rows inserted by a CTE of its own statement.)
-    await sql`UPDATE stored_file s SET current_recognition_job_id = j.id FROM recognition_job j WHERE s.id = j.file_id`.execute(t.db);
+    await sql`UPDATE stored_file s SET current_recognition_job_id = j.id FROM recognition_job j WHERE s.id = j.file_id`.execute(
+      t.db,
+    );
 
     for (let i = 0; i < 3; i++) startDaemonProcess();
     const jsm = await jetstreamManager(nc);
     await waitFor(() => jsm.streams.info(JOBS_STREAM), 'a daemon to provision the streams');
 
     // A service that answers two jobs in three (ack then done) and leaves the third to time out.
-    await jsm.consumers.add(JOBS_STREAM, { durable_name: 'svc', ack_policy: AckPolicy.Explicit, filter_subject: 'recognition.job.tabular-parser' });
+    await jsm.consumers.add(JOBS_STREAM, {
+      durable_name: 'svc',
+      ack_policy: AckPolicy.Explicit,
+      filter_subject: 'recognition.job.tabular-parser',
+    });
     const svc = createServiceClient(nc);
     const consumer = await jetstream(nc).consumers.get(JOBS_STREAM, 'svc');
     const seen = new Map<string, number>();
@@ -91,7 +99,11 @@ describe('three daemons, one database, one NATS', () => {
 
     await waitFor(
       async () => {
-        const r = await sql<{ n: string }>`SELECT count(*) AS n FROM recognition_job WHERE status IN ('pending','published','processing')`.execute(t.db);
+        const r = await sql<{
+          n: string;
+        }>`SELECT count(*) AS n FROM recognition_job WHERE status IN ('pending','published','processing')`.execute(
+          t.db,
+        );
         return Number(r.rows[0]!.n) === 0;
       },
       'every job to reach a final status',
@@ -108,7 +120,10 @@ describe('three daemons, one database, one NATS', () => {
     expect(seen.size).toBe(JOBS);
     expect([...seen.values()].every((c) => c === 1)).toBe(true);
 
-    const statuses = await sql<{ status: string; n: string }>`SELECT status, count(*) AS n FROM recognition_job GROUP BY status`.execute(t.db);
+    const statuses = await sql<{
+      status: string;
+      n: string;
+    }>`SELECT status, count(*) AS n FROM recognition_job GROUP BY status`.execute(t.db);
     const byStatus = Object.fromEntries(statuses.rows.map((r) => [r.status, Number(r.n)]));
     expect(byStatus.done! + byStatus.timeout!).toBe(JOBS);
     expect(byStatus.timeout).toBeGreaterThan(JOBS / 4);

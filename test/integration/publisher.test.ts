@@ -12,7 +12,12 @@ import { sql } from 'kysely';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { addFile, createJob } from '../../src/db/jobs.js';
-import { createPublisher, type Publisher, type PublisherConfig, type PublisherOptions } from '../../src/daemon/publisher.js';
+import {
+  createPublisher,
+  type Publisher,
+  type PublisherConfig,
+  type PublisherOptions,
+} from '../../src/daemon/publisher.js';
 import { applyEvents } from '../../src/daemon/step.js';
 import { checkJobMessage } from '../../src/messages/schemas.js';
 import { createMetrics } from '../../src/metrics.js';
@@ -34,7 +39,12 @@ beforeAll(async () => {
   server = await startNatsServer();
   nc = await connect({ servers: server.url });
   jsm = await jetstreamManager(nc);
-  await provisionStreams(jsm, { duplicateWindowMs: 120_000, replicas: 1, ackWaitMs: 30_000, maxAckPending: 1000 });
+  await provisionStreams(jsm, {
+    duplicateWindowMs: 120_000,
+    replicas: 1,
+    ackWaitMs: 30_000,
+    maxAckPending: 1000,
+  });
 });
 afterAll(async () => {
   await nc?.close();
@@ -43,7 +53,12 @@ afterAll(async () => {
 
 /** Defaults of the real configuration, with a poll so long that only NOTIFY or a timer explain a prompt publish. */
 function config(overrides: Partial<PublisherConfig> = {}): PublisherConfig {
-  return { ...loadConfig({}), PUBLISHER_POLL_INTERVAL_MS: 60_000, RESULTS_BUCKET: 'arm-ka-results', ...overrides };
+  return {
+    ...loadConfig({}),
+    PUBLISHER_POLL_INTERVAL_MS: 60_000,
+    RESULTS_BUCKET: 'arm-ka-results',
+    ...overrides,
+  };
 }
 
 const started: Publisher[] = [];
@@ -56,7 +71,15 @@ afterEach(async () => {
 function publisher(overrides: Partial<PublisherOptions> & { config?: PublisherConfig } = {}) {
   const logs = createLogSink();
   const metrics = createMetrics({}, false);
-  const p = createPublisher({ db: t.db, pool: t.pool, js: jetstream(nc), logger: logs.logger, metrics, config: config(), ...overrides });
+  const p = createPublisher({
+    db: t.db,
+    pool: t.pool,
+    js: jetstream(nc),
+    logger: logs.logger,
+    metrics,
+    config: config(),
+    ...overrides,
+  });
   started.push(p);
   return { publisher: p, logs, metrics };
 }
@@ -87,12 +110,17 @@ describe('publishing a created job', () => {
     const { publisher: p, logs, metrics } = publisher();
     await p.start();
     expect(p.isListening()).toBe(true);
-    const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM recognition_job WHERE status = 'pending'`.execute(t.db);
+    const { rows } = await sql<{
+      n: number;
+    }>`SELECT count(*)::int AS n FROM recognition_job WHERE status = 'pending'`.execute(t.db);
     expect(rows[0]!.n).toBe(0); // nothing else could wake a timer
 
     const createdAt = Date.now();
     const { jobId, fileId, key } = await newJob();
-    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('published'), { timeout: 5_000, interval: 10 });
+    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('published'), {
+      timeout: 5_000,
+      interval: 10,
+    });
     // The poll is 60 s and nothing was due before: only the NOTIFY explains this.
     expect(Date.now() - createdAt).toBeLessThan(5_000);
 
@@ -101,7 +129,9 @@ describe('publishing a created job', () => {
     expect(job.published_at).toBeInstanceOf(Date);
     expect(job.reply_deadline!.getTime() - job.published_at!.getTime()).toBe(config().REPLY_TIMEOUT_MS);
     expect(file.status).toBe('QUEUED');
-    expect(transitions.map((r) => [r.from_status, r.to_status, r.event])).toEqual([['pending', 'published', 'PUBLISHED']]);
+    expect(transitions.map((r) => [r.from_status, r.to_status, r.event])).toEqual([
+      ['pending', 'published', 'PUBLISHED'],
+    ]);
 
     const messages = await streamMessagesFor(jobId);
     expect(messages).toHaveLength(1);
@@ -142,12 +172,19 @@ describe('publishing a created job', () => {
     const { publisher: p, logs } = publisher();
     await p.start();
     await sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-              WHERE datname = current_database() AND application_name = 'recognition-core:publisher-listen'`.execute(t.db);
-    await vi.waitFor(() => expect(logs.lines.some((l) => l.event === 'listen_dropped')).toBe(true), { timeout: 5_000 });
+              WHERE datname = current_database() AND application_name = 'recognition-core:publisher-listen'`.execute(
+      t.db,
+    );
+    await vi.waitFor(() => expect(logs.lines.some((l) => l.event === 'listen_dropped')).toBe(true), {
+      timeout: 5_000,
+    });
     await vi.waitFor(() => expect(p.isListening()).toBe(true), { timeout: 5_000, interval: 20 });
 
     const { jobId } = await newJob();
-    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('published'), { timeout: 5_000, interval: 10 });
+    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('published'), {
+      timeout: 5_000,
+      interval: 10,
+    });
   });
 
   it('a round that filled its batch is followed by another at once: 25 jobs with a batch of 10', async () => {
@@ -159,7 +196,9 @@ describe('publishing a created job', () => {
     await vi.waitFor(
       async () => {
         const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM recognition_job
-                                                   WHERE id = ANY(${ids}::uuid[]) AND status = 'published'`.execute(t.db);
+                                                   WHERE id = ANY(${ids}::uuid[]) AND status = 'published'`.execute(
+          t.db,
+        );
         expect(rows[0]!.n).toBe(25);
       },
       { timeout: 5_000, interval: 20 },
@@ -178,7 +217,10 @@ describe('exactly one message per job', () => {
     await p.start();
     const { jobId } = await newJob();
 
-    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('published'), { timeout: 10_000, interval: 20 });
+    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('published'), {
+      timeout: 10_000,
+      interval: 20,
+    });
     expect(crashes).toBe(2);
     expect(logs.lines.find((l) => l.event === 'publisher_round_failed')).toMatchObject({ level: 'error' });
     const { job, transitions } = await loadAll(t.db, jobId);
@@ -187,7 +229,9 @@ describe('exactly one message per job', () => {
     expect(transitions.map((r) => r.event)).toEqual(['PUBLISHED']);
     // JetStream kept the first copy and dropped the second as a duplicate.
     expect(await streamMessagesFor(jobId)).toHaveLength(1);
-    expect(logs.lines.find((l) => l.job_id === jobId && l.event === 'PUBLISHED')).toMatchObject({ duplicate: true });
+    expect(logs.lines.find((l) => l.job_id === jobId && l.event === 'PUBLISHED')).toMatchObject({
+      duplicate: true,
+    });
   });
 
   it('two publishers racing over 200 jobs publish each exactly once', async () => {
@@ -200,7 +244,9 @@ describe('exactly one message per job', () => {
     await vi.waitFor(
       async () => {
         const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM recognition_job
-                                                   WHERE id = ANY(${ids}::uuid[]) AND status = 'published'`.execute(t.db);
+                                                   WHERE id = ANY(${ids}::uuid[]) AND status = 'published'`.execute(
+          t.db,
+        );
         expect(rows[0]!.n).toBe(200);
       },
       { timeout: 15_000, interval: 50 },
@@ -208,7 +254,9 @@ describe('exactly one message per job', () => {
     const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM recognition_job_transition
                                                WHERE job_id = ANY(${ids}::uuid[])`.execute(t.db);
     expect(rows[0]!.n).toBe(200);
-    const published = [a, b].flatMap((x) => x.logs.lines.filter((l) => l.event === 'PUBLISHED' && ids.includes(l.job_id as string)));
+    const published = [a, b].flatMap((x) =>
+      x.logs.lines.filter((l) => l.event === 'PUBLISHED' && ids.includes(l.job_id as string)),
+    );
     expect(published).toHaveLength(200);
     expect(published.filter((l) => l.duplicate)).toEqual([]);
     expect(new Set(published.map((l) => l.job_id)).size).toBe(200);
@@ -252,14 +300,22 @@ describe('NATS unreachable', () => {
   }
 
   it('publish_attempts grow with exponential backoff and the job ends dlq (PUBLISH_FAILED), file ERROR', async () => {
-    const cfg = config({ MAX_PUBLISH_ATTEMPTS: 4, PUBLISH_BACKOFF_BASE_MS: 100, PUBLISH_BACKOFF_MAX_MS: 300, PUBLISH_TIMEOUT_MS: 300 });
+    const cfg = config({
+      MAX_PUBLISH_ATTEMPTS: 4,
+      PUBLISH_BACKOFF_BASE_MS: 100,
+      PUBLISH_BACKOFF_MAX_MS: 300,
+      PUBLISH_TIMEOUT_MS: 300,
+    });
     const { proxy, publisher: p, logs, metrics, nats } = await behindProxy(cfg);
     proxy.cut();
     await vi.waitFor(() => expect(nats.isConnected()).toBe(false), { timeout: 5_000, interval: 10 });
     await p.start();
 
     const { jobId } = await newJob();
-    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('dlq'), { timeout: 10_000, interval: 20 });
+    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('dlq'), {
+      timeout: 10_000,
+      interval: 20,
+    });
 
     const { job, file, transitions } = await loadAll(t.db, jobId);
     expect(job).toMatchObject({
@@ -282,7 +338,9 @@ describe('NATS unreachable', () => {
     // Each retry waited at least its backoff: 100, 200, then 300 (400 capped), from the step's own clock.
     const gaps = transitions.slice(1).map((r, i) => r.at.getTime() - transitions[i]!.at.getTime());
     [100, 200, 300].forEach((backoff, i) => expect(gaps[i]).toBeGreaterThanOrEqual(backoff - 1));
-    expect(logs.lines.filter((l) => l.job_id === jobId).map((l) => [l.level, l.attempts, l.retry_in_ms])).toEqual([
+    expect(
+      logs.lines.filter((l) => l.job_id === jobId).map((l) => [l.level, l.attempts, l.retry_in_ms]),
+    ).toEqual([
       ['warn', 1, 100],
       ['warn', 2, 200],
       ['warn', 3, 300],
@@ -290,14 +348,21 @@ describe('NATS unreachable', () => {
     ]);
     const results = (await metrics.publisherResults.get()).values.map((v) => [v.labels.result, v.value]);
     expect(Object.fromEntries(results)).toEqual({ failed: 3, dlq: 1 });
-    expect((await metrics.deadLetters.get()).values).toEqual([expect.objectContaining({ labels: { reason: 'PUBLISH_FAILED' }, value: 1 })]);
+    expect((await metrics.deadLetters.get()).values).toEqual([
+      expect.objectContaining({ labels: { reason: 'PUBLISH_FAILED' }, value: 1 }),
+    ]);
     expect(await streamMessagesFor(jobId)).toEqual([]);
   });
 
   it('without the connected check, a publish that gets no ack in time fails the attempt all the same', async () => {
     const cfg = config({ MAX_PUBLISH_ATTEMPTS: 2, PUBLISH_BACKOFF_BASE_MS: 100, PUBLISH_TIMEOUT_MS: 300 });
     const { proxy, nats } = await behindProxy(cfg);
-    const blind = createPublisher({ db: t.db, js: jetstream(nats.nc), logger: createLogSink().logger, config: cfg });
+    const blind = createPublisher({
+      db: t.db,
+      js: jetstream(nats.nc),
+      logger: createLogSink().logger,
+      config: cfg,
+    });
     proxy.cut();
     await vi.waitFor(() => expect(nats.isConnected()).toBe(false), { timeout: 5_000, interval: 10 });
 
@@ -322,22 +387,39 @@ describe('NATS unreachable', () => {
   });
 
   it('NATS back before the attempts run out: the job is published, once', async () => {
-    const cfg = config({ MAX_PUBLISH_ATTEMPTS: 20, PUBLISH_BACKOFF_BASE_MS: 100, PUBLISH_BACKOFF_MAX_MS: 400, PUBLISH_TIMEOUT_MS: 1_000 });
+    const cfg = config({
+      MAX_PUBLISH_ATTEMPTS: 20,
+      PUBLISH_BACKOFF_BASE_MS: 100,
+      PUBLISH_BACKOFF_MAX_MS: 400,
+      PUBLISH_TIMEOUT_MS: 1_000,
+    });
     const { proxy, publisher: p, nats } = await behindProxy(cfg);
     proxy.cut();
     await vi.waitFor(() => expect(nats.isConnected()).toBe(false), { timeout: 5_000, interval: 10 });
     await p.start();
 
     const { jobId } = await newJob();
-    await vi.waitFor(async () => expect((await jobRow(jobId)).publish_attempts).toBeGreaterThanOrEqual(2), { timeout: 5_000, interval: 10 });
+    await vi.waitFor(async () => expect((await jobRow(jobId)).publish_attempts).toBeGreaterThanOrEqual(2), {
+      timeout: 5_000,
+      interval: 10,
+    });
     proxy.restore();
-    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('published'), { timeout: 10_000, interval: 20 });
+    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('published'), {
+      timeout: 10_000,
+      interval: 20,
+    });
 
     const { job, transitions } = await loadAll(t.db, jobId);
     expect(job.publish_attempts).toBeGreaterThanOrEqual(3);
     expect(job.publish_attempts).toBeLessThan(20);
-    expect(transitions.at(-1)).toMatchObject({ from_status: 'pending', to_status: 'published', event: 'PUBLISHED' });
-    expect(transitions.slice(0, -1).every((r) => r.event === 'PUBLISH_FAILED' && r.to_status === 'pending')).toBe(true);
+    expect(transitions.at(-1)).toMatchObject({
+      from_status: 'pending',
+      to_status: 'published',
+      event: 'PUBLISHED',
+    });
+    expect(
+      transitions.slice(0, -1).every((r) => r.event === 'PUBLISH_FAILED' && r.to_status === 'pending'),
+    ).toBe(true);
     expect(job.reply_deadline!.getTime() - job.published_at!.getTime()).toBe(cfg.REPLY_TIMEOUT_MS);
     expect(await streamMessagesFor(jobId)).toHaveLength(1);
   });

@@ -42,7 +42,8 @@ afterAll(() => {
 
 /** The built CLI as a child process, its output collected. */
 function runCli(args: string[], env: Record<string, string> = {}) {
-  if (!existsSync(BUILT)) throw new Error('the CLI is not built: run `npm run build` before the integration tests');
+  if (!existsSync(BUILT))
+    throw new Error('the CLI is not built: run `npm run build` before the integration tests');
   const child = spawn(process.execPath, [CLI, ...args], {
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -62,7 +63,8 @@ function runCli(args: string[], env: Record<string, string> = {}) {
       for (;;) {
         const m = out.match(re);
         if (m) return m;
-        if (child.exitCode !== null) throw new Error(`the CLI exited (${child.exitCode}) before printing ${re}:\n${out}`);
+        if (child.exitCode !== null)
+          throw new Error(`the CLI exited (${child.exitCode}) before printing ${re}:\n${out}`);
         if (Date.now() > until) throw new Error(`timed out waiting for ${re}:\n${out}`);
         await new Promise((r) => setTimeout(r, 50));
       }
@@ -79,7 +81,12 @@ interface InspectionMessage {
 }
 
 /** Connect to the inspection server as a viewer would; resolves with the first `n` events it relays. */
-function receiveInspection(url: string, n: number, timeoutMs = 10_000, origin?: string): Promise<InspectionMessage[]> {
+function receiveInspection(
+  url: string,
+  n: number,
+  timeoutMs = 10_000,
+  origin?: string,
+): Promise<InspectionMessage[]> {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(url, origin ? { origin } : {});
     const got: InspectionMessage[] = [];
@@ -114,7 +121,11 @@ async function jobCounts(): Promise<Record<JobStatus, number>> {
   return counts;
 }
 
-const ack = (jobId: string): JobEventInput => ({ type: 'ENVELOPE_PROCESSING', msgId: `ack:${jobId}`, service });
+const ack = (jobId: string): JobEventInput => ({
+  type: 'ENVELOPE_PROCESSING',
+  msgId: `ack:${jobId}`,
+  service,
+});
 const done = (jobId: string): JobEventInput => ({
   type: 'ENVELOPE_RESULT',
   msgId: `result:${jobId}`,
@@ -129,7 +140,12 @@ const done = (jobId: string): JobEventInput => ({
 
 describe('recognition_job_edge and its trigger (migration 0002)', () => {
   it("holds exactly the machine's legal edges", async () => {
-    const rows = await t.db.selectFrom('recognition_job_edge').selectAll().orderBy('from_status').orderBy('to_status').execute();
+    const rows = await t.db
+      .selectFrom('recognition_job_edge')
+      .selectAll()
+      .orderBy('from_status')
+      .orderBy('to_status')
+      .execute();
     expect(rows.map((r) => ({ from: r.from_status, to: r.to_status }))).toEqual(legalEdges());
   });
 
@@ -137,7 +153,11 @@ describe('recognition_job_edge and its trigger (migration 0002)', () => {
     for (const { from, to } of legalEdges()) {
       const { jobId } = await insertJob(t.db, { status: from as JobStatus });
       await sql`UPDATE recognition_job SET status = ${to} WHERE id = ${jobId}`.execute(t.db);
-      const row = await t.db.selectFrom('recognition_job').select('status').where('id', '=', jobId).executeTakeFirstOrThrow();
+      const row = await t.db
+        .selectFrom('recognition_job')
+        .select('status')
+        .where('id', '=', jobId)
+        .executeTakeFirstOrThrow();
       expect(row.status, `${from} → ${to}`).toBe(to);
     }
   });
@@ -154,7 +174,11 @@ describe('recognition_job_edge and its trigger (migration 0002)', () => {
           code: '23514',
           message: `illegal recognition_job status change ${from} -> ${to} (job ${jobId})`,
         });
-        const row = await t.db.selectFrom('recognition_job').select('status').where('id', '=', jobId).executeTakeFirstOrThrow();
+        const row = await t.db
+          .selectFrom('recognition_job')
+          .select('status')
+          .where('id', '=', jobId)
+          .executeTakeFirstOrThrow();
         expect(row.status).toBe(from);
         rejected++;
       }
@@ -164,7 +188,9 @@ describe('recognition_job_edge and its trigger (migration 0002)', () => {
 
   it('lets through updates that keep the status: other columns, SET status = status, a publish retry', async () => {
     const { jobId } = await insertJob(t.db, { status: 'done' });
-    await sql`UPDATE recognition_job SET status = status, error_message = 'annotated' WHERE id = ${jobId}`.execute(t.db);
+    await sql`UPDATE recognition_job SET status = status, error_message = 'annotated' WHERE id = ${jobId}`.execute(
+      t.db,
+    );
     const { jobId: pending } = await insertJob(t.db, { status: 'pending' });
     const outcome = await step(t.db, pending, {
       type: 'PUBLISH_FAILED',
@@ -187,7 +213,9 @@ describe('the Stately inspector', () => {
     await step(t.db, jobId, done(jobId));
 
     const port = await freePort();
-    const cli = runCli(['jobs', 'history', jobId, '--inspect', '--inspect-port', String(port)], { DATABASE_URL: t.url });
+    const cli = runCli(['jobs', 'history', jobId, '--inspect', '--inspect-port', String(port)], {
+      DATABASE_URL: t.url,
+    });
     const [, count] = await cli.waitFor(/Sent (\d+) inspection events/);
     expect(cli.output()).toContain(`open http://127.0.0.1:${port} in a browser`);
     expect(Number(count)).toBe(1 + 2 * 3);
@@ -201,7 +229,11 @@ describe('the Stately inspector', () => {
       'ENVELOPE_PROCESSING',
       'ENVELOPE_RESULT',
     ]);
-    expect(events.filter((e) => e.type === '@xstate.snapshot').map((e) => e.snapshot!.value)).toEqual(['published', 'processing', 'done']);
+    expect(events.filter((e) => e.type === '@xstate.snapshot').map((e) => e.snapshot!.value)).toEqual([
+      'published',
+      'processing',
+      'done',
+    ]);
     expect(events.map((e) => e.type)).toEqual([
       '@xstate.actor',
       ...Array.from({ length: 3 }, () => ['@xstate.event', '@xstate.snapshot'] as const).flat(),
@@ -214,11 +246,26 @@ describe('the Stately inspector', () => {
 
   it('simulate --inspect sends the scenario run to a local WebSocket client', async () => {
     const port = await freePort();
-    const cli = runCli(['simulate', `${SCENARIOS}happy-path.json`, '--json', '--inspect', '--inspect-port', String(port)]);
+    const cli = runCli([
+      'simulate',
+      `${SCENARIOS}happy-path.json`,
+      '--json',
+      '--inspect',
+      '--inspect-port',
+      String(port),
+    ]);
     const [, count] = await cli.waitFor(/Sent (\d+) inspection events/);
     const events = await receiveInspection(`ws://127.0.0.1:${port}`, Number(count));
-    expect(events[0]).toMatchObject({ type: '@xstate.actor', sessionId: 'simulate:happy-path', snapshot: { value: 'pending' } });
-    expect(events.filter((e) => e.type === '@xstate.snapshot').map((e) => e.snapshot!.value)).toEqual(['published', 'processing', 'done']);
+    expect(events[0]).toMatchObject({
+      type: '@xstate.actor',
+      sessionId: 'simulate:happy-path',
+      snapshot: { value: 'pending' },
+    });
+    expect(events.filter((e) => e.type === '@xstate.snapshot').map((e) => e.snapshot!.value)).toEqual([
+      'published',
+      'processing',
+      'done',
+    ]);
     expect(events.filter((e) => e.type === '@xstate.event').map((e) => e.event!.type)).toEqual([
       'PUBLISHED',
       'ENVELOPE_PROCESSING',
@@ -237,7 +284,13 @@ describe('the Stately inspector', () => {
 
   it('the server listens on loopback only and serves the page that embeds the hosted inspector', async () => {
     const port = await freePort();
-    const cli = runCli(['simulate', `${SCENARIOS}happy-path.json`, '--inspect', '--inspect-port', String(port)]);
+    const cli = runCli([
+      'simulate',
+      `${SCENARIOS}happy-path.json`,
+      '--inspect',
+      '--inspect-port',
+      String(port),
+    ]);
     const [, count] = await cli.waitFor(/Sent (\d+) inspection events/);
     const page = await fetch(`http://127.0.0.1:${port}/`);
     expect(page.status).toBe(200);
@@ -247,8 +300,12 @@ describe('the Stately inspector', () => {
     // A page opened after the run still gets all of it.
     expect(await receiveInspection(`ws://127.0.0.1:${port}`, Number(count))).toHaveLength(Number(count));
     // So does a client claiming the page's own origin; a page of any other site is refused.
-    expect(await receiveInspection(`ws://127.0.0.1:${port}`, Number(count), 10_000, `http://127.0.0.1:${port}`)).toHaveLength(Number(count));
-    await expect(receiveInspection(`ws://127.0.0.1:${port}`, 1, 5_000, 'https://example.com')).rejects.toThrow(/Unexpected server response: 401/);
+    expect(
+      await receiveInspection(`ws://127.0.0.1:${port}`, Number(count), 10_000, `http://127.0.0.1:${port}`),
+    ).toHaveLength(Number(count));
+    await expect(
+      receiveInspection(`ws://127.0.0.1:${port}`, 1, 5_000, 'https://example.com'),
+    ).rejects.toThrow(/Unexpected server response: 401/);
     cli.child.kill('SIGINT');
     expect(await cli.exited).toBe(0);
   });
@@ -256,9 +313,17 @@ describe('the Stately inspector', () => {
   // Skipped (and reported so) on a machine whose only interface is loopback.
   it.skipIf(nonLoopback === undefined)('refuses connections on the machine’s other addresses', async () => {
     const port = await freePort();
-    const cli = runCli(['simulate', `${SCENARIOS}happy-path.json`, '--inspect', '--inspect-port', String(port)]);
+    const cli = runCli([
+      'simulate',
+      `${SCENARIOS}happy-path.json`,
+      '--inspect',
+      '--inspect-port',
+      String(port),
+    ]);
     await cli.waitFor(/Sent (\d+) inspection events/);
-    await expect(receiveInspection(`ws://${nonLoopback}:${port}`, 1, 5_000)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    await expect(receiveInspection(`ws://${nonLoopback}:${port}`, 1, 5_000)).rejects.toMatchObject({
+      code: 'ECONNREFUSED',
+    });
     await expect(fetch(`http://${nonLoopback}:${port}/`)).rejects.toThrow();
     cli.child.kill('SIGINT');
     expect(await cli.exited).toBe(0);
@@ -266,13 +331,32 @@ describe('the Stately inspector', () => {
 
   it('--inspect-exit returns once the server holds the run; a busy port is a usage error', async () => {
     const port = await freePort();
-    const cli = runCli(['simulate', `${SCENARIOS}redelivery.json`, '--inspect', '--inspect-exit', '--inspect-port', String(port)]);
+    const cli = runCli([
+      'simulate',
+      `${SCENARIOS}redelivery.json`,
+      '--inspect',
+      '--inspect-exit',
+      '--inspect-port',
+      String(port),
+    ]);
     expect(await cli.exited).toBe(0);
     expect(cli.output()).toMatch(/Sent 9 inspection events/);
 
-    const blocker = runCli(['simulate', `${SCENARIOS}error.json`, '--inspect', '--inspect-port', String(port)]);
+    const blocker = runCli([
+      'simulate',
+      `${SCENARIOS}error.json`,
+      '--inspect',
+      '--inspect-port',
+      String(port),
+    ]);
     await blocker.waitFor(/Sent \d+ inspection events/);
-    const second = runCli(['simulate', `${SCENARIOS}error.json`, '--inspect', '--inspect-port', String(port)]);
+    const second = runCli([
+      'simulate',
+      `${SCENARIOS}error.json`,
+      '--inspect',
+      '--inspect-port',
+      String(port),
+    ]);
     expect(await second.exited).toBe(2);
     expect(second.output()).toContain(`port ${port} is in use`);
     blocker.child.kill('SIGINT');
@@ -294,11 +378,20 @@ describe('GET /statechart in headless Chromium', () => {
 
   it('shows every state with the counts in the database, and follows them as jobs move', async () => {
     if (!existsSync(CHROMIUM)) {
-      throw new Error(`${CHROMIUM} is missing: install Debian's chromium package (apt-get install -y chromium)`);
+      throw new Error(
+        `${CHROMIUM} is missing: install Debian's chromium package (apt-get install -y chromium)`,
+      );
     }
     // Jobs in several statuses, some moved through the step so there are transitions to count.
     const moving: string[] = [];
-    for (const status of ['pending', 'pending', 'published', 'published', 'published', 'processing'] as const) {
+    for (const status of [
+      'pending',
+      'pending',
+      'published',
+      'published',
+      'published',
+      'processing',
+    ] as const) {
       moving.push((await insertJob(t.db, { status })).jobId);
     }
     await step(t.db, moving[0]!, { type: 'PUBLISHED', replyTimeoutMs: 600_000 });
@@ -314,7 +407,14 @@ describe('GET /statechart in headless Chromium', () => {
     });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+        '--no-first-run',
+      ],
     });
     const page = await browser.newPage();
     const requests: string[] = [];
@@ -323,11 +423,15 @@ describe('GET /statechart in headless Chromium', () => {
 
     const shown = () =>
       page.$$eval('tr[data-state]', (rows) =>
-        Object.fromEntries(rows.map((r) => [r.getAttribute('data-state'), Number(r.querySelector('td.count')?.textContent)])),
+        Object.fromEntries(
+          rows.map((r) => [r.getAttribute('data-state'), Number(r.querySelector('td.count')?.textContent)]),
+        ),
       );
     const shownEdges = () =>
       page.$$eval('tr[data-edge]', (rows) =>
-        Object.fromEntries(rows.map((r) => [r.getAttribute('data-edge'), Number(r.querySelector('td.count')?.textContent)])),
+        Object.fromEntries(
+          rows.map((r) => [r.getAttribute('data-edge'), Number(r.querySelector('td.count')?.textContent)]),
+        ),
       );
     const dbEdges = async () => {
       const rows = await t.db
@@ -359,7 +463,9 @@ describe('GET /statechart in headless Chromium', () => {
     expect(after).not.toEqual(before);
     await expect.poll(shown, { timeout: 15_000, interval: 250 }).toEqual(after);
     await expect
-      .poll(async () => (await page.locator('#chart g[id="state-done"] text').allTextContents()).join(' '), { timeout: 15_000 })
+      .poll(async () => (await page.locator('#chart g[id="state-done"] text').allTextContents()).join(' '), {
+        timeout: 15_000,
+      })
       .toBe(`done ${after.done} job${after.done === 1 ? '' : 's'}`);
     const edgesAfter = await dbEdges();
     await expect
@@ -375,7 +481,9 @@ describe('GET /statechart in headless Chromium', () => {
     expect(res.headers.get('content-type')).toBe('application/json');
     const body = (await res.json()) as { states: Array<{ name: string; count: number }>; svg: string };
     await new Promise((r) => setTimeout(r, 1_100)); // past the page's one-second cache
-    const fresh = (await (await fetch(`http://127.0.0.1:${http!.port}/statechart.json`)).json()) as typeof body;
+    const fresh = (await (
+      await fetch(`http://127.0.0.1:${http!.port}/statechart.json`)
+    ).json()) as typeof body;
     expect(Object.fromEntries(fresh.states.map((s) => [s.name, s.count]))).toEqual(await jobCounts());
     expect(body.svg).toContain('<svg');
   });

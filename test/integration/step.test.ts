@@ -41,7 +41,9 @@ async function unlocked(
       return rows;
     },
   });
-  const outcomes = await withPgClient(t.pool, (client) => applyEventsOptimistic(watched(pgStepSql(client)), [{ jobId, event }]));
+  const outcomes = await withPgClient(t.pool, (client) =>
+    applyEventsOptimistic(watched(pgStepSql(client)), [{ jobId, event }]),
+  );
   return outcomes?.[0];
 }
 
@@ -334,7 +336,11 @@ describe('the unlocked path when the job changes between its read and its write'
     // Every read is followed by a change of the row (a no-op update still makes a new version).
     const interfere = async (name: string) => {
       if (name.startsWith('rc_step_read')) {
-        await t.db.updateTable('recognition_job').set({ service_version: '2.3.1' }).where('id', '=', jobId).execute();
+        await t.db
+          .updateTable('recognition_job')
+          .set({ service_version: '2.3.1' })
+          .where('id', '=', jobId)
+          .execute();
       }
     };
     const before = await snapshotTables(t.db);
@@ -350,7 +356,9 @@ describe('the unlocked path when the job changes between its read and its write'
     await step(t.db, jobId, done(jobId, fileId));
     const statements: string[] = [];
     const before = await snapshotTables(t.db);
-    expect(await unlocked(jobId, done(jobId, fileId), (name) => void statements.push(name))).toMatchObject({ decision: 'duplicate' });
+    expect(await unlocked(jobId, done(jobId, fileId), (name) => void statements.push(name))).toMatchObject({
+      decision: 'duplicate',
+    });
     expect(statements.map((n) => n.replace(/_v\d+$/, ''))).toEqual(['rc_step_read', 'rc_step_confirm']);
     expect(await snapshotTables(t.db)).toEqual(before);
   });
@@ -363,7 +371,9 @@ describe('the unlocked path and a transaction holding the job (the publisher, mi
     const publisher = await t.pool.connect();
     try {
       await publisher.query('BEGIN');
-      await applyEvents(pgStepSql(publisher), [{ jobId, event: { type: 'PUBLISHED', replyTimeoutMs: 600_000 } }]);
+      await applyEvents(pgStepSql(publisher), [
+        { jobId, event: { type: 'PUBLISHED', replyTimeoutMs: 600_000 } },
+      ]);
       // The service's ack arrives meanwhile.
       let settled = false;
       const acked = unlocked(jobId, ack(jobId)).finally(() => (settled = true));
@@ -389,7 +399,9 @@ describe('a batch larger than one write (the locked path writes it in chunks)', 
     // 251st event, in the second chunk of 250. The first chunk's write gives the job a new row
     // version elsewhere, so the address its lock read is no longer the job's.
     const first = await insertJob(t.db, { status: 'published' });
-    const others = await Promise.all(Array.from({ length: 249 }, () => insertJob(t.db, { status: 'published' })));
+    const others = await Promise.all(
+      Array.from({ length: 249 }, () => insertJob(t.db, { status: 'published' })),
+    );
     const outcomes = await t.db
       .transaction()
       .execute((tx) =>
@@ -403,7 +415,10 @@ describe('a batch larger than one write (the locked path writes it in chunks)', 
     const after = await loadAll(t.db, first.jobId);
     expect(after.job.status).toBe('done');
     expect(after.job.started_at).not.toBeNull();
-    expect(after.transitions.map((tr) => `${tr.from_status}>${tr.to_status}`)).toEqual(['published>processing', 'processing>done']);
+    expect(after.transitions.map((tr) => `${tr.from_status}>${tr.to_status}`)).toEqual([
+      'published>processing',
+      'processing>done',
+    ]);
     for (const o of others) expect((await loadAll(t.db, o.jobId)).job.status).toBe('processing');
   });
 });
@@ -447,19 +462,41 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
   let prepared = 0;
   async function planFor(text: string): Promise<PlanNode[]> {
     await withPgClient(t.pool, fillTables);
-    const jobs = await Promise.all(Array.from({ length: 3 }, () => insertJob(t.db, { status: 'processing' })));
+    const jobs = await Promise.all(
+      Array.from({ length: 3 }, () => insertJob(t.db, { status: 'processing' })),
+    );
     const plan = await withPgClient(t.pool, async (client: pg.PoolClient) => {
       await client.query('BEGIN');
       try {
         await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
-        const { rows } = await client.query<{ id: string; file_id: string; row_address: string; file_address: string }>(
+        const { rows } = await client.query<{
+          id: string;
+          file_id: string;
+          row_address: string;
+          file_address: string;
+        }>(
           `SELECT j.id, j.file_id, j.ctid::text AS row_address, f.ctid::text AS file_address
            FROM recognition_job j JOIN stored_file f ON f.id = j.file_id WHERE j.id = ANY($1::uuid[]) FOR UPDATE`,
           [jobs.map((j) => j.jobId)],
         );
-        const objects = jobs.map((j) => ({ bucket: 'arm-ka', key: `results/${j.jobId}.json`, created_by: 'tabular-parser' }));
-        const changes = rows.map((r) => ({ id: r.id, ctid: r.row_address, status: 'done', result_object: { bucket: 'arm-ka', key: `results/${r.id}.json` } }));
-        const files = rows.map((r) => ({ file_id: r.file_id, job_id: r.id, status: 'DONE', error_code: null, ctid: r.file_address }));
+        const objects = jobs.map((j) => ({
+          bucket: 'arm-ka',
+          key: `results/${j.jobId}.json`,
+          created_by: 'tabular-parser',
+        }));
+        const changes = rows.map((r) => ({
+          id: r.id,
+          ctid: r.row_address,
+          status: 'done',
+          result_object: { bucket: 'arm-ka', key: `results/${r.id}.json` },
+        }));
+        const files = rows.map((r) => ({
+          file_id: r.file_id,
+          job_id: r.id,
+          status: 'DONE',
+          error_code: null,
+          ctid: r.file_address,
+        }));
         // A name of its own: a prepared statement outlives the transaction, on a pooled connection.
         const name = `plan_check_${++prepared}`;
         await client.query({ text: `PREPARE ${name}(jsonb, jsonb, jsonb, jsonb) AS ${text}` });
@@ -479,9 +516,12 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
   const joinsOver = (all: PlanNode[], input: (n: PlanNode) => boolean) =>
     all
       .filter((n) => n['Node Type'] !== 'Hash')
-      .filter((n) => (n.Plans ?? []).some((c) => input(c) || (c['Node Type'] === 'Hash' && (c.Plans ?? []).some(input))))
+      .filter((n) =>
+        (n.Plans ?? []).some((c) => input(c) || (c['Node Type'] === 'Hash' && (c.Plans ?? []).some(input))),
+      )
       .map((n) => n['Node Type']);
-  const tidScanOf = (relation: string) => (n: PlanNode) => n['Node Type'] === 'Tid Scan' && n['Relation Name'] === relation;
+  const tidScanOf = (relation: string) => (n: PlanNode) =>
+    n['Node Type'] === 'Tid Scan' && n['Relation Name'] === relation;
 
   it('finds each job at its row address and hashes the result objects, whatever the batch', async () => {
     const all = await planFor(WRITE_SQL);
@@ -529,20 +569,32 @@ describe("the inbox's statements are planned once per connection", () => {
     try {
       // On a handful of rows PostgreSQL settles on the generic plan whatever the statement.
       await withPgClient(pool, fillTables);
-      const jobs = await Promise.all(Array.from({ length: 30 }, () => insertJob(t.db, { status: 'processing' })));
+      const jobs = await Promise.all(
+        Array.from({ length: 30 }, () => insertJob(t.db, { status: 'processing' })),
+      );
       let seq = 0;
       // Ten batches of one job (the unlocked path), ten of two jobs (the locked path).
       for (const j of jobs.slice(0, 10)) await applyInboxBatchTx(pool, [resultItem(j, ++seq)]);
-      for (let i = 10; i < 30; i += 2) await applyInboxBatchTx(pool, [resultItem(jobs[i]!, ++seq), resultItem(jobs[i + 1]!, ++seq)]);
+      for (let i = 10; i < 30; i += 2)
+        await applyInboxBatchTx(pool, [resultItem(jobs[i]!, ++seq), resultItem(jobs[i + 1]!, ++seq)]);
       for (const j of jobs) expect((await loadAll(t.db, j.jobId)).job.status).toBe('done');
 
       const plans = await withPgClient(pool, async (client) => {
         const { rows } = await client.query<{ name: string; generic_plans: string; custom_plans: string }>({
           text: `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements WHERE name LIKE 'rc_step_%' ORDER BY name`,
         });
-        return rows.map((r) => ({ name: r.name.replace(/_v\d+$/, ''), generic: Number(r.generic_plans), custom: Number(r.custom_plans) }));
+        return rows.map((r) => ({
+          name: r.name.replace(/_v\d+$/, ''),
+          generic: Number(r.generic_plans),
+          custom: Number(r.custom_plans),
+        }));
       });
-      expect(plans.map((p) => p.name)).toEqual(['rc_step_guarded_write', 'rc_step_lock', 'rc_step_read', 'rc_step_write']);
+      expect(plans.map((p) => p.name)).toEqual([
+        'rc_step_guarded_write',
+        'rc_step_lock',
+        'rc_step_read',
+        'rc_step_write',
+      ]);
       // PostgreSQL's default tries five custom plans before it settles; with an array of a few
       // ids it never settled, and planned the statement at every one of its ten executions.
       for (const p of plans) {

@@ -48,7 +48,11 @@ const dbTime = (expr: RawBuilder<Date>) => expr as unknown as Date;
 const overdue = dbTime(sql`now() - interval '1 second'`);
 
 async function statusOf(jobId: string): Promise<string> {
-  const row = await t.db.selectFrom('recognition_job').select('status').where('id', '=', jobId).executeTakeFirstOrThrow();
+  const row = await t.db
+    .selectFrom('recognition_job')
+    .select('status')
+    .where('id', '=', jobId)
+    .executeTakeFirstOrThrow();
   return row.status;
 }
 
@@ -58,7 +62,10 @@ describe('timeout while waiting for a result (SPEC §3.3)', () => {
     const { jobId } = await insertJob(t.db, { status: 'processing', reply_deadline: overdue });
     const before = await loadAll(t.db, jobId);
 
-    await vi.waitFor(async () => expect(await statusOf(jobId)).toBe('timeout'), { timeout: BOUND_MS, interval: 20 });
+    await vi.waitFor(async () => expect(await statusOf(jobId)).toBe('timeout'), {
+      timeout: BOUND_MS,
+      interval: 20,
+    });
 
     const after = await loadAll(t.db, jobId);
     expect(after.job.finished_at).toBeInstanceOf(Date);
@@ -71,13 +78,30 @@ describe('timeout while waiting for a result (SPEC §3.3)', () => {
       updated_at: after.job.updated_at,
     });
     expect(after.job.finished_at!.getTime()).toBeGreaterThan(before.job.reply_deadline!.getTime());
-    expect(after.file).toEqual({ ...before.file, status: 'ERROR', error_code: 'TIMEOUT', updated_at: after.file.updated_at });
+    expect(after.file).toEqual({
+      ...before.file,
+      status: 'ERROR',
+      error_code: 'TIMEOUT',
+      updated_at: after.file.updated_at,
+    });
     expect(after.transitions).toMatchObject([
-      { job_id: jobId, from_status: 'processing', to_status: 'timeout', event: 'DEADLINE_PASSED', msg_id: null },
+      {
+        job_id: jobId,
+        from_status: 'processing',
+        to_status: 'timeout',
+        event: 'DEADLINE_PASSED',
+        msg_id: null,
+      },
     ]);
     // One info line for the decision, with its fields.
     expect(logs.lines.filter((l) => l.job_id === jobId)).toEqual([
-      expect.objectContaining({ level: 'info', loop: 'watchdog', event: 'DEADLINE_PASSED', from: 'processing', to: 'timeout' }),
+      expect.objectContaining({
+        level: 'info',
+        loop: 'watchdog',
+        event: 'DEADLINE_PASSED',
+        from: 'processing',
+        to: 'timeout',
+      }),
     ]);
     expect((await metrics.watchdogTimeouts.get()).values[0]?.value).toBe(1);
   });
@@ -85,18 +109,26 @@ describe('timeout while waiting for a result (SPEC §3.3)', () => {
   it('a published job (never acked) times out the same way', async () => {
     startWatchdog();
     const { jobId } = await insertJob(t.db, { status: 'published', reply_deadline: overdue });
-    await vi.waitFor(async () => expect(await statusOf(jobId)).toBe('timeout'), { timeout: BOUND_MS, interval: 20 });
+    await vi.waitFor(async () => expect(await statusOf(jobId)).toBe('timeout'), {
+      timeout: BOUND_MS,
+      interval: 20,
+    });
     const { job, file, transitions } = await loadAll(t.db, jobId);
     expect(job).toMatchObject({ status: 'timeout', error_code: 'TIMEOUT' });
     expect(job.finished_at).toBeInstanceOf(Date);
     expect(file).toMatchObject({ status: 'ERROR', error_code: 'TIMEOUT' });
-    expect(transitions.map((r) => [r.from_status, r.to_status, r.event])).toEqual([['published', 'timeout', 'DEADLINE_PASSED']]);
+    expect(transitions.map((r) => [r.from_status, r.to_status, r.event])).toEqual([
+      ['published', 'timeout', 'DEADLINE_PASSED'],
+    ]);
   });
 
   it('a result arriving after the timeout changes nothing', async () => {
     startWatchdog();
     const { jobId, fileId } = await insertJob(t.db, { status: 'processing', reply_deadline: overdue });
-    await vi.waitFor(async () => expect(await statusOf(jobId)).toBe('timeout'), { timeout: BOUND_MS, interval: 20 });
+    await vi.waitFor(async () => expect(await statusOf(jobId)).toBe('timeout'), {
+      timeout: BOUND_MS,
+      interval: 20,
+    });
     const before = await snapshotTables(t.db);
     const outcome = await step(t.db, jobId, {
       type: 'ENVELOPE_RESULT',
@@ -105,18 +137,33 @@ describe('timeout while waiting for a result (SPEC §3.3)', () => {
       service: { name: 'tabular-parser', version: '2.3.1' },
       resultS3: { bucket: 'arm-ka', key: `results/${fileId}/${jobId}/result.json` },
     });
-    expect(outcome).toMatchObject({ decision: 'late', from: 'timeout', to: 'timeout', reason: 'result_after_final' });
+    expect(outcome).toMatchObject({
+      decision: 'late',
+      from: 'timeout',
+      to: 'timeout',
+      reason: 'result_after_final',
+    });
     expect(await snapshotTables(t.db)).toEqual(before);
   });
 
   it('a job whose file now belongs to another job times out without touching the file; a job not yet due stays', async () => {
     const { watchdog } = startWatchdog();
-    const stale = await insertJob(t.db, { status: 'processing', reply_deadline: overdue, fileIsCurrent: false });
-    const notDue = await insertJob(t.db, { status: 'processing', reply_deadline: dbTime(sql`now() + interval '10 minutes'`) });
+    const stale = await insertJob(t.db, {
+      status: 'processing',
+      reply_deadline: overdue,
+      fileIsCurrent: false,
+    });
+    const notDue = await insertJob(t.db, {
+      status: 'processing',
+      reply_deadline: dbTime(sql`now() + interval '10 minutes'`),
+    });
     const staleBefore = await loadAll(t.db, stale.jobId);
     const notDueBefore = await loadAll(t.db, notDue.jobId);
 
-    await vi.waitFor(async () => expect(await statusOf(stale.jobId)).toBe('timeout'), { timeout: BOUND_MS, interval: 20 });
+    await vi.waitFor(async () => expect(await statusOf(stale.jobId)).toBe('timeout'), {
+      timeout: BOUND_MS,
+      interval: 20,
+    });
     // And one more full sweep after that, so the not-due job had every chance to be picked.
     await watchdog.sweep();
 
@@ -127,7 +174,11 @@ describe('timeout while waiting for a result (SPEC §3.3)', () => {
   });
 
   it('a job the inbox finished first is left alone (final statuses are never overwritten)', async () => {
-    const { jobId } = await insertJob(t.db, { status: 'done', reply_deadline: overdue, finished_at: dbTime(sql`now()`) });
+    const { jobId } = await insertJob(t.db, {
+      status: 'done',
+      reply_deadline: overdue,
+      finished_at: dbTime(sql`now()`),
+    });
     const before = await snapshotTables(t.db);
     const { watchdog } = startWatchdog();
     await watchdog.sweep();
@@ -179,35 +230,57 @@ describe('several instances and failures', () => {
     const watchdogs = Array.from({ length: 4 }, (_, i) =>
       i % 2 === 0
         ? createWatchdog({ db: t.db, logger: sink.logger, intervalMs: INTERVAL_MS, batchSize: 50 })
-        : createWatchdog({ db: fast.db, pool: fast.pool, concurrency: 3, logger: sink.logger, intervalMs: INTERVAL_MS, batchSize: 50 }),
+        : createWatchdog({
+            db: fast.db,
+            pool: fast.pool,
+            concurrency: 3,
+            logger: sink.logger,
+            intervalMs: INTERVAL_MS,
+            batchSize: 50,
+          }),
     );
     const counts = await Promise.all(watchdogs.map((w) => w.sweep())).finally(() => fast.close());
 
     expect(counts.reduce((a, b) => a + b, 0)).toBe(2000);
     const { rows: tally } = await sql<{ jobs: number; transitions: number }>`
       SELECT (SELECT count(*)::int FROM recognition_job WHERE id = ANY(${ids}::uuid[]) AND status = 'timeout') AS jobs,
-             (SELECT count(*)::int FROM recognition_job_transition WHERE job_id = ANY(${ids}::uuid[])) AS transitions`.execute(t.db);
+             (SELECT count(*)::int FROM recognition_job_transition WHERE job_id = ANY(${ids}::uuid[])) AS transitions`.execute(
+      t.db,
+    );
     expect(tally[0]).toEqual({ jobs: 2000, transitions: 2000 });
   });
 
   it('a sweep that fails (database unreachable) is logged and retried at the next tick; the loop lives on', async () => {
     const pgServer = new URL(serverUrl());
-    const proxy: TcpProxy = await startTcpProxy({ host: pgServer.hostname, port: Number(pgServer.port || 5432) });
+    const proxy: TcpProxy = await startTcpProxy({
+      host: pgServer.hostname,
+      port: Number(pgServer.port || 5432),
+    });
     const url = new URL(t.url);
     url.host = `127.0.0.1:${proxy.port}`;
-    const viaProxy = openDb(url.toString(), { max: 2, connectionTimeoutMillis: 1_000, onIdleError: () => undefined });
+    const viaProxy = openDb(url.toString(), {
+      max: 2,
+      connectionTimeoutMillis: 1_000,
+      onIdleError: () => undefined,
+    });
     try {
       proxy.cut();
       const { logs } = startWatchdog({ db: viaProxy.db });
       await vi.waitFor(
-        () => expect(logs.lines.filter((l) => l.event === 'watchdog_sweep_failed').length).toBeGreaterThanOrEqual(2),
+        () =>
+          expect(logs.lines.filter((l) => l.event === 'watchdog_sweep_failed').length).toBeGreaterThanOrEqual(
+            2,
+          ),
         { timeout: BOUND_MS, interval: 20 },
       );
       expect(logs.lines.find((l) => l.event === 'watchdog_sweep_failed')).toMatchObject({ level: 'error' });
 
       const { jobId } = await insertJob(t.db, { status: 'processing', reply_deadline: overdue });
       proxy.restore();
-      await vi.waitFor(async () => expect(await statusOf(jobId)).toBe('timeout'), { timeout: BOUND_MS, interval: 20 });
+      await vi.waitFor(async () => expect(await statusOf(jobId)).toBe('timeout'), {
+        timeout: BOUND_MS,
+        interval: 20,
+      });
     } finally {
       await Promise.all(running.splice(0).map((w) => w.stop()));
       await viaProxy.close();
@@ -262,7 +335,9 @@ describe('backlog: 100 000 due jobs among 1 000 000 rows', () => {
     await time('insert', async () => {
       await sql`
         INSERT INTO s3_object (bucket, key, bucket_role, created_by)
-        SELECT 'arm-ka', 'backlog/' || g || '.xlsx', 'uploads', 'backlog' FROM generate_series(1, 100000) g`.execute(t.db);
+        SELECT 'arm-ka', 'backlog/' || g || '.xlsx', 'uploads', 'backlog' FROM generate_series(1, 100000) g`.execute(
+        t.db,
+      );
       await sql`
         INSERT INTO stored_file (id, s3_object_id, original_name, status)
         SELECT ('00000000-0000-4000-8000-' || lpad(to_hex(row_number() OVER (ORDER BY id)), 12, '0'))::uuid,
@@ -291,13 +366,19 @@ describe('backlog: 100 000 due jobs among 1 000 000 rows', () => {
         WHERE j.file_id = f.id AND j.attempt = 10 AND f.original_name = 'backlog.xlsx'`.execute(t.db);
     });
     await time('analyze', () => sql`ANALYZE s3_object, stored_file, recognition_job`.execute(t.db));
-    const { rows: counted } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM recognition_job`.execute(t.db);
+    const { rows: counted } = await sql<{
+      n: number;
+    }>`SELECT count(*)::int AS n FROM recognition_job`.execute(t.db);
     expect(counted[0]!.n).toBeGreaterThanOrEqual(1_000_000);
 
     // The real queries, explained.
-    const { rows: wPlan } = await sql<{ 'QUERY PLAN': unknown }>`EXPLAIN (FORMAT JSON) ${dueDeadlinesQuery(1000)}`.execute(t.db);
+    const { rows: wPlan } = await sql<{
+      'QUERY PLAN': unknown;
+    }>`EXPLAIN (FORMAT JSON) ${dueDeadlinesQuery(1000)}`.execute(t.db);
     expect(indexesOf(wPlan)).toContain('recognition_job_reply_deadline_due_idx');
-    const { rows: pPlan } = await sql<{ 'QUERY PLAN': unknown }>`EXPLAIN (FORMAT JSON) ${duePublishQuery(100)}`.execute(t.db);
+    const { rows: pPlan } = await sql<{
+      'QUERY PLAN': unknown;
+    }>`EXPLAIN (FORMAT JSON) ${duePublishQuery(100)}`.execute(t.db);
     expect(indexesOf(pPlan)).toContain('recognition_job_next_publish_due_idx');
 
     // One sweep drains it all.
@@ -305,7 +386,15 @@ describe('backlog: 100 000 due jobs among 1 000 000 rows', () => {
     const metrics = createMetrics({}, false);
     // As the daemon runs it: prepared statements on a pool, two batches in flight.
     const fast = openDb(t.url, { max: 4 });
-    const watchdog = createWatchdog({ db: fast.db, pool: fast.pool, concurrency: 2, logger: sink.logger, metrics, intervalMs: 30_000, batchSize: 1000 });
+    const watchdog = createWatchdog({
+      db: fast.db,
+      pool: fast.pool,
+      concurrency: 2,
+      logger: sink.logger,
+      metrics,
+      intervalMs: 30_000,
+      batchSize: 1000,
+    });
     const timedOut = await time('sweep', () => watchdog.sweep()).finally(() => fast.close());
     expect(timedOut).toBe(100_000);
 
@@ -325,7 +414,9 @@ describe('backlog: 100 000 due jobs among 1 000 000 rows', () => {
     const { rows: due } = await dueDeadlinesQuery(1000).execute(t.db);
     expect(due).toEqual([]);
     expect((await metrics.watchdogTimeouts.get()).values[0]?.value).toBe(100_000);
-    expect((await metrics.watchdogSweepDuration.get()).values.find((v) => v.metricName?.endsWith('_count'))?.value).toBe(1);
+    expect(
+      (await metrics.watchdogSweepDuration.get()).values.find((v) => v.metricName?.endsWith('_count'))?.value,
+    ).toBe(1);
 
     process.stderr.write(`watchdog backlog timings (ms): ${JSON.stringify(timings)}\n`);
   }, 180_000);

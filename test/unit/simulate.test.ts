@@ -15,7 +15,9 @@ import { defaultVisualizationsDir } from '../../src/statecharts/generate.js';
 import { loadScenario, parseScenario, startingRow, type Trace } from '../../src/statecharts/scenario.js';
 
 const scenarioDir = join(defaultVisualizationsDir(), 'scenarios');
-const scenarios = readdirSync(scenarioDir).filter((f) => f.endsWith('.json')).sort();
+const scenarios = readdirSync(scenarioDir)
+  .filter((f) => f.endsWith('.json'))
+  .sort();
 
 /** Run the CLI in-process; returns what it wrote to stdout, or the error it threw. */
 async function cli(...args: string[]): Promise<{ stdout: string; error: unknown }> {
@@ -73,7 +75,10 @@ describe('simulate', () => {
         continue;
       }
       const predicted = decide(state, toEvent(step.event!));
-      expect({ from: step.from, to: step.to, decision: step.decision, reason: step.reason }, `step ${step.index}`).toEqual({
+      expect(
+        { from: step.from, to: step.to, decision: step.decision, reason: step.reason },
+        `step ${step.index}`,
+      ).toEqual({
         from: predicted.from,
         to: predicted.to,
         decision: predicted.decision,
@@ -90,24 +95,27 @@ describe('simulate', () => {
     expect(trace.steps.map((s) => s.decision)).toEqual(scenario.expect?.decisions);
   });
 
-  it.each(scenarios)('%s: the readable trace names each event, guard, from → to, effects and decision', async (file) => {
-    const path = join(scenarioDir, file);
-    const { stdout, error } = await cli('simulate', path);
-    expect(error).toBeNull();
-    const { stdout: json } = await cli('simulate', path, '--json');
-    const trace = JSON.parse(json) as Trace;
-    const blocks = stdout.split('\n\n').slice(1);
-    trace.steps.forEach((s, i) => {
-      const block = blocks[i]!;
-      expect(block).toMatch(new RegExp(`^${s.index}\\. `));
-      expect(block).toContain(`   ${s.from} → ${s.to}`);
-      expect(block).toContain(`decision:  ${s.decision}`);
-      if (s.event) expect(block).toContain(`event:     ${String(s.event['type'])}`);
-      if (s.guard?.name) expect(block).toContain(`${s.guard.name} ✓`);
-      if (s.effects.some((e) => e.type === 'recordTransition')) expect(block).toContain('log transition');
-    });
-    expect(stdout.trimEnd().split('\n').at(-1)).toBe(`end: ${trace.final.status}`);
-  });
+  it.each(scenarios)(
+    '%s: the readable trace names each event, guard, from → to, effects and decision',
+    async (file) => {
+      const path = join(scenarioDir, file);
+      const { stdout, error } = await cli('simulate', path);
+      expect(error).toBeNull();
+      const { stdout: json } = await cli('simulate', path, '--json');
+      const trace = JSON.parse(json) as Trace;
+      const blocks = stdout.split('\n\n').slice(1);
+      trace.steps.forEach((s, i) => {
+        const block = blocks[i]!;
+        expect(block).toMatch(new RegExp(`^${s.index}\\. `));
+        expect(block).toContain(`   ${s.from} → ${s.to}`);
+        expect(block).toContain(`decision:  ${s.decision}`);
+        if (s.event) expect(block).toContain(`event:     ${String(s.event['type'])}`);
+        if (s.guard?.name) expect(block).toContain(`${s.guard.name} ✓`);
+        if (s.effects.some((e) => e.type === 'recordTransition')) expect(block).toContain('log transition');
+      });
+      expect(stdout.trimEnd().split('\n').at(-1)).toBe(`end: ${trace.final.status}`);
+    },
+  );
 
   it('fails (exit 1) when the expectations are not met, naming them', async () => {
     const scenario = parseScenario({
@@ -127,8 +135,12 @@ describe('simulate', () => {
   });
 
   it('refuses an invalid scenario with every problem and its path', () => {
-    expect(() => parseScenario({ name: 'x', job: { status: 'nope' }, events: [{ tick: 'now' }, { at: 'soon', publish: 'accepted' }] })).toThrow(
-      /job\.status.*events\.0.*events\.1\.at/,
-    );
+    expect(() =>
+      parseScenario({
+        name: 'x',
+        job: { status: 'nope' },
+        events: [{ tick: 'now' }, { at: 'soon', publish: 'accepted' }],
+      }),
+    ).toThrow(/job\.status.*events\.0.*events\.1\.at/);
   });
 });

@@ -7,7 +7,12 @@ import { join } from 'node:path';
 import { createMachine, type AnyStateMachine } from 'xstate';
 import { describe, expect, it } from 'vitest';
 import { JOB_EVENT_TYPES, JOB_STATUSES, decide, recognitionJobMachine } from '../../machines/index.js';
-import { defaultVisualizationsDir, findStaleFiles, generateStatecharts, STATECHART_FILES } from '../../src/statecharts/generate.js';
+import {
+  defaultVisualizationsDir,
+  findStaleFiles,
+  generateStatecharts,
+  STATECHART_FILES,
+} from '../../src/statecharts/generate.js';
 import { legalEdges, readMachineGraph } from '../../src/statecharts/machineGraph.js';
 import { eventVariants, sampleContext } from '../../src/statecharts/samples.js';
 import { buildStateEventTable, decideOn } from '../../src/statecharts/stateEventTable.js';
@@ -16,9 +21,13 @@ import { machine as statelyMachine } from '../../visualizations/recognition-job.
 const dir = defaultVisualizationsDir();
 
 /** A copy of the lifecycle machine with `change` applied to its config (the real one is untouched). */
-function mutatedMachine(change: (config: Record<string, unknown> & { states: Record<string, Record<string, unknown>> }) => void): AnyStateMachine {
+function mutatedMachine(
+  change: (config: Record<string, unknown> & { states: Record<string, Record<string, unknown>> }) => void,
+): AnyStateMachine {
   // A deep copy (JSON: the config is data but for the context factory, put back below).
-  const config = JSON.parse(JSON.stringify({ ...recognitionJobMachine.config, context: undefined })) as Record<string, unknown> & {
+  const config = JSON.parse(
+    JSON.stringify({ ...recognitionJobMachine.config, context: undefined }),
+  ) as Record<string, unknown> & {
     states: Record<string, Record<string, unknown>>;
   };
   change(config);
@@ -47,7 +56,8 @@ function xmlProblems(xml: string): string[] {
   while (i < body.length) {
     text.lastIndex = i;
     const t = text.exec(body)![0];
-    if (/&(?!(?:amp|lt|gt|quot|apos|#\d+|#x[0-9a-fA-F]+);)/.test(t)) problems.push(`bare & in text near ${i}`);
+    if (/&(?!(?:amp|lt|gt|quot|apos|#\d+|#x[0-9a-fA-F]+);)/.test(t))
+      problems.push(`bare & in text near ${i}`);
     if (stack.length === 0 && t.trim() !== '') problems.push(`text outside the root near ${i}`);
     i += t.length;
     if (i >= body.length) break;
@@ -60,7 +70,8 @@ function xmlProblems(xml: string): string[] {
     const [whole, closing, name, attrs, selfClosing] = m;
     const names = [...attrs!.matchAll(/([A-Za-z_][\w:.-]*)\s*=/g)].map((a) => a[1]);
     if (new Set(names).size !== names.length) problems.push(`duplicate attribute in <${name}>`);
-    if (/&(?!(?:amp|lt|gt|quot|apos|#\d+|#x[0-9a-fA-F]+);)/.test(attrs!)) problems.push(`bare & in an attribute of <${name}>`);
+    if (/&(?!(?:amp|lt|gt|quot|apos|#\d+|#x[0-9a-fA-F]+);)/.test(attrs!))
+      problems.push(`bare & in an attribute of <${name}>`);
     if (closing) {
       const open = stack.pop();
       if (open !== name) problems.push(`</${name}> closes <${open ?? 'nothing'}>`);
@@ -109,11 +120,15 @@ describe('the generated statecharts', () => {
 
     // A new state shows everywhere.
     const newState = mutatedMachine((c) => {
-      c.states['on_hold'] = { description: 'Held by an operator.', tags: ['final'], on: c.states['done']!['on'] };
+      c.states['on_hold'] = {
+        description: 'Held by an operator.',
+        tags: ['final'],
+        on: c.states['done']!['on'],
+      };
     });
-    expect((await findStaleFiles(dir, await generateStatecharts(newState))).map((s) => s.name).sort()).toEqual(
-      [...STATECHART_FILES].sort(),
-    );
+    expect(
+      (await findStaleFiles(dir, await generateStatecharts(newState))).map((s) => s.name).sort(),
+    ).toEqual([...STATECHART_FILES].sort());
   });
 
   it('name a missing file', async () => {
@@ -134,8 +149,14 @@ describe('the state × event table (recognition-job.md)', () => {
     expect(graph.states.map((s) => s.name)).toEqual([...JOB_STATUSES]);
     for (const state of JOB_STATUSES) {
       for (const event of JOB_EVENT_TYPES) {
-        expect(rows.filter((r) => r.state === state && r.event === event).length, `${state} × ${event}`).toBeGreaterThan(0);
-        expect(tableLines.filter((l) => l.startsWith(`| \`${state}\` | \`${event}\``)).length, `${state} × ${event} in the file`).toBeGreaterThan(0);
+        expect(
+          rows.filter((r) => r.state === state && r.event === event).length,
+          `${state} × ${event}`,
+        ).toBeGreaterThan(0);
+        expect(
+          tableLines.filter((l) => l.startsWith(`| \`${state}\` | \`${event}\``)).length,
+          `${state} × ${event} in the file`,
+        ).toBeGreaterThan(0);
       }
     }
     const variants = Object.values(eventVariants()).flat().length;
@@ -144,10 +165,15 @@ describe('the state × event table (recognition-job.md)', () => {
   });
 
   it('exercises every transition of the machine at least once', () => {
-    const taken = new Set(rows.map((r) => r.transition && `${r.transition.source}|${r.transition.event}|${r.transition.order}`));
+    const taken = new Set(
+      rows.map((r) => r.transition && `${r.transition.source}|${r.transition.event}|${r.transition.order}`),
+    );
     for (const t of graph.transitions) {
       // A root fallback is exercised when some state does not take its event.
-      expect(taken.has(`${t.source}|${t.event}|${t.order}`), `${t.source ?? '(root)'} ${t.event} #${t.order}`).toBe(true);
+      expect(
+        taken.has(`${t.source}|${t.event}|${t.order}`),
+        `${t.source ?? '(root)'} ${t.event} #${t.order}`,
+      ).toBe(true);
     }
   });
 
@@ -180,7 +206,8 @@ describe('the state × event table (recognition-job.md)', () => {
   it('lists every final status with what it means for the file', async () => {
     const md = await readFile(join(dir, 'recognition-job.md'), 'utf8');
     const section = md.slice(md.indexOf('## Final statuses'), md.indexOf('## Legal status changes'));
-    for (const s of graph.states.filter((x) => x.final)) expect(section).toContain(`- **${s.name}**: ${s.description}`);
+    for (const s of graph.states.filter((x) => x.final))
+      expect(section).toContain(`- **${s.name}**: ${s.description}`);
     expect(md).toContain('```mermaid\nstateDiagram-v2');
     for (const s of graph.states.filter((x) => x.final)) expect(md).toContain(`  ${s.name} --> [*]`);
   });
