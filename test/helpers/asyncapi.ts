@@ -7,6 +7,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Ajv2020 } from 'ajv/dist/2020.js';
+import type { ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import { parse as parseYaml } from 'yaml';
 
@@ -169,6 +170,49 @@ function payloadShape(payload: Json | undefined): PayloadShape | string {
   return 'payload must be { $ref: ./<schema file> } or allOf [that, { properties: { status: { const } } }]';
 }
 
+/** A message's validators: its payload (the referenced schema and its narrowing) and its headers. */
+export interface MessageValidators {
+  payload: ValidateFunction;
+  headers: ValidateFunction;
+  /** The `status` the message fixes, for an envelope message. */
+  status: string | undefined;
+}
+
+function errorsText(errors: ValidateFunction['errors']): string {
+  return (errors ?? []).map((e) => `${e.instancePath || '/'} ${e.message ?? e.keyword}`).join('; ');
+}
+
+/**
+ * A validator of each message of `components.messages` whose payload has the expected shape, by
+ * its key there, from the document's own schemas and the referenced files in `schemas`.
+ */
+export function messageValidators(
+  doc: JsonObject,
+  schemas: Record<string, JsonObject>,
+): Record<string, MessageValidators> {
+  const ajv = new Ajv2020({
+    strict: true,
+    strictRequired: false,
+    // The narrowing `{ properties: { status: { const } } }` names no type; the schema it narrows does.
+    strictTypes: false,
+    allErrors: true,
+  });
+  addFormatsModule.default(ajv, ['uuid', 'date-time']);
+  for (const schema of Object.values(schemas)) ajv.addSchema(schema);
+  const out: Record<string, MessageValidators> = {};
+  for (const { key, message } of componentMessages(doc)) {
+    const shape = payloadShape(message['payload']);
+    if (typeof shape === 'string' || !(shape.file in schemas)) continue;
+    const headers = inline(doc, schemas, message['headers']);
+    out[key] = {
+      payload: ajv.compile(inline(doc, schemas, at(message, ['payload', 'schema'])) as object),
+      headers: ajv.compile(isObject(headers) ? headers : { type: 'object' }),
+      status: shape.status,
+    };
+  }
+  return out;
+}
+
 export interface ContractCheckOptions {
   doc: JsonObject;
   /** The referenced schemas by file name (as the files hold them, or changed, to test this check). */
@@ -201,15 +245,7 @@ export function contractProblems(opts: ContractCheckOptions): string[] {
   for (const name of Object.keys(isObject(digests) ? digests : {}))
     if (!(name in schemas)) problems.push(`x-schema-digests names ${name}, which is not a referenced schema`);
 
-  const ajv = new Ajv2020({
-    strict: true,
-    strictRequired: false,
-    // The narrowing `{ properties: { status: { const } } }` names no type; the schema it narrows does.
-    strictTypes: false,
-    allErrors: true,
-  });
-  addFormatsModule.default(ajv, ['uuid', 'date-time']);
-  for (const schema of Object.values(schemas)) ajv.addSchema(schema);
+  const validators = messageValidators(doc, schemas);
   const referenced = new Set<string>();
   const statuses: string[] = [];
   for (const { key, message } of componentMessages(doc)) {
@@ -229,17 +265,14 @@ export function contractProblems(opts: ContractCheckOptions): string[] {
       else statuses.push(shape.status);
     }
 
-    const payloadSchema = inline(doc, schemas, at(message, ['payload', 'schema']));
-    const headersSchema = inline(doc, schemas, message['headers']);
-    const payloadOk = ajv.compile(payloadSchema as object);
-    const headersOk = ajv.compile(isObject(headersSchema) ? headersSchema : { type: 'object' });
+    const { payload: payloadOk, headers: headersOk } = validators[key]!;
     const examples = messageExamples(doc).filter((e) => e.message === key);
     if (examples.length === 0) problems.push(`message ${key}: has no example`);
     for (const example of examples) {
       if (!payloadOk(example.payload))
-        problems.push(`example ${example.name}: payload ${ajv.errorsText(payloadOk.errors)}`);
+        problems.push(`example ${example.name}: payload ${errorsText(payloadOk.errors)}`);
       if (!headersOk(example.headers ?? {}))
-        problems.push(`example ${example.name}: headers ${ajv.errorsText(headersOk.errors)}`);
+        problems.push(`example ${example.name}: headers ${errorsText(headersOk.errors)}`);
     }
   }
   for (const name of Object.keys(schemas))
