@@ -9,13 +9,15 @@ import { fileURLToPath } from 'node:url';
 import type { AnyStateMachine } from 'xstate';
 import { recognitionJobMachine } from '../../machines/index.js';
 import { legalEdges, readMachineGraph } from './machineGraph.js';
-import { renderMarkdown, renderStatelyFile, renderSvg, toDot } from './render.js';
+import { buildOverview, overviewToDot } from './overview.js';
+import { FULL_SVG, OVERVIEW_SVG, renderMarkdown, renderStatelyFile, renderSvg, toDot } from './render.js';
 import { buildStateEventTable } from './stateEventTable.js';
 
 /** The generated files, by name relative to the output folder. */
 export const STATECHART_FILES = [
   'recognition-job.md',
-  'recognition-job.svg',
+  OVERVIEW_SVG,
+  FULL_SVG,
   'recognition-job.stately.ts',
 ] as const;
 export type StatechartFile = (typeof STATECHART_FILES)[number];
@@ -25,9 +27,16 @@ export async function generateStatecharts(
   machine: AnyStateMachine = recognitionJobMachine,
 ): Promise<Record<StatechartFile, string>> {
   const graph = readMachineGraph(machine);
+  const overview = buildOverview(graph);
   return {
-    'recognition-job.md': renderMarkdown(graph, buildStateEventTable(machine), legalEdges(machine)),
-    'recognition-job.svg': await renderSvg(toDot(graph)),
+    'recognition-job.md': renderMarkdown({
+      graph,
+      rows: buildStateEventTable(machine),
+      edges: legalEdges(machine),
+      overview,
+    }),
+    [OVERVIEW_SVG]: await renderSvg(overviewToDot(overview)),
+    [FULL_SVG]: await renderSvg(toDot(graph)),
     'recognition-job.stately.ts': renderStatelyFile(graph),
   };
 }

@@ -4,13 +4,17 @@
  * package), and the Stately Studio file. Pure but for the WASM instance, which is cached.
  */
 import { instance, type Viz } from '@viz-js/viz';
-import type { ActionRef, GraphTransition, MachineGraph } from './machineGraph.js';
+import type { ActionRef, GraphState, GraphTransition, MachineGraph } from './machineGraph.js';
 import { graphEvents } from './machineGraph.js';
+import type { Overview } from './overview.js';
 import type { TableRow } from './stateEventTable.js';
 
 /** Where the generated files say they come from. */
 const SOURCE = 'machines/recognitionJob.machine.ts';
 const REGENERATE = '`npm run statecharts`';
+/** The diagrams the page links to, beside it in `visualizations/`. */
+export const FULL_SVG = 'recognition-job.svg';
+export const OVERVIEW_SVG = 'recognition-job.overview.svg';
 
 /** A transition drawn in the diagrams: it changes the status, or records a transition in place. */
 function isDrawn(t: GraphTransition): boolean {
@@ -20,9 +24,12 @@ function isDrawn(t: GraphTransition): boolean {
   return !t.actions.every((a) => (typeof a === 'string' ? a : a.type) === 'noteNoChange');
 }
 
+/** A transition as drawn: from the state it leaves to the state it reaches (itself when targetless). */
+export type DrawnEdge = GraphTransition & { from: string; to: string };
+
 /** The drawn edges: state transitions, and root transitions expanded to the states they reach. */
-export function drawnEdges(graph: MachineGraph): Array<GraphTransition & { from: string; to: string }> {
-  const out: Array<GraphTransition & { from: string; to: string }> = [];
+export function drawnEdges(graph: MachineGraph): DrawnEdge[] {
+  const out: DrawnEdge[] = [];
   for (const state of graph.states) {
     for (const event of graphEvents(graph)) {
       const own = graph.transitions.filter((t) => t.source === state.name && t.event === event);
@@ -35,7 +42,7 @@ export function drawnEdges(graph: MachineGraph): Array<GraphTransition & { from:
 }
 
 /** `[guard]`; an unguarded transition tried after guarded ones reads `[else]` (UML). */
-function guardLabel(t: GraphTransition): string | null {
+export function guardLabel(t: GraphTransition): string | null {
   return t.guard ? t.guard : t.order > 0 ? 'else' : null;
 }
 
@@ -77,12 +84,51 @@ function decisionCell(r: TableRow): string {
   return `${r.decision}${r.reason ? ` (${r.reason})` : ''}, logged at ${r.level}`;
 }
 
-/** The product owners' page: the diagram, the states, the final statuses and the full table. */
-export function renderMarkdown(
-  graph: MachineGraph,
-  rows: TableRow[],
-  edges: Array<{ from: string; to: string }>,
-): string {
+/** `a`, `a or b`, `a, b or c` (each in backticks). */
+function orList(items: string[]): string {
+  const ticked = items.map((i) => `\`${i}\``);
+  return ticked.length < 2 ? ticked.join('') : `${ticked.slice(0, -1).join(', ')} or ${ticked.at(-1)}`;
+}
+
+/** What the overview's arrows into a group stand for, one sentence per event and group. */
+function overviewSentences(overview: Overview): string[] {
+  const byFan = new Map<string, { event: string; sources: string[]; targets: string[]; guards: string[] }>();
+  for (const e of overview.edges) {
+    if (!e.group) continue;
+    const targets = e.parts.map((p) => p.text);
+    const key = `${e.event}\u0000${targets.join('|')}`;
+    const fan = byFan.get(key) ?? { event: e.event, sources: [], targets, guards: [] };
+    fan.sources.push(e.from);
+    for (const p of e.parts) {
+      const g = guardLabel(p.edge);
+      if (g && !fan.guards.includes(g)) fan.guards.push(g);
+    }
+    byFan.set(key, fan);
+  }
+  return [...byFan.values()].map(
+    (f) =>
+      `\`${f.event}\` from ${orList(f.sources)} moves the job to ${orList(f.targets)}, whichever its guard picks` +
+      (f.guards.length ? ` (${f.guards.map((g) => `\`${g}\``).join(', ')})` : '') +
+      '.',
+  );
+}
+
+/** What the product owners' page is made of. */
+export interface MarkdownInput {
+  graph: MachineGraph;
+  /** The state × event table. */
+  rows: TableRow[];
+  /** The legal status changes. */
+  edges: Array<{ from: string; to: string }>;
+  /** The overview drawn in `recognition-job.overview.svg`. */
+  overview: Overview;
+}
+
+/**
+ * The product owners' page: the overview, the full diagram, the states, the final statuses and
+ * the full table.
+ */
+export function renderMarkdown({ graph, rows, edges, overview }: MarkdownInput): string {
   const out: string[] = [];
   out.push(
     `<!-- Generated from ${SOURCE} by \`recognition-core statecharts\`. Do not edit: run ${REGENERATE}. -->`,
@@ -94,7 +140,18 @@ export function renderMarkdown(
       '` and ends in one of the final statuses. The diagram, the tables and the',
     "database's list of legal status changes are all generated from the machine the daemon runs.",
     '',
-    '## Diagram',
+    '## Overview',
+    '',
+    `![The lifecycle: one arrow per status and event](${OVERVIEW_SVG})`,
+    '',
+    'Each arrow is an event, with its condition in brackets. An arrow into a dashed box stands for one arrow to',
+    'each status its label names:',
+    '',
+    ...overviewSentences(overview).map((line) => `- ${line}`),
+    '',
+    '## Full diagram',
+    '',
+    `Every transition on its own arrow (also drawn as [\`${FULL_SVG}\`](${FULL_SVG})):`,
     '',
     '```mermaid',
     toMermaid(graph),
@@ -174,28 +231,34 @@ export function edgeKey(from: string, to: string, event: string): string {
   return `${from}|${to}|${event}`;
 }
 
-function q(text: string): string {
+/** A DOT string literal. */
+export function q(text: string): string {
   return `"${text.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`;
 }
 
-/** The diagram in DOT; with `counts`, node and edge labels carry the live numbers. */
-export function toDot(graph: MachineGraph, counts?: ChartCounts): string {
-  const lines = [
+/** The opening lines of a diagram: graph, node and edge defaults, the start point. */
+export function dotHeader(graph: MachineGraph, o: { compound?: boolean } = {}): string[] {
+  const compound = o.compound ? ', compound=true' : '';
+  return [
     `digraph ${q(graph.id)} {`,
-    '  graph [rankdir=LR, fontname="Helvetica", fontsize=11, nodesep=0.5, ranksep=0.9, bgcolor="white"];',
+    `  graph [rankdir=LR, fontname="Helvetica", fontsize=11, nodesep=0.5, ranksep=0.9, bgcolor="white"${compound}];`,
     '  node [shape=box, style="rounded,filled", fillcolor="#eef3fb", color="#3d5a80", fontname="Helvetica", fontsize=12];',
     '  edge [color="#555555", fontname="Helvetica", fontsize=9];',
     '  "__start" [shape=point, width=0.15, label="", fillcolor="black"];',
   ];
-  for (const s of graph.states) {
-    const n = counts
-      ? `\n${counts.states[s.name] ?? 0} job${(counts.states[s.name] ?? 0) === 1 ? '' : 's'}`
-      : '';
-    const final = s.final ? ', peripheries=2, fillcolor="#f3f3f3"' : '';
-    lines.push(
-      `  ${q(s.name)} [id=${q(`state-${s.name}`)}, label=${q(s.name + n)}, tooltip=${q(s.description)}${final}];`,
-    );
-  }
+}
+
+/** A state's node; with `count`, its label carries the number of jobs in it. */
+export function stateNode(s: GraphState, count?: number): string {
+  const n = count === undefined ? '' : `\n${count} job${count === 1 ? '' : 's'}`;
+  const final = s.final ? ', peripheries=2, fillcolor="#f3f3f3"' : '';
+  return `  ${q(s.name)} [id=${q(`state-${s.name}`)}, label=${q(s.name + n)}, tooltip=${q(s.description)}${final}];`;
+}
+
+/** The diagram in DOT; with `counts`, node and edge labels carry the live numbers. */
+export function toDot(graph: MachineGraph, counts?: ChartCounts): string {
+  const lines = dotHeader(graph);
+  for (const s of graph.states) lines.push(stateNode(s, counts ? (counts.states[s.name] ?? 0) : undefined));
   lines.push(`  "__start" -> ${q(graph.initial)};`);
   for (const e of drawnEdges(graph)) {
     const c = counts ? `\n× ${counts.edges[edgeKey(e.from, e.to, e.event)] ?? 0}` : '';

@@ -13,7 +13,14 @@ import {
   generateStatecharts,
   STATECHART_FILES,
 } from '../../src/statecharts/generate.js';
-import { legalEdges, readMachineGraph } from '../../src/statecharts/machineGraph.js';
+import { legalEdges, readMachineGraph, type MachineGraph } from '../../src/statecharts/machineGraph.js';
+import {
+  buildOverview,
+  overviewLabel,
+  overviewToDot,
+  type Overview,
+} from '../../src/statecharts/overview.js';
+import { drawnEdges, renderSvg, type DrawnEdge } from '../../src/statecharts/render.js';
 import { eventVariants, sampleContext } from '../../src/statecharts/samples.js';
 import { buildStateEventTable, decideOn } from '../../src/statecharts/stateEventTable.js';
 import { machine as statelyMachine } from '../../visualizations/recognition-job.stately.js';
@@ -227,6 +234,121 @@ describe('the SVG (recognition-job.svg)', () => {
     expect(xmlProblems('<svg>R&D</svg>')).not.toEqual([]);
     expect(xmlProblems('<svg/><svg/>')).not.toEqual([]);
     expect(xmlProblems('<svg><g a="x &amp; y">R&amp;D</g></svg>')).toEqual([]);
+  });
+});
+
+describe('the overview (recognition-job.overview.svg)', () => {
+  const key = (e: DrawnEdge) => `${e.from}|${e.to}|${e.event}|${e.order}`;
+
+  /** The rules every overview keeps, on any machine: returns what breaks them. */
+  function overviewProblems(graph: MachineGraph, overview: Overview): string[] {
+    const problems: string[] = [];
+    // Every drawn transition is exactly one label part of exactly one overview edge.
+    const parts = overview.edges.flatMap((e) => e.parts.map((p) => ({ e, p })));
+    for (const d of drawnEdges(graph)) {
+      const n = parts.filter(({ p }) => key(p.edge) === key(d)).length;
+      if (n !== 1) problems.push(`${key(d)} is ${n} parts`);
+    }
+    if (parts.length !== drawnEdges(graph).length) problems.push('a part stands for no drawn edge');
+    for (const { e, p } of parts) {
+      if (p.edge.from !== e.from || p.edge.event !== e.event)
+        problems.push(`${key(p.edge)} on the wrong edge`);
+      // A merged edge names each status it stands for; a single edge reaches its own state.
+      if (e.group) {
+        if (!e.group.states.includes(p.edge.to)) problems.push(`${key(p.edge)} outside its group`);
+        if (!overviewLabel(e).split('\n')[1]!.split(' | ').includes(p.edge.to))
+          problems.push(`${overviewLabel(e)} does not name ${p.edge.to}`);
+      } else if (e.to !== p.edge.to) problems.push(`${key(p.edge)} drawn to ${e.to}`);
+    }
+    // No bundle is left: one source and event reach at most one other state or group.
+    const heads = new Map<string, Set<string>>();
+    for (const e of overview.edges.filter((x) => x.to !== x.from)) {
+      const k = `${e.from}|${e.event}`;
+      heads.set(k, (heads.get(k) ?? new Set()).add(e.to));
+    }
+    for (const [k, to] of heads)
+      if (to.size > 1) problems.push(`${k} still fans out to ${[...to].join(', ')}`);
+    // Groups are disjoint and hold states of the graph.
+    const grouped = overview.groups.flatMap((g) => g.states);
+    if (new Set(grouped).size !== grouped.length) problems.push('a state is in two groups');
+    for (const s of grouped) if (!graph.states.some((x) => x.name === s)) problems.push(`${s} is no state`);
+    return problems;
+  }
+
+  it('folds each result bundle of the lifecycle into one edge per source naming the reported statuses', () => {
+    const graph = readMachineGraph();
+    const overview = buildOverview(graph);
+    expect(overviewProblems(graph, overview)).toEqual([]);
+    expect(overview.groups.map((g) => g.states)).toEqual([['done', 'needs_check', 'error']]);
+    const merged = overview.edges.filter((e) => e.group);
+    expect(merged.map((e) => [e.from, e.event, overviewLabel(e)])).toEqual(
+      ['pending', 'published', 'processing'].map((from) => [
+        from,
+        'ENVELOPE_RESULT',
+        'ENVELOPE_RESULT\ndone | needs_check | error',
+      ]),
+    );
+    // The nine result edges of the full chart are three in the overview; the others stay one to one.
+    expect(drawnEdges(graph).length - overview.edges.length).toBe(6);
+    expect(overview.edges.find((e) => e.from === 'pending' && e.to === 'pending')?.parts[0]?.text).toBe(
+      '[else]',
+    );
+  });
+
+  it('follows the machine: a new reported status and a new bundle appear without an edit', async () => {
+    const changed = mutatedMachine((c) => {
+      c.states['on_hold'] = {
+        description: 'Held by an operator.',
+        tags: ['final'],
+        on: c.states['done']!['on'],
+      };
+      const processing = c.states['processing']!['on'] as Record<string, unknown[]>;
+      processing['ENVELOPE_RESULT'] = [
+        ...processing['ENVELOPE_RESULT']!,
+        { guard: 'fileIsCurrent', target: 'on_hold', description: 'held', actions: [] },
+      ];
+      const published = c.states['published']!['on'] as Record<string, unknown[]>;
+      published['DEADLINE_PASSED'] = [
+        published['DEADLINE_PASSED']![0]!,
+        { target: 'dlq', description: 'no reply: dead letter', actions: [] },
+      ];
+    });
+    const graph = readMachineGraph(changed);
+    const overview = buildOverview(graph);
+    expect(overviewProblems(graph, overview)).toEqual([]);
+    expect(overview.groups.map((g) => g.states)).toEqual([
+      ['done', 'needs_check', 'error', 'on_hold'],
+      ['timeout', 'dlq'],
+    ]);
+    const label = (from: string, event: string) =>
+      overviewLabel(overview.edges.find((e) => e.from === from && e.event === event && e.group)!);
+    expect(label('processing', 'ENVELOPE_RESULT')).toBe(
+      'ENVELOPE_RESULT\ndone | needs_check | error | on_hold',
+    );
+    expect(label('pending', 'ENVELOPE_RESULT')).toBe('ENVELOPE_RESULT\ndone | needs_check | error');
+    expect(label('published', 'DEADLINE_PASSED')).toBe('DEADLINE_PASSED\ntimeout | dlq');
+    const svg = await renderSvg(overviewToDot(overview));
+    expect(xmlProblems(svg)).toEqual([]);
+    for (const g of overview.groups) expect(svg).toContain(`<title>${g.id}</title>`);
+    expect(svg).toContain('<title>on_hold</title>');
+  });
+
+  it('is well-formed XML that draws every state, the groups and every overview edge, and is shown first', async () => {
+    const svg = await readFile(join(dir, 'recognition-job.overview.svg'), 'utf8');
+    expect(xmlProblems(svg)).toEqual([]);
+    for (const state of JOB_STATUSES) expect(svg).toContain(`<title>${state}</title>`);
+    const overview = buildOverview(readMachineGraph());
+    for (const g of overview.groups) expect(svg).toContain(`<title>${g.id}</title>`);
+    const drawnIds = [...svg.matchAll(/<g id="(overview&#45;edge[^"]*)"/g)].length;
+    expect(drawnIds).toBe(overview.edges.length);
+    for (const e of overview.edges.filter((x) => x.group))
+      expect(svg).toContain(overviewLabel(e).split('\n')[1]);
+
+    const md = await readFile(join(dir, 'recognition-job.md'), 'utf8');
+    const image = md.indexOf('](recognition-job.overview.svg)');
+    expect(image).toBeGreaterThan(0);
+    expect(image).toBeLessThan(md.indexOf('```mermaid'));
+    expect(md).toContain('](recognition-job.svg)');
   });
 });
 
