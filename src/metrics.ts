@@ -1,6 +1,6 @@
 /**
  * Prometheus metrics (prom-client). One registry per daemon so tests can run several in one
- * process. Names are documented in the README ("Metrics"); do not rename them lightly.
+ * process. Names are documented in docs/operations.md ("Metrics"); do not rename them lightly.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 

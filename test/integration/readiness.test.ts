@@ -16,7 +16,7 @@ let natsProxy: TcpProxy;
 let daemon: TestDaemon;
 let base: string;
 
-/** Readiness must change within this bound (the issue says "within seconds"). */
+/** Readiness must change within this bound: "within seconds" of an outage or a recovery. */
 const WITHIN_MS = 10_000;
 
 beforeAll(async () => {

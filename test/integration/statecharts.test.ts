@@ -1,5 +1,5 @@
 /**
- * Issue 6 against real PostgreSQL: the database enforces the chart (migration 0002), a real job's
+ * The statecharts against real PostgreSQL: the database enforces the chart (migration 0002), a real job's
  * history and a scenario reach the Stately inspector server, and the live `/statechart` page,
  * opened in headless Chromium (Debian's `chromium` package), shows the database's numbers.
  *
