@@ -74,7 +74,8 @@ async function readinessUntil(want: (r: Readiness) => boolean, what: string): Pr
 async function readyGauge(): Promise<Record<string, number>> {
   const text = await (await fetch(`${base}/metrics`)).text();
   const out: Record<string, number> = {};
-  for (const m of text.matchAll(/^recognition_ready\{check="([a-z_]+)"\} (\S+)$/gm)) out[m[1]!] = Number(m[2]);
+  for (const m of text.matchAll(/^recognition_ready\{check="([a-z_]+)"\} (\S+)$/gm))
+    out[m[1]!] = Number(m[2]);
   return out;
 }
 
