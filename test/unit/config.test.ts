@@ -120,7 +120,9 @@ describe('redactUrl and secretsOf', () => {
 });
 
 describe('documentation', () => {
-  const docs = ['README.md'].filter((f) => existsSync(f)).map((f) => [f, readFileSync(f, 'utf8')] as const);
+  const docs = ['README.md', 'docs/monitoring.md']
+    .filter((f) => existsSync(f))
+    .map((f) => [f, readFileSync(f, 'utf8')] as const);
 
   it('has the generated configuration table, current (npm run docs:config)', () => {
     const withTable = docs.filter(([, text]) => text.includes(CONFIG_TABLE_BEGIN));
