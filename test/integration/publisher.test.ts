@@ -18,7 +18,7 @@ import {
   type PublisherConfig,
   type PublisherOptions,
 } from '../../src/daemon/publisher.js';
-import { applyEvents } from '../../src/daemon/step.js';
+import { applyEvents } from '../../src/step/index.js';
 import { checkJobMessage } from '../../src/messages/schemas.js';
 import { createMetrics } from '../../src/metrics.js';
 import { connectNats, type Nats } from '../../src/nats/connection.js';
