@@ -26,10 +26,16 @@ export interface MetricsSources {
   inboxPending?: () => Promise<{ pending: number; ackPending: number } | undefined>;
 }
 
-/** Create the registry and every metric; `sources` feed the gauges that are read on scrape. */
-export function createMetrics(sources: MetricsSources = {}, defaults = true): Metrics {
+/**
+ * Create the registry and every metric; `sources` feed the gauges that are read on scrape.
+ * `defaultMetrics`: prom-client's process metrics too (on unless false).
+ */
+export function createMetrics(
+  sources: MetricsSources = {},
+  { defaultMetrics = true }: { defaultMetrics?: boolean | undefined } = {},
+): Metrics {
   const registry = new Registry();
-  if (defaults) collectDefaultMetrics({ register: registry, prefix: 'recognition_core_' });
+  if (defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'recognition_core_' });
   const registers = [registry];
   return {
     registry,

@@ -179,7 +179,7 @@ function q(text: string): string {
 }
 
 /** The diagram in DOT; with `counts`, node and edge labels carry the live numbers. */
-export function toDot(graph: MachineGraph, counts?: ChartCounts): string {
+export function toDot(graph: MachineGraph, { counts }: { counts?: ChartCounts | undefined } = {}): string {
   const lines = [
     `digraph ${q(graph.id)} {`,
     '  graph [rankdir=LR, fontname="Helvetica", fontsize=11, nodesep=0.5, ranksep=0.9, bgcolor="white"];',

@@ -70,7 +70,7 @@ afterEach(async () => {
 
 function publisher(overrides: Partial<PublisherOptions> & { config?: PublisherConfig } = {}) {
   const logs = createLogSink();
-  const metrics = createMetrics({}, false);
+  const metrics = createMetrics({}, { defaultMetrics: false });
   const p = createPublisher({
     db: t.db,
     pool: t.pool,
@@ -285,7 +285,7 @@ describe('NATS unreachable', () => {
       await nats.nc.close().catch(() => undefined);
       await proxy.close();
     });
-    const metrics = createMetrics({}, false);
+    const metrics = createMetrics({}, { defaultMetrics: false });
     const p = createPublisher({
       db: t.db,
       pool: t.pool,

@@ -30,7 +30,7 @@ afterEach(async () => {
 
 function startWatchdog(opts: { db?: typeof t.db; intervalMs?: number; batchSize?: number } = {}) {
   const logs = createLogSink();
-  const metrics = createMetrics({}, false);
+  const metrics = createMetrics({}, { defaultMetrics: false });
   const watchdog = createWatchdog({
     db: opts.db ?? t.db,
     logger: logs.logger,
@@ -389,7 +389,7 @@ describe('backlog: 100 000 due jobs among 1 000 000 rows', () => {
 
     // One sweep drains it all.
     const sink = createLogSink({ level: 'warn' });
-    const metrics = createMetrics({}, false);
+    const metrics = createMetrics({}, { defaultMetrics: false });
     // As the daemon runs it: prepared statements on a pool, two batches in flight.
     const fast = openDb(t.url, { max: 4 });
     const watchdog = createWatchdog({
