@@ -193,7 +193,8 @@ describe('the two ends of the due jobs', () => {
     const oldest = await insertJob(t.db, { status: 'processing', reply_deadline: ago(3) });
     const middle = await insertJob(t.db, { status: 'processing', reply_deadline: ago(2) });
     const newest = await insertJob(t.db, { status: 'published', reply_deadline: ago(1) });
-    await insertJob(t.db, { status: 'processing', reply_deadline: dbTime(sql`now() + interval '1 minute'`) });
+    // Not due for as long as this file runs: a later test counts every due job.
+    await insertJob(t.db, { status: 'processing', reply_deadline: dbTime(sql`now() + interval '1 day'`) });
 
     const fromNewest = await t.db
       .transaction()
