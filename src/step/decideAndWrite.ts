@@ -19,7 +19,7 @@ export const WRITE_CHUNK = 250;
 const yieldToIo = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /** What {@link decideAndWrite} works on. */
-export interface DecideAndWrite {
+export interface BatchToWrite {
   sql: StepSql;
   items: readonly StepItem[];
   /** The batch's rows, as step 1 read them. */
@@ -34,7 +34,7 @@ export async function decideAndWrite({
   sql,
   items,
   read,
-}: DecideAndWrite): Promise<{ outcomes: StepOutcome[]; wrote: boolean }> {
+}: BatchToWrite): Promise<{ outcomes: StepOutcome[]; wrote: boolean }> {
   const plan = planBatch(read);
   // 2–3. Decide a chunk in order and send its write; decide the next chunk while PostgreSQL
   //      writes this one. One statement at a time on the connection: a chunk's write is sent

@@ -1,7 +1,7 @@
 /**
  * The step: the only place where a job's machine meets the database, and the only code that ever
- * updates a `recognition_job` row. Its entry points run inside the caller's transaction (but for
- * the unlocked path, which is one statement per write):
+ * updates a `recognition_job` row. Its entry points run inside the caller's transaction, but for
+ * the unlocked path (each of its statements is a transaction of its own) and `step`:
  * - {@link applyEvents}: a batch of events, its jobs locked in id order (the inbox, the publisher);
  * - {@link applyEventsOptimistic}: a few events of one job, read without a lock and written only
  *   at the version read (the inbox's batches of one job);
