@@ -50,10 +50,15 @@ export interface MetricsSources {
  * Every counter series with a known label value starts at 0: Prometheus's `increase()` and
  * `rate()` need a sample before the first event, or the first quarantine (dead letter, retry)
  * after a start would never show as an increase and its alert would not fire.
+ *
+ * `defaultMetrics`: prom-client's process metrics too (on unless false).
  */
-export function createMetrics(sources: MetricsSources = {}, defaults = true): Metrics {
+export function createMetrics(
+  sources: MetricsSources = {},
+  { defaultMetrics = true }: { defaultMetrics?: boolean | undefined } = {},
+): Metrics {
   const registry = new Registry();
-  if (defaults) collectDefaultMetrics({ register: registry, prefix: 'recognition_core_' });
+  if (defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'recognition_core_' });
   const registers = [registry];
   const metrics: Metrics = {
     registry,

@@ -27,7 +27,7 @@ import { isRetryable } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { JOBS_STREAM, maxDeliveriesAdvisory } from '../nats/subjects.js';
-import { step, type StepOutcome } from './step.js';
+import { step, type StepOutcome } from '../step/index.js';
 
 /** The queue group every core instance joins for the advisories. */
 export const DEAD_LETTER_QUEUE = 'recognition-core-dead-letters';

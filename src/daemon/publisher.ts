@@ -39,7 +39,7 @@ import type { Logger } from '../logger.js';
 import { checkJobMessage, type JobMessage } from '../messages/schemas.js';
 import type { Metrics } from '../metrics.js';
 import { jobMsgId, jobSubject, RESULT_SUBJECT } from '../nats/subjects.js';
-import { applyEvents, type StepItem, type StepOutcome } from './step.js';
+import { applyEvents, type StepItem, type StepOutcome } from '../step/index.js';
 
 /** The channel the `recognition_job` insert trigger notifies (migration 0001). */
 export const JOB_CREATED_CHANNEL = 'recognition_job_created';

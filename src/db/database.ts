@@ -88,8 +88,14 @@ export function databaseName(url: string): string {
   return name;
 }
 
-/** Create the database named in `url` when it does not exist, through the server's `postgres` database. */
-export async function createDatabaseIfMissing(url: string, template?: string): Promise<boolean> {
+/**
+ * Create the database named in `url` when it does not exist, through the server's `postgres`
+ * database; as a copy of `template` when given. Resolves with whether it created it.
+ */
+export async function createDatabaseIfMissing(
+  url: string,
+  { template }: { template?: string | undefined } = {},
+): Promise<boolean> {
   const name = databaseName(url);
   const admin = new URL(url);
   admin.pathname = '/postgres';

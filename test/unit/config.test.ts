@@ -142,7 +142,9 @@ describe('documentation', () => {
 
   it('names every metric the daemon exports', async () => {
     const text = docs.map(([, t]) => t).join('\n');
-    const names = (await createMetrics({}, false).registry.getMetricsAsJSON()).map((m) => m.name);
+    const names = (await createMetrics({}, { defaultMetrics: false }).registry.getMetricsAsJSON()).map(
+      (m) => m.name,
+    );
     expect(names.length).toBeGreaterThan(5);
     expect(names.filter((n) => !text.includes(`\`${n}\``))).toEqual([]);
     expect(text).toContain('recognition_core_');
