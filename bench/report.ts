@@ -1,6 +1,6 @@
 /**
- * The bench's report: everything measured in one run (written as JSON) and the markdown table
- * made from it, with each target of issue 7 and whether this run met it.
+ * The bench's report: everything measured in one run (written as JSON), the markdown table made
+ * from it with each target and whether this run met it, and the run's headline ratios.
  */
 import type { CpuResult } from './cpu.js';
 import type { LatencyResult } from './latency.js';
@@ -33,6 +33,84 @@ export interface BenchReport {
   watchdog?: { sweeps: SweepResult[]; rawSweeps?: RawSweepResult[]; idle: IdleResult };
   cpu?: CpuResult;
   memory?: MemoryResult;
+}
+
+/** The headlines of a run: each a ratio to its ceiling of the same run. */
+export interface Headlines {
+  ceilings: Record<string, string>;
+  ratios: Record<string, number>;
+  targets: Record<string, string>;
+  met: Record<string, boolean>;
+  context: Record<string, number | number[]>;
+}
+
+const median = <T>(all: readonly T[], key: (t: T) => number): T | undefined =>
+  [...all].sort((a, b) => key(a) - key(b))[Math.floor((all.length - 1) / 2)];
+
+/** The ceiling of the inbox's batched runs. */
+const INBOX_CEILING = 'raw, one tx per fetched batch of 100';
+/** The ceiling of the inbox's per-message runs. */
+const PER_MESSAGE_CEILING = 'raw, one tx per message, 8 in flight';
+
+/** A run's headline ratios, their ceilings and targets, and the absolute rates as context. */
+export function headlines(r: BenchReport): Headlines {
+  const h: Headlines = { ceilings: {}, ratios: {}, targets: {}, met: {}, context: {} };
+  const row = (name: string, level?: string) =>
+    r.throughput.find((t) => t.name.startsWith(name) && (level === undefined || t.logLevel === level));
+  const ceiling = row(INBOX_CEILING);
+  const perMessageCeiling = row(PER_MESSAGE_CEILING);
+  if (ceiling) h.context['ceiling_env_per_s'] = Math.round(ceiling.perSecond);
+  if (perMessageCeiling) h.context['per_message_ceiling_env_per_s'] = Math.round(perMessageCeiling.perSecond);
+  for (const level of ['warn', 'info']) {
+    const b = row('inbox, batched', level);
+    if (b && ceiling) {
+      const key = `inbox_batched_${level}`;
+      h.ceilings[key] = ceiling.name;
+      h.ratios[key] = b.perSecond / ceiling.perSecond;
+      h.context[`${key}_env_per_s`] = Math.round(b.perSecond);
+      if (level === 'warn') {
+        h.targets[key] = '≥ 10 000 env/s and ≥ 1.2× the ceiling';
+        h.met[key] = b.perSecond >= 10_000 && h.ratios[key] >= 1.2;
+      }
+    }
+    const m = row('inbox, per message', level);
+    if (m && perMessageCeiling) {
+      const key = `inbox_per_message_${level}`;
+      h.ceilings[key] = perMessageCeiling.name;
+      h.ratios[key] = m.perSecond / perMessageCeiling.perSecond;
+      h.context[`${key}_env_per_s`] = Math.round(m.perSecond);
+      if (level === 'warn') {
+        h.targets[key] = '≥ 1.0× the ceiling';
+        h.met[key] = h.ratios[key] >= 1.0;
+      }
+    }
+  }
+  const target = 100_000 * r.scale;
+  const sweeps = r.watchdog?.sweeps.filter((s) => s.due === target) ?? [];
+  const raws = r.watchdog?.rawSweeps?.filter((s) => s.due === target) ?? [];
+  const sweep = median(sweeps, (s) => s.seconds);
+  const raw = median(raws, (s) => s.seconds);
+  if (sweep) {
+    h.context['watchdog_sweep_s'] = sweep.seconds;
+    if (r.scale === 1) {
+      h.targets['watchdog_sweep_s'] = '≤ 4 s';
+      h.met['watchdog_sweep_s'] = sweep.seconds <= 4;
+    }
+  }
+  if (sweep && raw) {
+    h.ceilings['watchdog_sweep_time'] = 'raw SQL sweep';
+    h.ratios['watchdog_sweep_time'] = sweep.seconds / raw.seconds;
+    h.context['raw_sweep_s'] = raw.seconds;
+  }
+  if (r.latency) {
+    h.context['latency_rate_env_per_s'] = r.latency.rate;
+    h.context['latency_p99_ms'] = r.latency.p99Ms;
+    if (!r.latency.fixedRate) {
+      h.targets['latency_p99'] = 'p99 ≤ 50 ms';
+      h.met['latency_p99'] = r.latency.p99Ms <= 50;
+    }
+  }
+  return h;
 }
 
 const n0 = (n: number) => Math.round(n).toLocaleString('en-US');

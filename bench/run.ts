@@ -1,30 +1,30 @@
 /**
- * `npm run bench`: every measurement of issue 7 side by side, in one run, on this machine.
+ * `npm run bench`: the daemon against its ceilings, side by side, in one run, on this machine.
  *
  *   1. start a private nats-server and create a fresh database (dropped at the end);
  *   2. warm up (JIT) each consumer on a small untimed run;
- *   3. throughput: the raw consumer (per message, batched), then the daemon's inbox (per message,
- *      batched; logging at warn and at info);
+ *   3. throughput: the raw consumers (per message, batched), then the daemon's inbox (per message,
+ *      batched; logging at warn and at info), taking turns over the rounds;
  *   4. latency publish → commit at half the daemon's batched maximum;
- *   5. watchdog: due jobs among 1 000 000 rows, then idle sweeps;
+ *   5. watchdog: due jobs among 1 000 000 rows, against one SQL statement, then idle sweeps;
  *   6. CPU per event and memory over 1 000 000 events (child processes);
- *   7. print the markdown table, write bench/results/<date>-<commit>.{json,md}, update the table
- *      in bench/README.md.
+ *   7. print the markdown table; a full run records itself (bench/record.ts).
  *
- * Flags: `--scale N` multiplies every size (default 1: a few minutes); `--only a,b` runs some
- * sections (raw, inbox, latency, watchdog, cpu, memory) and writes nothing unless `--write`.
+ * Flags (`--help`): `--scale N` multiplies every size (default 1: a few minutes); `--only a,b`
+ * runs some sections and records nothing.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { cpus, totalmem } from 'node:os';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join, relative } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Command, InvalidArgumentError } from 'commander';
 import { findNatsServerBinary } from '../test/helpers/natsServer.js';
 import type { CpuResult } from './cpu.js';
 import { startBenchEnv, type BenchEnv } from './env.js';
 import { measureLatency, type LatencyResult } from './latency.js';
 import type { MemoryResult } from './memory.js';
 import type { CpuSplit } from './processCpu.js';
+import { recordRun } from './record.js';
 import { renderTable, type BenchReport } from './report.js';
 import { measureInbox, measureRaw, type ThroughputResult } from './throughput.js';
 import { measureWatchdog } from './watchdog.js';
@@ -36,50 +36,62 @@ interface Args {
   scale: number;
   rounds: number;
   only: Set<Section>;
-  write: boolean;
   /** Publish rate of the latency section; by default half the batched maximum of the run. */
   latencyRate: number | undefined;
+  /** Record the run (latest result, history, docs): a full run at the default rate, unless --dry-run. */
+  record: boolean;
 }
 
+const positiveNumber = (flag: string) => (v: string) => {
+  const n = Number(v);
+  if (!(n > 0)) throw new InvalidArgumentError(`${flag} must be a positive number`);
+  return n;
+};
+const positiveInteger = (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive integer');
+  return n;
+};
+const sectionList = (v: string) => {
+  const names = v.split(',');
+  for (const n of names)
+    if (!(SECTIONS as readonly string[]).includes(n))
+      throw new InvalidArgumentError(`unknown section ${n} (${SECTIONS.join(', ')})`);
+  return new Set(names as Section[]);
+};
+
 function parseArgs(argv: string[]): Args {
-  let scale = 1;
-  let rounds = 3;
-  let only: Set<Section> = new Set(SECTIONS);
-  let write: boolean | undefined;
-  let latencyRate: number | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    const value = () => {
-      const v = a.includes('=') ? a.slice(a.indexOf('=') + 1) : argv[++i];
-      if (v === undefined) throw new Error(`${a} needs a value`);
-      return v;
-    };
-    if (a.startsWith('--scale')) {
-      scale = Number(value());
-      if (!(scale > 0)) throw new Error('--scale must be a positive number');
-    } else if (a.startsWith('--rounds')) {
-      rounds = Number(value());
-      if (!Number.isInteger(rounds) || rounds < 1) throw new Error('--rounds must be a positive integer');
-    } else if (a.startsWith('--only')) {
-      const names = value().split(',');
-      for (const n of names)
-        if (!(SECTIONS as readonly string[]).includes(n))
-          throw new Error(`--only: unknown section ${n} (${SECTIONS.join(', ')})`);
-      only = new Set(names as Section[]);
-      write ??= false;
-    } else if (a.startsWith('--latency-rate')) {
-      latencyRate = Number(value());
-      if (!(latencyRate > 0)) throw new Error('--latency-rate must be a positive number');
-      write ??= false;
-    } else if (a === '--write') write = true;
-    else if (a === '--help' || a === '-h') {
-      process.stdout.write(
-        'usage: npm run bench -- [--scale N] [--rounds N] [--only raw,inbox,latency,watchdog,cpu,memory] [--latency-rate N] [--write]\n',
-      );
-      process.exit(0);
-    } else throw new Error(`unknown argument ${a}`);
-  }
-  return { scale, rounds, only, write: write ?? true, latencyRate };
+  const program = new Command('bench')
+    .description('measure the daemon against its ceilings, side by side, on this machine')
+    .option('--scale <n>', 'multiply every size', positiveNumber('--scale'), 1)
+    .option('--rounds <n>', 'rounds of the compared runs (medians reported)', positiveInteger, 3)
+    .option(
+      '--only <sections>',
+      `run some sections only (${SECTIONS.join(',')}); records nothing`,
+      sectionList,
+    )
+    .option(
+      '--latency-rate <n>',
+      'latency at this publish rate; records nothing',
+      positiveNumber('--latency-rate'),
+    )
+    .option('--dry-run', 'a full run that records nothing')
+    .allowExcessArguments(false)
+    .parse(argv, { from: 'user' });
+  const o = program.opts<{
+    scale: number;
+    rounds: number;
+    only?: Set<Section>;
+    latencyRate?: number;
+    dryRun?: boolean;
+  }>();
+  return {
+    scale: o.scale,
+    rounds: o.rounds,
+    only: o.only ?? new Set(SECTIONS),
+    latencyRate: o.latencyRate,
+    record: o.only === undefined && o.latencyRate === undefined && o.dryRun !== true,
+  };
 }
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -100,10 +112,9 @@ function git(args: string[]): string {
 
 /**
  * V8 flags of the memory child: a young generation of a fixed size, collected on the main thread.
- * By default V8 grows the young generation while the allocation rate stays high (seen: RSS 71 →
- * 110 MiB between 300 000 and 400 000 events, the heap in use flat at 4.6 MiB), and the parallel
- * collector's threads move RSS by ±15 % from run to run: with these flags RSS follows what the
- * run retains. The same run with V8's defaults is reported beside it.
+ * By default V8 grows the young generation while the allocation rate stays high (RSS grows by
+ * tens of MiB while the heap in use stays flat), and the parallel collector's threads move RSS
+ * by ±15 % from run to run: with these flags RSS follows what the run retains. The same run with V8's defaults is reported beside it.
  */
 export const MEMORY_V8_FLAGS = [
   '--min-semi-space-size=16',
@@ -300,7 +311,7 @@ async function main(): Promise<void> {
     }
     if (args.only.has('cpu')) {
       // Three fresh processes, the median one reported: V8's young-generation sizing makes a
-      // single process land in a fast or a slow regime (seen: 14 vs 50 µs for the same code).
+      // single process land in a fast or a slow regime (several times apart for the same code).
       log('cpu per event (3 child processes)');
       const runs = [0, 1, 2]
         .map(() => child<CpuResult>(['cpu', String(sizes.cpuEvents)]))
@@ -330,29 +341,7 @@ async function main(): Promise<void> {
 
   const table = renderTable(report);
   process.stdout.write('\n' + table + '\n');
-  if (args.write) {
-    const dir = join(repoRoot, 'bench', 'results');
-    mkdirSync(dir, { recursive: true });
-    const base = join(dir, `${report.date.slice(0, 10)}-${report.commit}`);
-    writeFileSync(`${base}.json`, JSON.stringify(report, null, 2) + '\n');
-    writeFileSync(`${base}.md`, table + '\n');
-    // The latest table, in both READMEs, between their markers.
-    for (const readme of [join(repoRoot, 'bench', 'README.md'), join(repoRoot, 'README.md')]) {
-      const text = readFileSync(readme, 'utf8');
-      const start = '<!-- latest-bench:start -->';
-      const end = '<!-- latest-bench:end -->';
-      const a = text.indexOf(start);
-      const b = text.indexOf(end);
-      if (a >= 0 && b > a) {
-        const source = relative(dirname(readme), `${base}.json`);
-        writeFileSync(
-          readme,
-          `${text.slice(0, a + start.length)}\n\nFrom \`${source}\`:\n\n${table}\n${text.slice(b)}`,
-        );
-      }
-    }
-    log(`wrote ${relative(repoRoot, base)}.json and .md; updated README.md and bench/README.md`);
-  }
+  if (args.record) recordRun(repoRoot, report, table, log);
 }
 
 main().catch((err: unknown) => {
