@@ -2,13 +2,16 @@
  * `npm run bench`: the daemon against its ceilings, side by side, in one run, on this machine.
  *
  *   1. start a private nats-server and create a fresh database (dropped at the end);
- *   2. warm up (JIT) each consumer on a small untimed run;
- *   3. throughput: the raw consumers (per message, batched), then the daemon's inbox (per message,
- *      batched; logging at warn and at info), taking turns over the rounds;
- *   4. latency publish → commit at half the daemon's batched maximum;
- *   5. watchdog: due jobs among 1 000 000 rows, against one SQL statement, then idle sweeps;
- *   6. CPU per event and memory over 1 000 000 events (child processes);
- *   7. print the markdown table; a full run records itself (bench/record.ts).
+ *   2. warm up (JIT) each consumer on a small untimed run, and check that the ceiling leaves the
+ *      same rows as the inbox;
+ *   3. throughput: the ceiling (bench/ceiling.ts), the daemon's inbox batched at warn and at info
+ *      and the raw consumers, taking turns over the rounds; per message, raw and inbox;
+ *   4. cold start: a daemon process started on a backlog, in turns with the ceiling;
+ *   5. drain (with --drain): a daemon process on a backlog of 1 000 000, its RSS sampled;
+ *   6. latency publish → commit at half the daemon's batched maximum, over its rounds;
+ *   7. watchdog: due jobs among 1 000 000 rows, against one SQL statement, then idle sweeps;
+ *   8. CPU per event and memory over 1 000 000 events (child processes);
+ *   9. print the markdown table; a full run records itself (bench/record.ts).
  *
  * Flags (`--help`): `--scale N` multiplies every size (default 1: a few minutes); `--only a,b`
  * runs some sections and records nothing.
@@ -26,15 +29,27 @@ import type { MemoryResult } from './memory.js';
 import type { CpuSplit } from './processCpu.js';
 import { recordRun } from './record.js';
 import { renderTable, type BenchReport } from './report.js';
-import { measureInbox, measureRaw, type ThroughputResult } from './throughput.js';
+import { CEILING_NAME } from './ceiling.js';
+import {
+  measureCeiling,
+  measureDaemonProcess,
+  measureInbox,
+  measureRaw,
+  rowShapes,
+  type ThroughputResult,
+} from './throughput.js';
 import { measureWatchdog } from './watchdog.js';
 
-const SECTIONS = ['raw', 'inbox', 'latency', 'watchdog', 'cpu', 'memory'] as const;
+const SECTIONS = ['raw', 'inbox', 'cold', 'latency', 'watchdog', 'cpu', 'memory', 'drain'] as const;
+/** The sections of a full run; `drain` takes several minutes and runs with `--drain`. */
+const FULL_RUN: readonly Section[] = SECTIONS.filter((s) => s !== 'drain');
 type Section = (typeof SECTIONS)[number];
 
 interface Args {
   scale: number;
   rounds: number;
+  /** Rounds of the latency target. */
+  latencyRounds: number;
   only: Set<Section>;
   /** Publish rate of the latency section; by default half the batched maximum of the run. */
   latencyRate: number | undefined;
@@ -65,6 +80,8 @@ function parseArgs(argv: string[]): Args {
     .description('measure the daemon against its ceilings, side by side, on this machine')
     .option('--scale <n>', 'multiply every size', positiveNumber('--scale'), 1)
     .option('--rounds <n>', 'rounds of the compared runs (medians reported)', positiveInteger, 3)
+    .option('--latency-rounds <n>', 'rounds of the latency target', positiveInteger, 5)
+    .option('--drain', 'add the drain section to a full run (several minutes)')
     .option(
       '--only <sections>',
       `run some sections only (${SECTIONS.join(',')}); records nothing`,
@@ -81,6 +98,8 @@ function parseArgs(argv: string[]): Args {
   const o = program.opts<{
     scale: number;
     rounds: number;
+    latencyRounds: number;
+    drain?: boolean;
     only?: Set<Section>;
     latencyRate?: number;
     dryRun?: boolean;
@@ -88,7 +107,8 @@ function parseArgs(argv: string[]): Args {
   return {
     scale: o.scale,
     rounds: o.rounds,
-    only: o.only ?? new Set(SECTIONS),
+    latencyRounds: o.latencyRounds,
+    only: o.only ?? new Set([...FULL_RUN, ...(o.drain ? (['drain'] as const) : [])]),
     latencyRate: o.latencyRate,
     record: o.only === undefined && o.latencyRate === undefined && o.dryRun !== true,
   };
@@ -145,6 +165,8 @@ async function main(): Promise<void> {
   const sizes = {
     perMessage: Math.round(5_000 * s),
     batched: Math.round(30_000 * s),
+    backlog: Math.round(50_000 * s),
+    drain: Math.round(1_000_000 * s),
     warmup: 3_000,
     latencySeconds: 10 * s,
     watchdogRows: Math.round(1_000_000 * s),
@@ -195,13 +217,17 @@ async function main(): Promise<void> {
     const runOnce = async (label: string, fn: () => Promise<ThroughputResult>) => {
       const r = await fn();
       log(
-        `  ${label}: ${fmt(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})`,
+        `  ${label}: ${fmt(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})` +
+          (r.startupSeconds !== undefined
+            ? `; start → first delivery ${r.startupSeconds.toFixed(2)} s`
+            : '') +
+          (r.maxRssBytes !== undefined ? `; max RSS ${(r.maxRssBytes / 2 ** 20).toFixed(0)} MiB` : ''),
       );
       return r;
     };
     /**
-     * The runs that are compared with each other, interleaved over `rounds` rounds (so a slow
-     * minute of the machine hits both sides alike); each one reported as its median run.
+     * The runs that are compared with each other, taking turns over `rounds` rounds (so a slow
+     * minute of the machine hits every side alike); each one reported as its median run.
      */
     const compared = async (runs: Array<[label: string, fn: () => Promise<ThroughputResult>]>) => {
       const results = runs.map((): ThroughputResult[] => []);
@@ -221,22 +247,30 @@ async function main(): Promise<void> {
     };
     const perMessage = { name: 'inbox, per message (batch 1, concurrency 8)', batchSize: 1, concurrency: 8 };
     const batched = { name: 'inbox, batched (defaults)' };
+    const raw = args.only.has('raw');
+    const inbox = args.only.has('inbox');
 
-    if (args.only.has('raw') || args.only.has('inbox') || args.only.has('latency')) {
+    if (raw || inbox || args.only.has('latency') || args.only.has('cold')) {
       log('warm-up (untimed)');
-      if (args.only.has('raw')) {
+      if (raw) {
         await measureRaw(env, 'message', sizes.warmup);
         await measureRaw(env, 'batch', sizes.warmup);
       }
       await measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.warmup);
+      // The ceiling must leave the rows the inbox leaves for the same envelopes.
       await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.warmup);
+      const inboxRows = await rowShapes(env.pool);
+      await measureCeiling(env, sizes.warmup);
+      const ceilingRows = await rowShapes(env.pool);
+      if (ceilingRows !== inboxRows) {
+        throw new Error(`the ceiling left other rows than the inbox:\n${ceilingRows}\n${inboxRows}`);
+      }
+      log('  the ceiling and the inbox left the same rows');
     }
-    const raw = args.only.has('raw');
-    const inbox = args.only.has('inbox');
     let batchedMax: number | undefined;
     if (raw || inbox) {
       log(
-        `throughput: ${[raw && 'raw consumer', inbox && 'daemon inbox'].filter(Boolean).join(' and ')}, ${args.rounds} round(s)`,
+        `throughput: ${[raw && 'raw consumers', inbox && 'ceiling and daemon inbox'].filter(Boolean).join(' and ')}, ${args.rounds} round(s)`,
       );
       const perMessageRuns: Array<[string, () => Promise<ThroughputResult>]> = [];
       const batchedRuns: Array<[string, () => Promise<ThroughputResult>]> = [];
@@ -246,27 +280,61 @@ async function main(): Promise<void> {
           'inbox, per message, warn',
           () => measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.perMessage),
         ]);
-      if (raw) batchedRuns.push(['raw, batched', () => measureRaw(env, 'batch', sizes.batched)]);
-      if (inbox)
+      if (inbox) {
+        batchedRuns.push(['ceiling', () => measureCeiling(env, sizes.batched)]);
         batchedRuns.push([
           'inbox, batched, warn',
           () => measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched),
         ]);
+        batchedRuns.push([
+          'inbox, batched, info',
+          () => measureInbox(env, { ...batched, logLevel: 'info' }, sizes.batched),
+        ]);
+      }
+      if (raw) batchedRuns.push(['raw, fetched batches', () => measureRaw(env, 'batch', sizes.batched)]);
       await compared(perMessageRuns);
       const b = await compared(batchedRuns);
-      if (inbox) batchedMax = b[b.length - 1]!.perSecond;
+      if (inbox) batchedMax = b[1]!.perSecond;
     }
     if (inbox) {
-      // At info (one log line per envelope, as SPEC §8 asks): reported, one round.
+      // Per message at info: reported, one round.
       report.throughput.push(
         await runOnce('inbox, per message, info', () =>
           measureInbox(env, { ...perMessage, logLevel: 'info' }, sizes.perMessage),
         ),
       );
-      report.throughput.push(
-        await runOnce('inbox, batched, info', () =>
-          measureInbox(env, { ...batched, logLevel: 'info' }, sizes.batched),
+    }
+    if (args.only.has('cold')) {
+      log(`cold start: a daemon process on a backlog of ${fmt(sizes.backlog)}, in turns with the ceiling`);
+      await compared([
+        [
+          `ceiling, ${fmt(sizes.backlog)} backlog`,
+          () =>
+            measureCeiling(env, sizes.backlog, { name: `${CEILING_NAME}, backlog of ${fmt(sizes.backlog)}` }),
+        ],
+        [
+          'daemon process, cold start',
+          () =>
+            measureDaemonProcess(
+              env,
+              { name: `daemon process, cold start on a backlog of ${fmt(sizes.backlog)}`, logLevel: 'warn' },
+              sizes.backlog,
+            ),
+        ],
+      ]);
+    }
+    if (args.only.has('drain')) {
+      log(`drain: a daemon process on a backlog of ${fmt(sizes.drain)}, RSS sampled`);
+      const t0 = performance.now();
+      report.drain = await runOnce('daemon process, drain', () =>
+        measureDaemonProcess(
+          env,
+          { name: `daemon process, drain of a backlog of ${fmt(sizes.drain)}`, logLevel: 'warn' },
+          sizes.drain,
         ),
+      );
+      log(
+        `  (the drain section took ${((performance.now() - t0) / 1000).toFixed(0)} s with its preparation)`,
       );
     }
     if (args.only.has('latency')) {
@@ -277,11 +345,11 @@ async function main(): Promise<void> {
           (batchedMax ??
             (await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched)).perSecond) / 2,
         );
-      log(`latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s`);
+      log(
+        `latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s, ${args.latencyRounds} round(s)`,
+      );
       const fixed = args.latencyRate === undefined ? {} : { fixedRate: true };
-      // The target, with the lightest publisher; then the same with JetStream-acknowledged
-      // publishing, reported (both described in bench/latencyPublisher.ts).
-      for (const publish of ['core', 'jetstream'] as const) {
+      const once = async (publish: 'core' | 'jetstream') => {
         const r: LatencyResult = {
           ...(await measureLatency(env, rate, sizes.latencySeconds, 'warn', publish)),
           ...fixed,
@@ -289,9 +357,16 @@ async function main(): Promise<void> {
         log(
           `  ${publish} publish: p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`,
         );
-        if (publish === 'core') report.latency = r;
-        else report.latencyJetStream = r;
-      }
+        return r;
+      };
+      // The target, with the lightest publisher, over its rounds; then the same with
+      // JetStream-acknowledged publishing, one round, reported (see bench/latencyPublisher.ts).
+      report.latencyRounds = [];
+      for (let i = 0; i < args.latencyRounds; i++) report.latencyRounds.push(await once('core'));
+      report.latency = [...report.latencyRounds].sort((a, b) => a.p99Ms - b.p99Ms)[
+        Math.floor((report.latencyRounds.length - 1) / 2)
+      ];
+      report.latencyJetStream = await once('jetstream');
     }
     if (args.only.has('watchdog')) {
       log(`watchdog: ${fmt(sizes.watchdogRows)} rows`);
