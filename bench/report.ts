@@ -330,8 +330,10 @@ export function renderTable(r: BenchReport): string {
   ];
   const inboxWarn = x.inbox('batched', 'warn');
   const above = (a: number | null, b: number | null) => (a === null || b === null ? '?' : (a - b).toFixed(0));
+  const shown = (ts: Array<ThroughputResult | undefined>) =>
+    ts.filter((t): t is ThroughputResult => t !== undefined).map(cpuRow);
   const cpuRows = [
-    ...sideBySide.filter((t): t is ThroughputResult => t !== undefined).map(cpuRow),
+    ...shown(sideBySide.slice(0, 3)),
     ...(x.ceiling && inboxWarn
       ? [
           [
@@ -342,6 +344,7 @@ export function renderTable(r: BenchReport): string {
           ],
         ]
       : []),
+    ...shown(sideBySide.slice(3)),
     ...r.throughput.filter((t) => !sideBySide.includes(t)).map(cpuRow),
     ...(r.drain ? [cpuRow(r.drain)] : []),
     ...(r.watchdog?.sweeps ?? []).map((w) => [
