@@ -19,7 +19,7 @@ import { cpus, totalmem } from 'node:os';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { findNatsServerBinary } from '../test/helpers/natsServer.js';
+import { findNatsServerBinary } from '../src/localServers/natsServer.js';
 import type { CpuResult } from './cpu.js';
 import { startBenchEnv, type BenchEnv } from './env.js';
 import { measureLatency, type LatencyResult } from './latency.js';

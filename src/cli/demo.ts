@@ -4,7 +4,8 @@
  */
 import type { Command } from 'commander';
 import { runDemo } from '../demo/runDemo.js';
-import { wholeNumber } from './service.js';
+import { withStopSignals } from '../process/stopSignals.js';
+import { wholeNumber } from './plumbing.js';
 
 export function registerDemoCommand(program: Command): void {
   program
@@ -22,25 +23,15 @@ export function registerDemoCommand(program: Command): void {
     .option('--timeout <seconds>', 'stop waiting for final statuses after this long', wholeNumber(1), 45)
     .action(async (o: { jobs: number; seed: number; database: string; timeout: number }) => {
       // Ctrl-C once: stop waiting, shut down cleanly and print the summary; twice: exit now.
-      const abort = new AbortController();
-      const onSignal = () => {
-        if (abort.signal.aborted) process.exit(130);
-        abort.abort();
-      };
-      process.on('SIGINT', onSignal);
-      process.on('SIGTERM', onSignal);
-      try {
+      await withStopSignals({}, async (stop) => {
         const result = await runDemo({
           jobs: o.jobs,
           seed: o.seed,
           database: o.database,
           timeoutMs: o.timeout * 1000,
-          signal: abort.signal,
+          signal: stop.signal,
         });
         if (!result.allFinal) process.exitCode = 1;
-      } finally {
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
-      }
+      });
     });
 }

@@ -8,7 +8,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dropDatabase, openDb } from '../../src/db/database.js';
 import { runCli } from '../helpers/cliProcess.js';
-import { startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
 import { dbUrl } from '../helpers/pgUrls.js';
 
 /** Matches the stale-database cleanup of globalSetup (rc_test_<pid>_…) and the demo's "demo" rule. */

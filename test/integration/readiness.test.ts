@@ -4,7 +4,7 @@
  * failed, and green again once it is back; `/healthz` answers 200 all along.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcpProxy.js';
 import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';

@@ -1,0 +1,51 @@
+/**
+ * Imports point one way (ARCHITECTURE.md): statecharts never reach the daemon, db and nats never
+ * each other nor the daemon, bench/ and test/ never each other. The lint rules that keep it so are
+ * under test here: a probe import, linted as if it lived in the folder, is rejected, and the
+ * imports each folder is meant to use are accepted.
+ */
+import { fileURLToPath } from 'node:url';
+import { ESLint } from 'eslint';
+import { beforeAll, describe, expect, it } from 'vitest';
+
+const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+let eslint: ESLint;
+beforeAll(() => {
+  eslint = new ESLint({ cwd: REPO_ROOT });
+});
+
+/** Whether ESLint's `no-restricted-imports` rejects `specifier` imported from `filePath`. */
+async function rejected(filePath: string, specifier: string): Promise<boolean> {
+  const [result] = await eslint.lintText(`import '${specifier}';\n`, { filePath });
+  return (result?.messages ?? []).some((m) => m.severity === 2 && m.ruleId === 'no-restricted-imports');
+}
+
+describe('the import direction is enforced by lint', { timeout: 60_000 }, () => {
+  it.each([
+    ['src/statecharts/__probe.ts', '../daemon/inboxBatch.js'],
+    ['src/statecharts/__probe.ts', '../../src/daemon/daemon.js'],
+    ['src/db/__probe.ts', '../nats/subjects.js'],
+    ['src/db/__probe.ts', '../daemon/watchdog.js'],
+    ['src/nats/__probe.ts', '../db/jobs.js'],
+    ['src/nats/__probe.ts', '../daemon/inbox.js'],
+    ['src/process/__probe.ts', '../cli/plumbing.js'],
+    ['src/localServers/__probe.ts', '../daemon/daemon.js'],
+    ['bench/__probe.ts', '../test/helpers/logSink.js'],
+    ['test/integration/__probe.ts', '../../bench/env.js'],
+  ])('%s may not import %s', async (file, specifier) => {
+    expect(await rejected(file, specifier)).toBe(true);
+  });
+
+  it.each([
+    ['src/statecharts/__probe.ts', '../../machines/index.js'],
+    ['src/statecharts/__probe.ts', '../messages/schemas.js'],
+    ['src/statecharts/__probe.ts', '../process/stopSignals.js'],
+    ['src/db/__probe.ts', '../config.js'],
+    ['src/nats/__probe.ts', '@nats-io/jetstream'],
+    ['bench/__probe.ts', '../src/localServers/natsServer.js'],
+    ['test/integration/__probe.ts', '../../src/localServers/pgCluster.js'],
+  ])('%s may import %s', async (file, specifier) => {
+    expect(await rejected(file, specifier)).toBe(false);
+  });
+});
