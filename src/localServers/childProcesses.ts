@@ -116,7 +116,13 @@ export async function stopChild(
   if (!child || hasExited(child)) return;
   const exited = waitForExit(child);
   child.kill(signal);
-  const timedOut = await Promise.race([exited.then(() => false), sleep(timeoutMs).then(() => true)]);
+  // The bound is cancelled once the child exits: a pending timer would keep this process alive.
+  const bound = new AbortController();
+  const timedOut = await Promise.race([
+    exited.then(() => false),
+    sleep(timeoutMs, true, { signal: bound.signal }).catch(() => false),
+  ]);
+  bound.abort();
   if (timedOut) {
     child.kill('SIGKILL');
     await exited;
