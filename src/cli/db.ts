@@ -1,5 +1,6 @@
 /**
- * Commands on the database: `migrate`, `files add`, `jobs create|show|history`.
+ * Commands on the database: `migrate`, `files add`, `jobs create|show|history` (and `jobs
+ * list|retry`, in jobs.ts).
  */
 import type { Command } from 'commander';
 import { loadConfig } from '../config.js';
@@ -7,6 +8,7 @@ import { createDatabaseIfMissing, migrateToLatest, openDb, type Db } from '../db
 import { addFile, createJob, loadJob, loadTransitions } from '../db/jobs.js';
 import { UsageError } from '../errors.js';
 import { historyRun } from '../statecharts/history.js';
+import { registerJobsAtScaleCommands } from './jobs.js';
 import { inspectOptions, sendToInspector, type InspectOptions } from './statecharts.js';
 
 /** Open the configured database for one command and close it after. */
@@ -68,6 +70,7 @@ export function registerDbCommands(program: Command): void {
       if (!view) throw new UsageError(`no recognition_job with id ${id}`);
       print(view);
     });
+  registerJobsAtScaleCommands(jobs, withDb);
   inspectOptions(
     jobs
       .command('history <id>')
