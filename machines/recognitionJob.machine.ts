@@ -131,13 +131,19 @@ const finalStateHandlers = {
 } as const;
 
 /**
+ * The action that returns `createAttempt`: the statecharts find the transitions that start the
+ * next attempt by it (and draw where that attempt starts).
+ */
+export const NEXT_ATTEMPT_ACTION = 'createNextAttempt';
+
+/**
  * A failed job's answer to a retry: while its file is still its own, the next attempt (a new job,
  * `attempt + 1`, starting in `pending`) and the file moved to it; this job keeps its status.
  */
 const retryTransitions = [
   {
     guard: 'fileIsCurrent',
-    actions: ['createNextAttempt', 'applyRetried', record()],
+    actions: [NEXT_ATTEMPT_ACTION, 'applyRetried', record()],
     description:
       'retry: a new job, attempt + 1, starts in pending and the file (QUEUED) points at it; this job keeps its status',
   },
@@ -257,7 +263,7 @@ export const recognitionJobMachine = setup({
         );
       }
     }),
-    createNextAttempt: enqueueActions(({ context, event, enqueue }) => {
+    [NEXT_ATTEMPT_ACTION]: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'RETRY_REQUESTED') return;
       enqueue(
         effect('createAttempt', {
