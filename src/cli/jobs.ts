@@ -1,5 +1,5 @@
 /**
- * Jobs at scale: `jobs list` (filters, a table in a terminal, JSON lines otherwise) and
+ * The `jobs` commands: `create`, `show` and `history` of one job, and jobs at scale: `jobs list` (filters, a table in a terminal, JSON lines otherwise) and
  * `jobs retry` (one failed job, or failed jobs in bulk: the next attempt of each, through the
  * machine and the step).
  *
@@ -16,9 +16,27 @@ import {
   type JobStatus,
 } from '../../machines/index.js';
 import type { Db } from '../db/database.js';
-import { assertUuid, findRetryCandidates, listJobs, type Since } from '../db/jobs.js';
+import {
+  assertUuid,
+  createJob,
+  findRetryCandidates,
+  listJobs,
+  loadJob,
+  loadTransitions,
+  type Since,
+} from '../db/jobs.js';
 import { UsageError } from '../errors.js';
 import { applyRetries, previewRetries, type RetryOutcome, type RetryRequest } from '../step/index.js';
+import { historyRun } from '../statecharts/history.js';
+import {
+  inspectOptions,
+  oneOrMoreOf,
+  sendToInspector,
+  sinceTime,
+  wholeNumber,
+  withDb,
+  type InspectOptions,
+} from './plumbing.js';
 
 /** Jobs `jobs list` prints unless told otherwise. */
 const DEFAULT_LIST_LIMIT = 100;
@@ -30,39 +48,6 @@ const DEFAULT_RETRY_LIMIT = 1_000;
  * thousands costs a few dozen transactions.
  */
 export const RETRY_BATCH = 200;
-
-const SINCE_UNITS_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const;
-
-/** A commander parser for `--…-since`: a span back from now (`90s`, `30m`, `1h`, `2d`, `1w`) or an ISO 8601 time. */
-export function parseSince(value: string): Since {
-  const span = /^(\d+)(s|m|h|d|w)$/.exec(value.trim());
-  if (span) return { agoMs: Number(span[1]) * SINCE_UNITS_MS[span[2] as keyof typeof SINCE_UNITS_MS] };
-  if (/^\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}(:?\d{2})?)?)?$/.test(value.trim())) {
-    const at = new Date(value.trim());
-    if (!Number.isNaN(at.getTime())) return { at };
-  }
-  throw new InvalidArgumentError('must be a span back from now (90s, 30m, 1h, 2d, 1w) or an ISO 8601 time');
-}
-
-/** A commander parser for a whole number at least 1. */
-function positive(value: string): number {
-  if (!/^\d+$/.test(value.trim()) || Number(value) < 1)
-    throw new InvalidArgumentError('must be a whole number of at least 1');
-  return Number(value);
-}
-
-/** A commander parser for a comma-separated list of statuses out of `allowed`. */
-function statusList<S extends string>(allowed: readonly S[]) {
-  return (value: string, previous: S[] | undefined): S[] => {
-    const out = [...(previous ?? [])];
-    for (const part of value.split(',').map((p) => p.trim())) {
-      if (!(allowed as readonly string[]).includes(part))
-        throw new InvalidArgumentError(`must be one or more of ${allowed.join(', ')} (comma-separated)`);
-      if (!out.includes(part as S)) out.push(part as S);
-    }
-    return out;
-  };
-}
 
 const SERVICE = /^[A-Za-z0-9_-]{1,100}$/;
 function serviceName(value: string): string {
@@ -246,32 +231,68 @@ interface ListOptions extends OutputOptions {
   limit: number;
 }
 
-/** Register `jobs list` and `jobs retry` on the `jobs` command; `withDb` opens the database per run. */
-export function registerJobsAtScaleCommands(
-  jobs: Command,
-  withDb: <T>(fn: (db: Db) => Promise<T>) => Promise<T>,
-): void {
+function print(value: unknown): void {
+  process.stdout.write(JSON.stringify(value, null, 2) + '\n');
+}
+
+/** Register `jobs create|show|list|retry|history`. */
+export function registerJobsCommands(program: Command): void {
+  const jobs = program.command('jobs').description('recognition jobs');
+  jobs
+    .command('create')
+    .description('create a pending job for a file (the file becomes QUEUED and points at it); prints the job')
+    .requiredOption('--file <id>', 'stored_file id')
+    .requiredOption('--service <name>', 'target recognition service, e.g. tabular-parser')
+    .action(async (o: { file: string; service: string }) => {
+      const job = await withDb(({ db }) => createJob(db, { fileId: o.file, targetService: o.service }));
+      print(job);
+    });
+  jobs
+    .command('show <id>')
+    .description('print a job, its file and its result object')
+    .action(async (id: string) => {
+      const view = await withDb(({ db }) => loadJob(db, id));
+      if (!view) throw new UsageError(`no recognition_job with id ${id}`);
+      print(view);
+    });
+  inspectOptions(
+    jobs
+      .command('history <id>')
+      .description(
+        "print a job's transitions, oldest first; --inspect replays them into the Stately inspector",
+      ),
+  ).action(async (id: string, o: InspectOptions) => {
+    const { rows, status } = await withDb(async ({ db }) => {
+      const view = await loadJob(db, id);
+      if (!view) throw new UsageError(`no recognition_job with id ${id}`);
+      return { rows: await loadTransitions(db, id), status: view.job.status };
+    });
+    print(rows);
+    if (o.inspect)
+      await sendToInspector(historyRun(id, rows, status), o, (line) => process.stderr.write(line + '\n'));
+  });
+  registerJobsAtScaleCommands(jobs);
+}
+
+/** `jobs list` and `jobs retry`, on the `jobs` command. */
+function registerJobsAtScaleCommands(jobs: Command): void {
   jobs
     .command('list')
     .description('list jobs, newest first: a table in a terminal, JSON lines otherwise (or with --json)')
     .option(
       '--status <statuses>',
       `only these statuses, comma-separated (${JOB_STATUSES.join(', ')})`,
-      statusList(JOB_STATUSES),
+      oneOrMoreOf(JOB_STATUSES),
     )
     .option('--service <name>', 'only jobs for this target service', serviceName)
     .option('--file <id>', 'only the jobs of this stored_file')
-    .option(
-      '--created-since <when>',
-      'only jobs created since (30m, 1h, 2d, or an ISO 8601 time)',
-      parseSince,
-    )
+    .option('--created-since <when>', 'only jobs created since (30m, 1h, 2d, or an ISO 8601 time)', sinceTime)
     .option(
       '--finished-since <when>',
       'only jobs finished since (30m, 1h, 2d, or an ISO 8601 time)',
-      parseSince,
+      sinceTime,
     )
-    .option('--limit <n>', 'at most this many jobs', positive, DEFAULT_LIST_LIMIT)
+    .option('--limit <n>', 'at most this many jobs', wholeNumber(1), DEFAULT_LIST_LIMIT)
     .option('--json', 'one JSON object per line, even in a terminal')
     .option('--table', 'an aligned table, even when stdout is not a terminal')
     .action(async (o: ListOptions) => {
@@ -309,15 +330,15 @@ export function registerJobsAtScaleCommands(
     .option(
       '--status <statuses>',
       `bulk: retry the current jobs of files in these statuses, comma-separated (${FAILED_JOB_STATUSES.join(', ')})`,
-      statusList(FAILED_JOB_STATUSES),
+      oneOrMoreOf(FAILED_JOB_STATUSES),
     )
     .option('--service <name>', 'bulk: only jobs for this target service', serviceName)
     .option(
       '--since <when>',
       'bulk: only jobs that failed since (30m, 1h, 2d, or an ISO 8601 time)',
-      parseSince,
+      sinceTime,
     )
-    .option('--limit <n>', 'bulk: at most this many jobs', positive, DEFAULT_RETRY_LIMIT)
+    .option('--limit <n>', 'bulk: at most this many jobs', wholeNumber(1), DEFAULT_RETRY_LIMIT)
     .option(
       '--to-service <name>',
       'publish the new attempts to this service instead of the failed jobs’ own',
