@@ -5,11 +5,7 @@ import type { Command } from 'commander';
 import { loadConfig } from '../config.js';
 import { createDatabaseIfMissing, migrateToLatest } from '../db/database.js';
 import { addFile } from '../db/jobs.js';
-import { withDb } from './plumbing.js';
-
-function print(value: unknown): void {
-  process.stdout.write(JSON.stringify(value, null, 2) + '\n');
-}
+import { print, withDb } from './plumbing.js';
 
 export function registerDbCommands(program: Command): void {
   program

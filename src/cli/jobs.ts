@@ -31,6 +31,7 @@ import { historyRun } from '../statecharts/history.js';
 import {
   inspectOptions,
   oneOrMoreOf,
+  print,
   sendToInspector,
   sinceTime,
   wholeNumber,
@@ -135,12 +136,21 @@ function attemptRow(o: RetryOutcome, dryRun: boolean) {
 }
 type AttemptRow = ReturnType<typeof attemptRow>;
 
+/** The columns every job table starts with. */
+function jobColumns<
+  R extends { id: Cell; file_id: Cell; attempt: Cell; target_service: Cell; status: Cell },
+>(): Array<[string, (r: R) => Cell]> {
+  return [
+    ['ID', (r) => r.id],
+    ['FILE', (r) => r.file_id],
+    ['ATTEMPT', (r) => r.attempt],
+    ['SERVICE', (r) => r.target_service],
+    ['STATUS', (r) => r.status],
+  ];
+}
+
 const ATTEMPT_COLUMNS: ReadonlyArray<[string, (r: AttemptRow) => Cell]> = [
-  ['ID', (r) => r.id],
-  ['FILE', (r) => r.file_id],
-  ['ATTEMPT', (r) => r.attempt],
-  ['SERVICE', (r) => r.target_service],
-  ['STATUS', (r) => r.status],
+  ...jobColumns<AttemptRow>(),
   ['RETRY OF', (r) => r.retry_of],
   ['WAS', (r) => r.retried_status],
 ];
@@ -231,10 +241,6 @@ interface ListOptions extends OutputOptions {
   limit: number;
 }
 
-function print(value: unknown): void {
-  process.stdout.write(JSON.stringify(value, null, 2) + '\n');
-}
-
 /** Register `jobs create|show|list|retry|history`. */
 export function registerJobsCommands(program: Command): void {
   const jobs = program.command('jobs').description('recognition jobs');
@@ -309,11 +315,7 @@ function registerJobsAtScaleCommands(jobs: Command): void {
       printRows(
         rows,
         [
-          ['ID', (r) => r.id],
-          ['FILE', (r) => r.file_id],
-          ['ATTEMPT', (r) => r.attempt],
-          ['SERVICE', (r) => r.target_service],
-          ['STATUS', (r) => r.status],
+          ...jobColumns<(typeof rows)[number]>(),
           ['ERROR', (r) => r.error_code],
           ['CREATED', (r) => r.created_at],
           ['FINISHED', (r) => r.finished_at],

@@ -128,3 +128,8 @@ export function oneOrMoreOf<S extends string>(allowed: readonly S[]) {
     return out;
   };
 }
+
+/** A command's result on stdout: indented JSON, one document. */
+export function print(value: unknown): void {
+  process.stdout.write(JSON.stringify(value, null, 2) + '\n');
+}
