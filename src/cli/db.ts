@@ -1,12 +1,14 @@
 /**
  * Commands on the database: `migrate`, `files add`, `jobs create|show|history`.
  */
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { loadConfig } from '../config.js';
 import { createDatabaseIfMissing, migrateToLatest, openDb, type Db } from '../db/database.js';
 import { addFile, createJob, loadJob, loadTransitions } from '../db/jobs.js';
 import { UsageError } from '../errors.js';
 import { historyRun } from '../statecharts/history.js';
+import { startJobCreateTrace } from '../tracing/jobSpans.js';
+import { runTraced, type TraceCarrier } from '../tracing/tracing.js';
 import { inspectOptions, sendToInspector, type InspectOptions } from './statecharts.js';
 
 /** Open the configured database for one command and close it after. */
@@ -56,8 +58,38 @@ export function registerDbCommands(program: Command): void {
     .description('create a pending job for a file (the file becomes QUEUED and points at it); prints the job')
     .requiredOption('--file <id>', 'stored_file id')
     .requiredOption('--service <name>', 'target recognition service, e.g. tabular-parser')
-    .action(async (o: { file: string; service: string }) => {
-      const job = await withDb(({ db }) => createJob(db, { fileId: o.file, targetService: o.service }));
+    .addOption(
+      new Option(
+        '--traceparent <w3c>',
+        "W3C traceparent the job's trace continues from (its publish becomes a child of it)",
+      ).env('TRACEPARENT'),
+    )
+    .addOption(
+      new Option('--tracestate <w3c>', 'W3C tracestate that goes with --traceparent').env('TRACESTATE'),
+    )
+    .action(async (o: { file: string; service: string; traceparent?: string; tracestate?: string }) => {
+      let parent: TraceCarrier | undefined;
+      if (o.traceparent) {
+        const { checkedCarrier } = await import('../tracing/carrier.js');
+        try {
+          parent = checkedCarrier(o.traceparent, o.tracestate);
+        } catch (err) {
+          throw new UsageError((err as Error).message);
+        }
+      } else if (o.tracestate) throw new UsageError('--tracestate needs --traceparent');
+      // With tracing on, the job's creation is a span (child of --traceparent) and the row stores
+      // its context; with tracing off, the row stores --traceparent as given.
+      const traced = startJobCreateTrace({ parent, fileId: o.file, targetService: o.service });
+      const job = await runTraced(traced, () =>
+        withDb(({ db }) =>
+          createJob(db, {
+            fileId: o.file,
+            targetService: o.service,
+            traceContext: traced ? traced.carrier : parent,
+          }),
+        ),
+      );
+      traced?.end(job.id);
       print(job);
     });
   jobs

@@ -4,6 +4,7 @@
  */
 import type { Command } from 'commander';
 import { runDemo } from '../demo/runDemo.js';
+import { demoTraceReceiver, flushTracing } from '../tracing/bootstrap.js';
 import { wholeNumber } from './service.js';
 
 export function registerDemoCommand(program: Command): void {
@@ -20,7 +21,11 @@ export function registerDemoCommand(program: Command): void {
       'recognition_demo',
     )
     .option('--timeout <seconds>', 'stop waiting for final statuses after this long', wholeNumber(1), 45)
-    .action(async (o: { jobs: number; seed: number; database: string; timeout: number }) => {
+    .option(
+      '--trace',
+      "trace the exchange (OpenTelemetry): to the OTEL_EXPORTER_OTLP_* endpoint if set, else to a local receiver; prints one job's trace",
+    )
+    .action(async (o: { jobs: number; seed: number; database: string; timeout: number; trace?: boolean }) => {
       // Ctrl-C once: stop waiting, shut down cleanly and print the summary; twice: exit now.
       const abort = new AbortController();
       const onSignal = () => {
@@ -36,6 +41,7 @@ export function registerDemoCommand(program: Command): void {
           database: o.database,
           timeoutMs: o.timeout * 1000,
           signal: abort.signal,
+          trace: o.trace ? { receiver: demoTraceReceiver(), flush: flushTracing } : undefined,
         });
         if (!result.allFinal) process.exitCode = 1;
       } finally {
