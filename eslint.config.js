@@ -42,4 +42,39 @@ export default tseslint.config(
       'no-restricted-globals': ['error', 'process', 'setTimeout', 'setInterval', 'fetch', 'performance'],
     },
   },
+  {
+    // The step sits below the loops: cli -> daemon -> step -> {db, nats, messages, machines}.
+    files: ['src/step/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '(^|/)(daemon|cli|statecharts|http)(/|\\.js$)',
+              message: 'src/step/ sits below the loops: it never imports the daemon, the CLI or the views',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // The statecharts read the machine and the messages, never the loops that run them.
+    files: ['src/statecharts/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '(^|/)(daemon|step|cli)(/|\\.js$)',
+              message:
+                'src/statecharts/ reads machines/ and src/messages/, never the daemon, the step or the CLI',
+            },
+          ],
+        },
+      ],
+    },
+  },
 );

@@ -130,7 +130,7 @@ export async function measureLatency(
       pool: db.pool,
       js: jetstream(nats.nc),
       logger,
-      metrics: createMetrics({}, false),
+      metrics: createMetrics({}, { defaultMetrics: false }),
       batchSize: cfg.INBOX_BATCH_SIZE,
       concurrency: cfg.INBOX_CONCURRENCY,
       maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,

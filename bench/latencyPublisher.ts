@@ -14,8 +14,8 @@
  * - `core`: a plain NATS publish, no reply. The lightest load generator: it shares the machine's
  *   two cores with the daemon it measures, which a recognition service would not.
  * - `jetstream`: JetStream's publish, waiting for the stream's acknowledgement of each message, as
- *   a careful service would. It costs the publisher and nats-server about twice the CPU of `core`
- *   (measured here: 0.31 core at 6 500/s for the publisher alone), all of it on the same cores.
+ *   a careful service would. It costs the publisher and nats-server about twice the CPU of `core`,
+ *   all of it on the same cores.
  * The parent checks afterwards that every envelope was committed, so a lost publish fails the run.
  */
 import { jetstream } from '@nats-io/jetstream';

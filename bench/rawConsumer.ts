@@ -7,7 +7,7 @@
  * object (`INSERT … ON CONFLICT` into `s3_object`), update the job, update its file (guarded by
  * `current_recognition_job_id`), insert the transition. Commit, then ack.
  *
- * Two modes, as issue 7 describes them:
+ * Two modes:
  * - `message`: one transaction per envelope, `inFlight` envelopes at once (a semaphore over
  *   `consume()`), each on its own pooled connection;
  * - `batch`: fetch `batchSize` envelopes, apply them in one transaction with one multi-row

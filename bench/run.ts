@@ -1,85 +1,117 @@
 /**
- * `npm run bench`: every measurement of issue 7 side by side, in one run, on this machine.
+ * `npm run bench`: the daemon against its ceilings, side by side, in one run, on this machine.
  *
  *   1. start a private nats-server and create a fresh database (dropped at the end);
- *   2. warm up (JIT) each consumer on a small untimed run;
- *   3. throughput: the raw consumer (per message, batched), then the daemon's inbox (per message,
- *      batched; logging at warn and at info);
- *   4. latency publish → commit at half the daemon's batched maximum;
- *   5. watchdog: due jobs among 1 000 000 rows, then idle sweeps;
- *   6. CPU per event and memory over 1 000 000 events (child processes);
- *   7. print the markdown table, write bench/results/<date>-<commit>.{json,md}, update the table
- *      in bench/README.md.
+ *   2. warm up (JIT) each consumer on a small untimed run, and check that the ceiling leaves the
+ *      same rows as the inbox;
+ *   3. throughput: the ceiling (bench/ceiling.ts), the daemon's inbox batched at warn and at info
+ *      and the raw consumers, taking turns over the rounds; per message, raw and inbox;
+ *   4. cold start: a daemon process started on a backlog, in turns with the ceiling;
+ *   5. drain (with --drain): a daemon process on a backlog of 1 000 000, its RSS sampled;
+ *   6. latency publish → commit at half the daemon's batched maximum, over its rounds;
+ *   7. watchdog: due jobs among 1 000 000 rows, against one SQL statement, then idle sweeps;
+ *   8. CPU per event and memory over 1 000 000 events (child processes);
+ *   9. print the markdown table; a full run records itself (bench/record.ts).
  *
- * Flags: `--scale N` multiplies every size (default 1: a few minutes); `--only a,b` runs some
- * sections (raw, inbox, latency, watchdog, cpu, memory) and writes nothing unless `--write`.
+ * Flags (`--help`): `--scale N` multiplies every size (default 1: a few minutes); `--only a,b`
+ * runs some sections and records nothing.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { cpus, totalmem } from 'node:os';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join, relative } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Command, InvalidArgumentError } from 'commander';
 import { findNatsServerBinary } from '../test/helpers/natsServer.js';
 import type { CpuResult } from './cpu.js';
 import { startBenchEnv, type BenchEnv } from './env.js';
 import { measureLatency, type LatencyResult } from './latency.js';
 import type { MemoryResult } from './memory.js';
 import type { CpuSplit } from './processCpu.js';
+import { recordRun } from './record.js';
 import { renderTable, type BenchReport } from './report.js';
-import { measureInbox, measureRaw, type ThroughputResult } from './throughput.js';
+import { CEILING_NAME } from './ceiling.js';
+import {
+  measureCeiling,
+  measureDaemonProcess,
+  measureInbox,
+  measureRaw,
+  rowShapes,
+  type ThroughputResult,
+} from './throughput.js';
 import { measureWatchdog } from './watchdog.js';
 
-const SECTIONS = ['raw', 'inbox', 'latency', 'watchdog', 'cpu', 'memory'] as const;
+const SECTIONS = ['raw', 'inbox', 'cold', 'latency', 'watchdog', 'cpu', 'memory', 'drain'] as const;
+/** The sections of a full run; `drain` takes several minutes and runs with `--drain`. */
+const FULL_RUN: readonly Section[] = SECTIONS.filter((s) => s !== 'drain');
 type Section = (typeof SECTIONS)[number];
 
 interface Args {
   scale: number;
   rounds: number;
+  /** Rounds of the latency target. */
+  latencyRounds: number;
   only: Set<Section>;
-  write: boolean;
   /** Publish rate of the latency section; by default half the batched maximum of the run. */
   latencyRate: number | undefined;
+  /** Record the run (latest result, history, docs): a full run at the default rate, unless --dry-run. */
+  record: boolean;
 }
 
+const positiveNumber = (flag: string) => (v: string) => {
+  const n = Number(v);
+  if (!(n > 0)) throw new InvalidArgumentError(`${flag} must be a positive number`);
+  return n;
+};
+const positiveInteger = (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive integer');
+  return n;
+};
+const sectionList = (v: string) => {
+  const names = v.split(',');
+  for (const n of names)
+    if (!(SECTIONS as readonly string[]).includes(n))
+      throw new InvalidArgumentError(`unknown section ${n} (${SECTIONS.join(', ')})`);
+  return new Set(names as Section[]);
+};
+
 function parseArgs(argv: string[]): Args {
-  let scale = 1;
-  let rounds = 3;
-  let only: Set<Section> = new Set(SECTIONS);
-  let write: boolean | undefined;
-  let latencyRate: number | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    const value = () => {
-      const v = a.includes('=') ? a.slice(a.indexOf('=') + 1) : argv[++i];
-      if (v === undefined) throw new Error(`${a} needs a value`);
-      return v;
-    };
-    if (a.startsWith('--scale')) {
-      scale = Number(value());
-      if (!(scale > 0)) throw new Error('--scale must be a positive number');
-    } else if (a.startsWith('--rounds')) {
-      rounds = Number(value());
-      if (!Number.isInteger(rounds) || rounds < 1) throw new Error('--rounds must be a positive integer');
-    } else if (a.startsWith('--only')) {
-      const names = value().split(',');
-      for (const n of names)
-        if (!(SECTIONS as readonly string[]).includes(n))
-          throw new Error(`--only: unknown section ${n} (${SECTIONS.join(', ')})`);
-      only = new Set(names as Section[]);
-      write ??= false;
-    } else if (a.startsWith('--latency-rate')) {
-      latencyRate = Number(value());
-      if (!(latencyRate > 0)) throw new Error('--latency-rate must be a positive number');
-      write ??= false;
-    } else if (a === '--write') write = true;
-    else if (a === '--help' || a === '-h') {
-      process.stdout.write(
-        'usage: npm run bench -- [--scale N] [--rounds N] [--only raw,inbox,latency,watchdog,cpu,memory] [--latency-rate N] [--write]\n',
-      );
-      process.exit(0);
-    } else throw new Error(`unknown argument ${a}`);
-  }
-  return { scale, rounds, only, write: write ?? true, latencyRate };
+  const program = new Command('bench')
+    .description('measure the daemon against its ceilings, side by side, on this machine')
+    .option('--scale <n>', 'multiply every size', positiveNumber('--scale'), 1)
+    .option('--rounds <n>', 'rounds of the compared runs (medians reported)', positiveInteger, 3)
+    .option('--latency-rounds <n>', 'rounds of the latency target', positiveInteger, 5)
+    .option('--drain', 'add the drain section to a full run (several minutes)')
+    .option(
+      '--only <sections>',
+      `run some sections only (${SECTIONS.join(',')}); records nothing`,
+      sectionList,
+    )
+    .option(
+      '--latency-rate <n>',
+      'latency at this publish rate; records nothing',
+      positiveNumber('--latency-rate'),
+    )
+    .option('--dry-run', 'a full run that records nothing')
+    .allowExcessArguments(false)
+    .parse(argv, { from: 'user' });
+  const o = program.opts<{
+    scale: number;
+    rounds: number;
+    latencyRounds: number;
+    drain?: boolean;
+    only?: Set<Section>;
+    latencyRate?: number;
+    dryRun?: boolean;
+  }>();
+  return {
+    scale: o.scale,
+    rounds: o.rounds,
+    latencyRounds: o.latencyRounds,
+    only: o.only ?? new Set([...FULL_RUN, ...(o.drain ? (['drain'] as const) : [])]),
+    latencyRate: o.latencyRate,
+    record: o.only === undefined && o.latencyRate === undefined && o.dryRun !== true,
+  };
 }
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -100,10 +132,9 @@ function git(args: string[]): string {
 
 /**
  * V8 flags of the memory child: a young generation of a fixed size, collected on the main thread.
- * By default V8 grows the young generation while the allocation rate stays high (seen: RSS 71 →
- * 110 MiB between 300 000 and 400 000 events, the heap in use flat at 4.6 MiB), and the parallel
- * collector's threads move RSS by ±15 % from run to run: with these flags RSS follows what the
- * run retains. The same run with V8's defaults is reported beside it.
+ * By default V8 grows the young generation while the allocation rate stays high (RSS grows by
+ * tens of MiB while the heap in use stays flat), and the parallel collector's threads move RSS
+ * by ±15 % from run to run: with these flags RSS follows what the run retains. The same run with V8's defaults is reported beside it.
  */
 export const MEMORY_V8_FLAGS = [
   '--min-semi-space-size=16',
@@ -134,6 +165,8 @@ async function main(): Promise<void> {
   const sizes = {
     perMessage: Math.round(5_000 * s),
     batched: Math.round(30_000 * s),
+    backlog: Math.round(50_000 * s),
+    drain: Math.round(1_000_000 * s),
     warmup: 3_000,
     latencySeconds: 10 * s,
     watchdogRows: Math.round(1_000_000 * s),
@@ -184,13 +217,17 @@ async function main(): Promise<void> {
     const runOnce = async (label: string, fn: () => Promise<ThroughputResult>) => {
       const r = await fn();
       log(
-        `  ${label}: ${fmt(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})`,
+        `  ${label}: ${fmt(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})` +
+          (r.startupSeconds !== undefined
+            ? `; start → first delivery ${r.startupSeconds.toFixed(2)} s`
+            : '') +
+          (r.maxRssBytes !== undefined ? `; max RSS ${(r.maxRssBytes / 2 ** 20).toFixed(0)} MiB` : ''),
       );
       return r;
     };
     /**
-     * The runs that are compared with each other, interleaved over `rounds` rounds (so a slow
-     * minute of the machine hits both sides alike); each one reported as its median run.
+     * The runs that are compared with each other, taking turns over `rounds` rounds (so a slow
+     * minute of the machine hits every side alike); each one reported as its median run.
      */
     const compared = async (runs: Array<[label: string, fn: () => Promise<ThroughputResult>]>) => {
       const results = runs.map((): ThroughputResult[] => []);
@@ -210,22 +247,30 @@ async function main(): Promise<void> {
     };
     const perMessage = { name: 'inbox, per message (batch 1, concurrency 8)', batchSize: 1, concurrency: 8 };
     const batched = { name: 'inbox, batched (defaults)' };
+    const raw = args.only.has('raw');
+    const inbox = args.only.has('inbox');
 
-    if (args.only.has('raw') || args.only.has('inbox') || args.only.has('latency')) {
+    if (raw || inbox || args.only.has('latency') || args.only.has('cold')) {
       log('warm-up (untimed)');
-      if (args.only.has('raw')) {
+      if (raw) {
         await measureRaw(env, 'message', sizes.warmup);
         await measureRaw(env, 'batch', sizes.warmup);
       }
       await measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.warmup);
+      // The ceiling must leave the rows the inbox leaves for the same envelopes.
       await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.warmup);
+      const inboxRows = await rowShapes(env.pool);
+      await measureCeiling(env, sizes.warmup);
+      const ceilingRows = await rowShapes(env.pool);
+      if (ceilingRows !== inboxRows) {
+        throw new Error(`the ceiling left other rows than the inbox:\n${ceilingRows}\n${inboxRows}`);
+      }
+      log('  the ceiling and the inbox left the same rows');
     }
-    const raw = args.only.has('raw');
-    const inbox = args.only.has('inbox');
     let batchedMax: number | undefined;
     if (raw || inbox) {
       log(
-        `throughput: ${[raw && 'raw consumer', inbox && 'daemon inbox'].filter(Boolean).join(' and ')}, ${args.rounds} round(s)`,
+        `throughput: ${[raw && 'raw consumers', inbox && 'ceiling and daemon inbox'].filter(Boolean).join(' and ')}, ${args.rounds} round(s)`,
       );
       const perMessageRuns: Array<[string, () => Promise<ThroughputResult>]> = [];
       const batchedRuns: Array<[string, () => Promise<ThroughputResult>]> = [];
@@ -235,27 +280,61 @@ async function main(): Promise<void> {
           'inbox, per message, warn',
           () => measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.perMessage),
         ]);
-      if (raw) batchedRuns.push(['raw, batched', () => measureRaw(env, 'batch', sizes.batched)]);
-      if (inbox)
+      if (inbox) {
+        batchedRuns.push(['ceiling', () => measureCeiling(env, sizes.batched)]);
         batchedRuns.push([
           'inbox, batched, warn',
           () => measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched),
         ]);
+        batchedRuns.push([
+          'inbox, batched, info',
+          () => measureInbox(env, { ...batched, logLevel: 'info' }, sizes.batched),
+        ]);
+      }
+      if (raw) batchedRuns.push(['raw, fetched batches', () => measureRaw(env, 'batch', sizes.batched)]);
       await compared(perMessageRuns);
       const b = await compared(batchedRuns);
-      if (inbox) batchedMax = b[b.length - 1]!.perSecond;
+      if (inbox) batchedMax = b[1]!.perSecond;
     }
     if (inbox) {
-      // At info (one log line per envelope, as SPEC §8 asks): reported, one round.
+      // Per message at info: reported, one round.
       report.throughput.push(
         await runOnce('inbox, per message, info', () =>
           measureInbox(env, { ...perMessage, logLevel: 'info' }, sizes.perMessage),
         ),
       );
-      report.throughput.push(
-        await runOnce('inbox, batched, info', () =>
-          measureInbox(env, { ...batched, logLevel: 'info' }, sizes.batched),
+    }
+    if (args.only.has('cold')) {
+      log(`cold start: a daemon process on a backlog of ${fmt(sizes.backlog)}, in turns with the ceiling`);
+      await compared([
+        [
+          `ceiling, ${fmt(sizes.backlog)} backlog`,
+          () =>
+            measureCeiling(env, sizes.backlog, { name: `${CEILING_NAME}, backlog of ${fmt(sizes.backlog)}` }),
+        ],
+        [
+          'daemon process, cold start',
+          () =>
+            measureDaemonProcess(
+              env,
+              { name: `daemon process, cold start on a backlog of ${fmt(sizes.backlog)}`, logLevel: 'warn' },
+              sizes.backlog,
+            ),
+        ],
+      ]);
+    }
+    if (args.only.has('drain')) {
+      log(`drain: a daemon process on a backlog of ${fmt(sizes.drain)}, RSS sampled`);
+      const t0 = performance.now();
+      report.drain = await runOnce('daemon process, drain', () =>
+        measureDaemonProcess(
+          env,
+          { name: `daemon process, drain of a backlog of ${fmt(sizes.drain)}`, logLevel: 'warn' },
+          sizes.drain,
         ),
+      );
+      log(
+        `  (the drain section took ${((performance.now() - t0) / 1000).toFixed(0)} s with its preparation)`,
       );
     }
     if (args.only.has('latency')) {
@@ -266,11 +345,11 @@ async function main(): Promise<void> {
           (batchedMax ??
             (await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched)).perSecond) / 2,
         );
-      log(`latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s`);
+      log(
+        `latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s, ${args.latencyRounds} round(s)`,
+      );
       const fixed = args.latencyRate === undefined ? {} : { fixedRate: true };
-      // The target, with the lightest publisher; then the same with JetStream-acknowledged
-      // publishing, reported (both described in bench/latencyPublisher.ts).
-      for (const publish of ['core', 'jetstream'] as const) {
+      const once = async (publish: 'core' | 'jetstream') => {
         const r: LatencyResult = {
           ...(await measureLatency(env, rate, sizes.latencySeconds, 'warn', publish)),
           ...fixed,
@@ -278,9 +357,16 @@ async function main(): Promise<void> {
         log(
           `  ${publish} publish: p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`,
         );
-        if (publish === 'core') report.latency = r;
-        else report.latencyJetStream = r;
-      }
+        return r;
+      };
+      // The target, with the lightest publisher, over its rounds; then the same with
+      // JetStream-acknowledged publishing, one round, reported (see bench/latencyPublisher.ts).
+      report.latencyRounds = [];
+      for (let i = 0; i < args.latencyRounds; i++) report.latencyRounds.push(await once('core'));
+      report.latency = [...report.latencyRounds].sort((a, b) => a.p99Ms - b.p99Ms)[
+        Math.floor((report.latencyRounds.length - 1) / 2)
+      ];
+      report.latencyJetStream = await once('jetstream');
     }
     if (args.only.has('watchdog')) {
       log(`watchdog: ${fmt(sizes.watchdogRows)} rows`);
@@ -300,7 +386,7 @@ async function main(): Promise<void> {
     }
     if (args.only.has('cpu')) {
       // Three fresh processes, the median one reported: V8's young-generation sizing makes a
-      // single process land in a fast or a slow regime (seen: 14 vs 50 µs for the same code).
+      // single process land in a fast or a slow regime (several times apart for the same code).
       log('cpu per event (3 child processes)');
       const runs = [0, 1, 2]
         .map(() => child<CpuResult>(['cpu', String(sizes.cpuEvents)]))
@@ -330,29 +416,7 @@ async function main(): Promise<void> {
 
   const table = renderTable(report);
   process.stdout.write('\n' + table + '\n');
-  if (args.write) {
-    const dir = join(repoRoot, 'bench', 'results');
-    mkdirSync(dir, { recursive: true });
-    const base = join(dir, `${report.date.slice(0, 10)}-${report.commit}`);
-    writeFileSync(`${base}.json`, JSON.stringify(report, null, 2) + '\n');
-    writeFileSync(`${base}.md`, table + '\n');
-    // The latest table, in both READMEs, between their markers.
-    for (const readme of [join(repoRoot, 'bench', 'README.md'), join(repoRoot, 'README.md')]) {
-      const text = readFileSync(readme, 'utf8');
-      const start = '<!-- latest-bench:start -->';
-      const end = '<!-- latest-bench:end -->';
-      const a = text.indexOf(start);
-      const b = text.indexOf(end);
-      if (a >= 0 && b > a) {
-        const source = relative(dirname(readme), `${base}.json`);
-        writeFileSync(
-          readme,
-          `${text.slice(0, a + start.length)}\n\nFrom \`${source}\`:\n\n${table}\n${text.slice(b)}`,
-        );
-      }
-    }
-    log(`wrote ${relative(repoRoot, base)}.json and .md; updated README.md and bench/README.md`);
-  }
+  if (args.record) recordRun(repoRoot, report, table, log);
 }
 
 main().catch((err: unknown) => {

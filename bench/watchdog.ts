@@ -195,7 +195,7 @@ export async function measureWatchdog(
     db: db.db,
     pool: db.pool,
     logger,
-    metrics: createMetrics({}, false),
+    metrics: createMetrics({}, { defaultMetrics: false }),
     intervalMs: cfg.WATCHDOG_INTERVAL_MS,
     batchSize: cfg.WATCHDOG_BATCH_SIZE,
     concurrency: cfg.WATCHDOG_CONCURRENCY,

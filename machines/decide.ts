@@ -34,8 +34,7 @@ export interface JobState {
 
 /**
  * Each status's snapshot as `resolveState` makes it, made once: its state nodes, value and tags
- * depend on the status alone. Resolving them for every event was a tenth of the allocations of
- * the inbox's hot path.
+ * depend on the status alone, so hydrating a job allocates only the copy that carries its context.
  */
 const RESOLVED = new Map(
   JOB_STATUSES.map((status) => [
@@ -59,8 +58,8 @@ export function hydrate(job: JobState) {
 /**
  * The actor scope `decide()` transitions in: inert (nothing deferred, emitted, logged or spawned;
  * the actions are collected, never executed), built once. It is what xstate's pure `transition()`
- * does, minus building a fresh scope for every event — which creates an actor and computes the
- * machine's initial state each time, most of the cost of a decision. Sharing it is sound because
+ * does, minus building a fresh scope for every event, which would create an actor and compute the
+ * machine's initial state for each decision. Sharing it is sound because
  * the machine spawns and invokes nothing, and `decide()` is synchronous: `actions` below belongs
  * to one call at a time.
  */

@@ -4,7 +4,7 @@
  *
  * Pure: it imports only xstate and its own files. Time enters as `event.now` (the database clock).
  * Side effects are named actions that `transition()` returns as data and never executes; the shell
- * (`src/daemon/step.ts`) turns each into SQL inside the same transaction.
+ * (`src/step/`) turns each into SQL inside the same transaction.
  *
  * Terminology:
  * - *applied*: the event changed the job; a `recordTransition` effect is returned.

@@ -103,6 +103,10 @@ export type JobEvent =
   | EnvelopeResultEvent
   | DeadlinePassedEvent;
 export type JobEventType = JobEvent['type'];
+
+type DistributiveOmit<T, K extends keyof never> = T extends unknown ? Omit<T, K> : never;
+/** An event before it is timed: what a loop or a message builds; the step adds `now` from the database clock. */
+export type JobEventInput = DistributiveOmit<JobEvent, 'now'>;
 export const JOB_EVENT_TYPES = [
   'PUBLISHED',
   'PUBLISH_FAILED',

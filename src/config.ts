@@ -1,6 +1,6 @@
 /**
  * Configuration: environment variables → a typed, validated object. The one place that reads
- * `process.env`. Every variable has a documented default (README "Configuration"); a bad value
+ * `process.env`. Every variable has a documented default (docs/configuration.md); a bad value
  * is a ConfigError naming the variable and the problem, and the process exits 2.
  */
 import { z } from 'zod';
@@ -36,7 +36,7 @@ const url = (protocols: string[]) =>
       `must be a URL (${protocols.map((p) => p + '//').join(' or ')}…)`,
     );
 
-/** Variable → [schema, default]. The README's configuration table is generated from the same list. */
+/** Variable → [schema, default, meaning]. The table in docs/configuration.md is generated from this list. */
 export const CONFIG_VARIABLES = {
   DATABASE_URL: [
     url(['postgres:', 'postgresql:']).refine((v) => {

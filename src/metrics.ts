@@ -1,8 +1,9 @@
 /**
  * Prometheus metrics (prom-client). One registry per daemon so tests can run several in one
- * process. Names are documented in the README ("Metrics"); do not rename them lightly.
+ * process. Names are documented in docs/operations.md ("Metrics"); do not rename them lightly.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { CORE_ERROR_CODE, QUARANTINE_REASONS } from '../machines/index.js';
 
 export interface Metrics {
   registry: Registry;
@@ -17,21 +18,49 @@ export interface Metrics {
   deadLetters: Counter<'reason'>;
   jobsByStatus: Gauge<'status'>;
   inboxPending: Gauge<'kind'>;
+  ready: Gauge<'check'>;
 }
+
+/** `recognition_inbox_envelopes_total`'s outcomes. */
+export const ENVELOPE_OUTCOMES = [
+  'applied',
+  'duplicate',
+  'ignored',
+  'late',
+  'unknown_job',
+  'quarantined',
+  'retried',
+] as const;
+/** `recognition_publisher_results_total`'s results. */
+export const PUBLISHER_RESULTS = ['published', 'failed', 'dlq'] as const;
+/** `recognition_dead_letters_total`'s reasons. */
+export const DEAD_LETTER_REASONS = [CORE_ERROR_CODE.PUBLISH_FAILED, CORE_ERROR_CODE.MAX_DELIVERIES] as const;
 
 export interface MetricsSources {
   /** Jobs per status, read on every scrape. */
   jobsByStatus?: () => Promise<Array<{ status: string; count: number }>>;
   /** core-inbox's pending and ack-pending counts, read on every scrape. */
   inboxPending?: () => Promise<{ pending: number; ackPending: number } | undefined>;
+  /** The readiness checks of /readyz (`true` when that part works), run on every scrape. */
+  readiness?: () => Promise<Record<string, boolean>>;
 }
 
-/** Create the registry and every metric; `sources` feed the gauges that are read on scrape. */
-export function createMetrics(sources: MetricsSources = {}, defaults = true): Metrics {
+/**
+ * Create the registry and every metric; `sources` feed the gauges that are read on scrape.
+ * Every counter series with a known label value starts at 0: Prometheus's `increase()` and
+ * `rate()` need a sample before the first event, or the first quarantine (dead letter, retry)
+ * after a start would never show as an increase and its alert would not fire.
+ *
+ * `defaultMetrics`: prom-client's process metrics too (on unless false).
+ */
+export function createMetrics(
+  sources: MetricsSources = {},
+  { defaultMetrics = true }: { defaultMetrics?: boolean | undefined } = {},
+): Metrics {
   const registry = new Registry();
-  if (defaults) collectDefaultMetrics({ register: registry, prefix: 'recognition_core_' });
+  if (defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'recognition_core_' });
   const registers = [registry];
-  return {
+  const metrics: Metrics = {
     registry,
     envelopes: new Counter({
       name: 'recognition_inbox_envelopes_total',
@@ -121,5 +150,21 @@ export function createMetrics(sources: MetricsSources = {}, defaults = true): Me
         }
       },
     }),
+    ready: new Gauge({
+      name: 'recognition_ready',
+      help: 'Readiness checks of /readyz: 1 when that part works (database, nats, consumer), 0 when not',
+      labelNames: ['check'],
+      registers,
+      async collect() {
+        if (!sources.readiness) return;
+        const checks = await sources.readiness();
+        for (const [check, ok] of Object.entries(checks)) this.set({ check }, ok ? 1 : 0);
+      },
+    }),
   };
+  for (const outcome of ENVELOPE_OUTCOMES) metrics.envelopes.inc({ outcome }, 0);
+  for (const reason of QUARANTINE_REASONS) metrics.quarantine.inc({ reason }, 0);
+  for (const result of PUBLISHER_RESULTS) metrics.publisherResults.inc({ result }, 0);
+  for (const reason of DEAD_LETTER_REASONS) metrics.deadLetters.inc({ reason }, 0);
+  return metrics;
 }

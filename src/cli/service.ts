@@ -57,7 +57,7 @@ export function registerServiceCommands(program: Command): void {
         secrets: secretsOf(cfg),
         base: { service: TABULAR_PARSER },
       });
-      const nats = await connectNats(cfg, logger, TABULAR_PARSER);
+      const nats = await connectNats(cfg, logger, { name: TABULAR_PARSER });
       try {
         const svc = await startTabularParser({
           nc: nats.nc,

@@ -12,7 +12,13 @@ import { createMetrics, type Metrics } from '../metrics.js';
 import { connectFailureReason, connectNats, type Nats } from '../nats/connection.js';
 import { provisionStreams } from '../nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
-import { startHttpServer, type HttpServer, type RouteHandler } from '../http/server.js';
+import {
+  readiness,
+  startHttpServer,
+  type HttpServer,
+  type ReadinessChecks,
+  type RouteHandler,
+} from '../http/server.js';
 import { startInbox, type Inbox, type InboxOptions } from './inbox.js';
 import { createStatechartRoutes } from '../statecharts/livePage.js';
 import { createDeadLetters, type DeadLetters } from './deadLetters.js';
@@ -93,7 +99,15 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       });
     }
     const js = jetstream(nats.nc);
+    // The checks of /readyz, also exported as `recognition_ready{check}`; the consumer's is added
+    // once the inbox runs.
+    const n = nats;
+    const checks: ReadinessChecks = {
+      database: () => dbReachable(db),
+      nats: () => n.isConnected(),
+    };
     const metrics = createMetrics({
+      readiness: async () => (await readiness(checks)).checks,
       jobsByStatus: async () => {
         const rows = await db.db
           .selectFrom('recognition_job')
@@ -123,6 +137,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           beforeBatch: opts.beforeInboxBatch,
         })
       : undefined;
+    if (inbox) checks.consumer = () => inbox.isBound();
 
     const watchdog = loops.watchdog
       ? createWatchdog({
@@ -154,18 +169,13 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     await deadLetters?.start();
 
     // 4. HTTP.
-    const n = nats;
     const http = loops.http
       ? await startHttpServer({
           host: cfg.HTTP_HOST,
           port: cfg.HTTP_PORT,
           logger,
           registry: metrics.registry,
-          readiness: {
-            database: () => dbReachable(db),
-            nats: () => n.isConnected(),
-            ...(inbox ? { consumer: () => inbox.isBound() } : {}),
-          },
+          readiness: checks,
           routes: (opts.routes ?? createStatechartRoutes)({ db, metrics }),
         })
       : undefined;

@@ -29,7 +29,7 @@ import type { Metrics } from '../metrics.js';
 import { JOBS_STREAM, maxDeliveriesAdvisory } from '../nats/subjects.js';
 import { startDeadLetterTrace } from '../tracing/jobSpans.js';
 import { runTraced } from '../tracing/tracing.js';
-import { step, type StepOutcome } from './step.js';
+import { step, type StepOutcome } from '../step/index.js';
 
 /** The queue group every core instance joins for the advisories. */
 export const DEAD_LETTER_QUEUE = 'recognition-core-dead-letters';

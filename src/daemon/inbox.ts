@@ -154,7 +154,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   // mode from paying a pull round trip per handful of messages).
   const fetchSize = Math.max(opts.batchSize * opts.concurrency, MIN_FETCH);
   // Back-pressure: at most this many messages wait in the lanes (received, not yet acked) — the
-  // next full pull is requested once half of it is free. Deeper queues measured no faster: the
+  // next full pull is requested once half of it is free. Deeper queues are no faster: the
   // messages then live long enough to be promoted to V8's old generation, costing more GC.
   const maxQueued = fetchSize * 2;
 
@@ -328,7 +328,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
       busy[n] = true;
       // Start on the next turn of the event loop, not now: the other messages of the same read
       // from the socket are dispatched first and join the batch (started at once, a lane's first
-      // batch was always a single message).
+      // batch would always be a single message).
       idle[n] = new Promise<void>((resolve) => setImmediate(resolve)).then(() => runLane(n));
     }
   }

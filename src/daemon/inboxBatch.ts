@@ -11,16 +11,17 @@ import { QUARANTINE_REASON, type QuarantineReason } from '../../machines/index.j
 import { inPgTransaction, withPgClient, type PgPool } from '../db/pgTransaction.js';
 import type { Database } from '../db/schema.js';
 import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
-import type { ResultEnvelope } from '../messages/schemas.js';
+import { envelopeToJobEvent } from '../messages/envelopeToJobEvent.js';
 import {
   applyEvents,
   applyEventsOptimistic,
+  defineStatement,
   pgStepSql,
   stepSqlOf,
   type StepItem,
   type StepOutcome,
   type StepTransaction,
-} from './step.js';
+} from '../step/index.js';
 
 /** A message as it came off the stream: everything quarantine keeps. */
 export interface RawMessage {
@@ -59,33 +60,6 @@ export function decodeItem(raw: RawMessage, maxBytes: number): InboxItem {
   return { raw, decoded: decodeEnvelope({ data: raw.data, msgId: msgIdOf(raw), maxBytes }) };
 }
 
-/** The machine event of a valid envelope. */
-export function envelopeToStepItem(envelope: ResultEnvelope, msgId: string | null): StepItem {
-  const service = { name: envelope.service.name, version: envelope.service.version };
-  if (envelope.status === 'processing') {
-    return { jobId: envelope.job_id, event: { type: 'ENVELOPE_PROCESSING', msgId, service } };
-  }
-  return {
-    jobId: envelope.job_id,
-    event: {
-      type: 'ENVELOPE_RESULT',
-      msgId: msgId!,
-      status: envelope.status,
-      service,
-      resultS3:
-        'result_s3' in envelope && envelope.result_s3
-          ? { bucket: envelope.result_s3.bucket, key: envelope.result_s3.key }
-          : undefined,
-      resultSchemaVersion: envelope.result_schema_version,
-      metrics: envelope.metrics as Record<string, unknown> | undefined,
-      error:
-        'error' in envelope && envelope.error
-          ? { code: envelope.error.code, message: envelope.error.message }
-          : undefined,
-    },
-  };
-}
-
 interface QuarantineInsert {
   raw: RawMessage;
   reason: QuarantineReason;
@@ -94,13 +68,16 @@ interface QuarantineInsert {
   details: unknown;
 }
 
-const QUARANTINE_SQL = `
+const QUARANTINE = defineStatement(
+  'inbox_quarantine',
+  `
   INSERT INTO inbox_quarantine (stream, stream_seq, subject, msg_id, job_id, reason, details, payload, headers)
   SELECT q.stream, q.stream_seq, q.subject, q.msg_id, q.job_id, q.reason, q.details,
          decode(q.payload, 'base64'), COALESCE(q.headers, '{}')
   FROM jsonb_to_recordset($1::jsonb) AS q(stream text, stream_seq bigint, subject text, msg_id text,
        job_id text, reason text, details jsonb, payload text, headers jsonb)
-  ON CONFLICT (stream, stream_seq) WHERE stream_seq IS NOT NULL DO NOTHING`;
+  ON CONFLICT (stream, stream_seq) WHERE stream_seq IS NOT NULL DO NOTHING`,
+);
 
 /** Insert quarantine rows; a message already quarantined (same stream sequence) is not written twice. */
 async function quarantine(tx: StepTransaction, rows: QuarantineInsert[]): Promise<void> {
@@ -118,7 +95,7 @@ async function quarantine(tx: StepTransaction, rows: QuarantineInsert[]): Promis
       headers: r.raw.headers,
     })),
   );
-  await stepSqlOf(tx).query('rc_inbox_quarantine_v1', QUARANTINE_SQL, [json]);
+  await stepSqlOf(tx).query(QUARANTINE, [json]);
 }
 
 /**
@@ -136,7 +113,7 @@ export async function applyInboxBatch(
   items.forEach((item, i) => {
     const d = item.decoded;
     if (d.ok) {
-      steps.push(envelopeToStepItem(d.envelope, d.msgId));
+      steps.push(envelopeToJobEvent(d.envelope, d.msgId));
       stepIndex.push(i);
     } else {
       const q = {
@@ -212,7 +189,7 @@ async function applyOneJobUnlocked(
   for (const item of items) {
     if (!item.decoded.ok) return null;
     if (steps.length > 0 && item.decoded.envelope.job_id !== steps[0]!.jobId) return null;
-    steps.push(envelopeToStepItem(item.decoded.envelope, item.decoded.msgId));
+    steps.push(envelopeToJobEvent(item.decoded.envelope, item.decoded.msgId));
     msgIds.push(item.decoded.msgId);
   }
   if (steps.length === 0) return null;

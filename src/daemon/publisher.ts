@@ -47,7 +47,7 @@ import {
   type PublishTrace,
 } from '../tracing/jobSpans.js';
 import { headerFieldsOf } from '../tracing/tracing.js';
-import { applyEvents, type StepItem, type StepOutcome } from './step.js';
+import { applyEvents, type StepItem, type StepOutcome } from '../step/index.js';
 
 /** The channel the `recognition_job` insert trigger notifies (migration 0001). */
 export const JOB_CREATED_CHANNEL = 'recognition_job_created';

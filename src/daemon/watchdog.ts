@@ -23,14 +23,12 @@ import { recordTimeoutSpans } from '../tracing/jobSpans.js';
 import { tracingActive, type TraceLogFields } from '../tracing/tracing.js';
 import {
   applyPassedDeadlines,
-  DUE_LOCK_SQL,
+  DUE_LOCK,
   pgStepSql,
+  type DueEnd,
   type LockedWithFileRow,
   type StepOutcome,
-} from './step.js';
-
-/** Which end of the due jobs (by reply deadline) a batch is taken from. */
-type DueEnd = 'oldest' | 'newest';
+} from '../step/index.js';
 
 /** What {@link createWatchdog} needs. */
 export interface WatchdogOptions {
@@ -71,12 +69,12 @@ export interface Watchdog {
 }
 
 /**
- * The watchdog's due query as it runs (the step's {@link DUE_LOCK_SQL}), with `limit` inlined:
+ * The watchdog's due query as it runs (the step's `DUE_LOCK.oldest`), with `limit` inlined:
  * exported so a test can EXPLAIN it and run it.
  */
 export function dueDeadlinesQuery(limit: number) {
   if (!Number.isInteger(limit) || limit < 1) throw new Error(`limit must be a positive integer: ${limit}`);
-  return sql<LockedWithFileRow>`${sql.raw(DUE_LOCK_SQL.replace('$1', String(limit)))}`;
+  return sql<LockedWithFileRow>`${sql.raw(DUE_LOCK.oldest.text.replace('$1', String(limit)))}`;
 }
 
 /**
@@ -105,10 +103,10 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
     const outcomes = opts.pool
       ? await inPgTransaction(
           opts.pool,
-          (client) => applyPassedDeadlines(pgStepSql(client), batchSize, from),
+          (client) => applyPassedDeadlines(pgStepSql(client), { limit: batchSize, from }),
           { genericPlans: true },
         )
-      : await db.transaction().execute((tx) => applyPassedDeadlines(tx, batchSize, from));
+      : await db.transaction().execute((tx) => applyPassedDeadlines(tx, { limit: batchSize, from }));
     if (outcomes.length > 0) {
       metrics?.stepDuration.observe({ loop: 'watchdog' }, (performance.now() - started) / 1000);
       metrics?.batchSize.observe({ loop: 'watchdog' }, outcomes.length);

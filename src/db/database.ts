@@ -32,8 +32,9 @@ const defaultTimestamptz = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ,
  * `timestamptz` text → Date, fast: PostgreSQL's ISO output (`2026-11-30 01:43:13.123456+00`, the
  * offset `±HH` or `±HH:MM`) is made an ISO 8601 string for the engine's native parser; anything
  * else (other DateStyles, BC dates, years past 9999, `infinity`, offsets with seconds) goes to
- * pg's own parser. Same Date either way (fractions below a millisecond are dropped by both); the
- * step reads eight of these per job, and pg's regex parser was a measurable share of the inbox.
+ * pg's own parser. Same Date either way (fractions below a millisecond are dropped by both). The
+ * step reads eight of these per job, so the parser is on the inbox's hot path (see
+ * docs/performance.md).
  */
 export function parseTimestamptz(text: string): Date {
   const n = text.length;
@@ -87,8 +88,14 @@ export function databaseName(url: string): string {
   return name;
 }
 
-/** Create the database named in `url` when it does not exist, through the server's `postgres` database. */
-export async function createDatabaseIfMissing(url: string, template?: string): Promise<boolean> {
+/**
+ * Create the database named in `url` when it does not exist, through the server's `postgres`
+ * database; as a copy of `template` when given. Resolves with whether it created it.
+ */
+export async function createDatabaseIfMissing(
+  url: string,
+  { template }: { template?: string | undefined } = {},
+): Promise<boolean> {
   const name = databaseName(url);
   const admin = new URL(url);
   admin.pathname = '/postgres';

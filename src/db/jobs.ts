@@ -1,6 +1,6 @@
 /**
  * Reading and creating files and jobs. Creating a job is an insert; every later change of a job
- * goes through the step (`src/daemon/step.ts`).
+ * goes through the step (`src/step/`).
  */
 import { sql, type Kysely } from 'kysely';
 import { FILE_STATUS } from '../../machines/index.js';

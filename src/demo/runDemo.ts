@@ -298,7 +298,7 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
       await migrateToLatest(db.db);
 
       // 3. NATS: streams exist and are empty.
-      admin = await connectNats(config, logger, 'recognition-core-demo').catch((err: unknown) => {
+      admin = await connectNats(config, logger, { name: 'recognition-core-demo' }).catch((err: unknown) => {
         throw new Error(`NATS at ${redactUrl(config.NATS_URL)} (NATS_URL): ${(err as Error).message}`, {
           cause: err,
         });
@@ -320,7 +320,7 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
       );
 
       // 5. The reference service.
-      serviceNats = await connectNats(config, logger, TABULAR_PARSER);
+      serviceNats = await connectNats(config, logger, { name: TABULAR_PARSER });
       service = await startTabularParser({
         nc: serviceNats.nc,
         seed: opts.seed,

@@ -89,8 +89,13 @@ export function connectFailureReason(cfg: NatsConfig, err: unknown): string {
 /**
  * Connect to NATS. The first connection must succeed (a wrong URL or credentials end the start
  * with a clear error); afterwards the client reconnects forever and the status is logged.
+ * `name`: the connection's name as the server shows it (`recognition-core` unless given).
  */
-export async function connectNats(cfg: NatsConfig, logger: Logger, name = 'recognition-core'): Promise<Nats> {
+export async function connectNats(
+  cfg: NatsConfig,
+  logger: Logger,
+  { name = 'recognition-core' }: { name?: string | undefined } = {},
+): Promise<Nats> {
   const nc = await connect(natsOptions(cfg, name));
   let connected = true;
   void (async () => {

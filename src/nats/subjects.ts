@@ -15,7 +15,13 @@ export function jobMsgId(jobId: string, attempt: number): string {
   return `job:${jobId}:${attempt}`;
 }
 
-/** The advisory JetStream sends when a message of `stream` reached a consumer's max deliveries. */
-export function maxDeliveriesAdvisory(stream: string, consumer = '*'): string {
+/**
+ * The advisory JetStream sends when a message of `stream` reached a consumer's max deliveries:
+ * `consumer`'s, or any consumer's unless given.
+ */
+export function maxDeliveriesAdvisory(
+  stream: string,
+  { consumer = '*' }: { consumer?: string } = {},
+): string {
   return `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${stream}.${consumer}`;
 }

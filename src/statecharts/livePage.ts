@@ -67,7 +67,7 @@ async function loadCounts(db: Db): Promise<ChartCounts & { transitions: Statecha
 /** Read the numbers and render the chart with them. */
 export async function loadStatechartSnapshot(
   db: Db,
-  graph: MachineGraph = readMachineGraph(),
+  { graph = readMachineGraph() }: { graph?: MachineGraph } = {},
 ): Promise<StatechartSnapshot> {
   const counts = await loadCounts(db);
   return {
@@ -79,7 +79,7 @@ export async function loadStatechartSnapshot(
       count: counts.states[s.name] ?? 0,
     })),
     transitions: counts.transitions,
-    svg: await renderSvg(toDot(graph, counts)),
+    svg: await renderSvg(toDot(graph, { counts })),
   };
 }
 
@@ -192,7 +192,7 @@ export function createStatechartRoutes(deps: { db: Db; metrics?: Metrics }): Rec
   const snapshot = (): Promise<StatechartSnapshot> => {
     const now = Date.now();
     if (!cached || now - cached.at > CACHE_MS) {
-      const value = loadStatechartSnapshot(deps.db, graph);
+      const value = loadStatechartSnapshot(deps.db, { graph });
       cached = { at: now, value };
       // A failed read is not cached: the next request tries again.
       value.catch(() => {

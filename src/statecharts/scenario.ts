@@ -19,8 +19,8 @@ import {
 } from '../../machines/index.js';
 import { changedColumns, rowToJobState } from '../db/jobRow.js';
 import type { JobRow } from '../db/schema.js';
-import { envelopeToStepItem } from '../daemon/inboxBatch.js';
 import { decodeEnvelope } from '../messages/decodeEnvelope.js';
+import { envelopeToJobEvent } from '../messages/envelopeToJobEvent.js';
 import { UsageError } from '../errors.js';
 import { readMachineGraph } from './machineGraph.js';
 import { DECISION_LOG_LEVEL, chooseTransition } from './stateEventTable.js';
@@ -111,7 +111,7 @@ export const scenarioSchema = z.strictObject({
 export type Scenario = z.infer<typeof scenarioSchema>;
 
 /** Validate a parsed scenario; a UsageError names every problem with its path. */
-export function parseScenario(value: unknown, source = 'scenario'): Scenario {
+export function parseScenario(value: unknown, { source = 'scenario' }: { source?: string } = {}): Scenario {
   const result = scenarioSchema.safeParse(value);
   if (result.success) return result.data;
   const problems = result.error.issues.map(
@@ -134,7 +134,7 @@ export async function loadScenario(path: string): Promise<Scenario> {
   } catch (err) {
     throw new UsageError(`scenario ${path} is not JSON: ${(err as Error).message}`);
   }
-  return parseScenario(value, path);
+  return parseScenario(value, { source: path });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -294,7 +294,7 @@ export function runScenario(s: Scenario): Trace {
         });
         return;
       }
-      event = { ...envelopeToStepItem(decoded.envelope, decoded.msgId).event, now } as JobEvent;
+      event = { ...envelopeToJobEvent(decoded.envelope, decoded.msgId).event, now } as JobEvent;
     }
     const chosen = chooseTransition(recognitionJobMachine, graph, state.status, state.context, event);
     const d = decide(state, event);

@@ -21,7 +21,7 @@ export function useTestDatabase(): TestDatabase {
   const handle = { url, name } as TestDatabase;
   let failed = false;
   beforeAll(async () => {
-    await createDatabaseIfMissing(url, inject('templateDb'));
+    await createDatabaseIfMissing(url, { template: inject('templateDb') });
     Object.assign(handle, openDb(url, { max: 20 }));
   });
   beforeEach(() => {

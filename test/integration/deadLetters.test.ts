@@ -64,7 +64,7 @@ afterEach(async () => {
 
 async function startDeadLetters() {
   const logs = createLogSink();
-  const metrics = createMetrics({}, false);
+  const metrics = createMetrics({}, { defaultMetrics: false });
   const deadLetters = createDeadLetters({
     db: t.db,
     nc: await natsConnection(),

@@ -1,8 +1,8 @@
 /**
- * A batch the database refuses for a non-transient reason (issue 7: "a message that fails rolls
- * back alone and is nak'd or quarantined alone"): the inbox applies the batch's messages one by
- * one, so the refused one is quarantined alone, acked, and its neighbours are applied. Real
- * PostgreSQL refuses: a trigger the test installs raises for one job's transition.
+ * A batch the database refuses for a non-transient reason: the inbox applies the batch's messages
+ * one by one, so the message that fails is rolled back and quarantined alone, acked, and its
+ * neighbours are applied. Real PostgreSQL refuses: a trigger the test installs raises for one
+ * job's transition.
  */
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { sql } from 'kysely';

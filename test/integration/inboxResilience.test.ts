@@ -264,7 +264,7 @@ describe('SIGKILL while 2 000 envelopes are in flight', () => {
   it('after a restart the final rows equal those of an undisturbed run', async () => {
     // The undisturbed run: in-process, into its own database.
     const cleanUrl = dbUrl(`${t.name}_clean`);
-    await createDatabaseIfMissing(cleanUrl, inject('templateDb'));
+    await createDatabaseIfMissing(cleanUrl, { template: inject('templateDb') });
     const clean = openDb(cleanUrl);
     const killedDb = openDb(t.url);
     // Each run has its own nats-server: the same msg ids would be dropped as duplicates otherwise.

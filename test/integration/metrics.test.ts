@@ -1,7 +1,7 @@
 /**
  * `/metrics` moves as envelopes are processed: a daemon with its inbox, a service client that
  * publishes acks and results for inserted jobs, and the Prometheus text read back over HTTP.
- * The names asserted here are the ones documented in the README ("Metrics").
+ * The names asserted here are the ones documented in docs/operations.md ("Metrics").
  */
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

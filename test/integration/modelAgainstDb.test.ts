@@ -5,10 +5,16 @@
 import { randomUUID } from 'node:crypto';
 import { getSimplePaths } from 'xstate/graph';
 import { describe, expect, it } from 'vitest';
-import { decide, recognitionJobMachine, type JobEvent, type JobState } from '../../machines/index.js';
+import {
+  decide,
+  recognitionJobMachine,
+  type JobEvent,
+  type JobEventInput,
+  type JobState,
+} from '../../machines/index.js';
 import { rowToJobState } from '../../src/db/jobRow.js';
 import { addFile, createJob } from '../../src/db/jobs.js';
-import { step, type JobEventInput } from '../../src/daemon/step.js';
+import { step } from '../../src/step/index.js';
 import { baseContext, NOW, sampleEventsByKind } from '../helpers/machineSamples.js';
 import { loadAll } from '../helpers/fixtures.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';

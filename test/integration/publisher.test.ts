@@ -18,7 +18,7 @@ import {
   type PublisherConfig,
   type PublisherOptions,
 } from '../../src/daemon/publisher.js';
-import { applyEvents } from '../../src/daemon/step.js';
+import { applyEvents } from '../../src/step/index.js';
 import { checkJobMessage } from '../../src/messages/schemas.js';
 import { createMetrics } from '../../src/metrics.js';
 import { connectNats, type Nats } from '../../src/nats/connection.js';
@@ -70,7 +70,7 @@ afterEach(async () => {
 
 function publisher(overrides: Partial<PublisherOptions> & { config?: PublisherConfig } = {}) {
   const logs = createLogSink();
-  const metrics = createMetrics({}, false);
+  const metrics = createMetrics({}, { defaultMetrics: false });
   const p = createPublisher({
     db: t.db,
     pool: t.pool,
@@ -285,7 +285,7 @@ describe('NATS unreachable', () => {
       await nats.nc.close().catch(() => undefined);
       await proxy.close();
     });
-    const metrics = createMetrics({}, false);
+    const metrics = createMetrics({}, { defaultMetrics: false });
     const p = createPublisher({
       db: t.db,
       pool: t.pool,

@@ -1,7 +1,8 @@
 /**
  * `/readyz` follows the dependencies: a daemon whose PostgreSQL and NATS connections go through TCP
  * proxies the test cuts and restores. Readiness turns red within seconds naming the part that
- * failed, and green again once it is back; `/healthz` answers 200 all along.
+ * failed, and green again once it is back; `/healthz` answers 200 all along. `/metrics` carries the
+ * same checks as `recognition_ready{check}` (1 or 0), which the alerting rules read.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
@@ -16,7 +17,7 @@ let natsProxy: TcpProxy;
 let daemon: TestDaemon;
 let base: string;
 
-/** Readiness must change within this bound (the issue says "within seconds"). */
+/** Readiness must change within this bound: "within seconds" of an outage or a recovery. */
 const WITHIN_MS = 10_000;
 
 beforeAll(async () => {
@@ -69,10 +70,20 @@ async function readinessUntil(want: (r: Readiness) => boolean, what: string): Pr
   );
 }
 
+/** `recognition_ready{check}` from /metrics: check → value. */
+async function readyGauge(): Promise<Record<string, number>> {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const out: Record<string, number> = {};
+  for (const m of text.matchAll(/^recognition_ready\{check="([a-z_]+)"\} (\S+)$/gm))
+    out[m[1]!] = Number(m[2]);
+  return out;
+}
+
 describe('/readyz', () => {
   it('is ready when the database, NATS and the consumer are', async () => {
     const r = await readinessUntil((x) => x.status === 200, 'ready at start');
     expect(r.body).toMatchObject({ ready: true, checks: { database: true, nats: true, consumer: true } });
+    expect(await readyGauge()).toEqual({ database: 1, nats: 1, consumer: 1 });
   });
 
   it('says database false within seconds when PostgreSQL becomes unreachable, and recovers', async () => {
@@ -83,10 +94,24 @@ describe('/readyz', () => {
     expect(red.body.ready).toBe(false);
     expect(red.body.checks.database).toBe(false);
     expect(red.body.checks.nats).toBe(true);
+    const gauge = await waitFor(
+      async () => {
+        const g = await readyGauge();
+        return g.database === 0 ? g : undefined;
+      },
+      'recognition_ready{check="database"} 0',
+      WITHIN_MS,
+    );
+    expect(gauge.nats).toBe(1);
 
     pgProxy.restore();
     const green = await readinessUntil((x) => x.status === 200, 'ready after restoring PostgreSQL');
     expect(green.body.checks).toMatchObject({ database: true, nats: true, consumer: true });
+    await waitFor(
+      async () => (await readyGauge()).database === 1,
+      'recognition_ready{check="database"} 1 again',
+      WITHIN_MS,
+    );
   });
 
   it('says nats false within seconds when NATS becomes unreachable, and recovers', async () => {

@@ -1,5 +1,5 @@
 /**
- * Issue 6 against real PostgreSQL: the database enforces the chart (migration 0002), a real job's
+ * The statecharts against real PostgreSQL: the database enforces the chart (migration 0002), a real job's
  * history and a scenario reach the Stately inspector server, and the live `/statechart` page,
  * opened in headless Chromium (Debian's `chromium` package), shows the database's numbers.
  *
@@ -14,8 +14,8 @@ import { chromium, type Browser } from 'playwright-core';
 import { Registry } from 'prom-client';
 import WebSocket from 'ws';
 import { afterAll, describe, expect, it } from 'vitest';
-import { JOB_STATUSES, type JobStatus } from '../../machines/index.js';
-import { step, type JobEventInput } from '../../src/daemon/step.js';
+import { JOB_STATUSES, type JobEventInput, type JobStatus } from '../../machines/index.js';
+import { step } from '../../src/step/index.js';
 import { startHttpServer, type HttpServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/logger.js';
 import { legalEdges } from '../../src/statecharts/machineGraph.js';

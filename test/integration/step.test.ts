@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
+import type { JobEventInput } from '../../machines/index.js';
 import { applyInboxBatchTx, decodeItem } from '../../src/daemon/inboxBatch.js';
 import { withPgClient } from '../../src/db/pgTransaction.js';
 import {
@@ -14,12 +15,12 @@ import {
   applyEventsOptimistic,
   pgStepSql,
   step,
-  type JobEventInput,
+  type Statement,
   type StepOutcome,
   type StepSql,
-  WRITE_LOCKED_FILES_SQL,
-  WRITE_SQL,
-} from '../../src/daemon/step.js';
+  WRITE,
+} from '../../src/step/index.js';
+import { CONFIRM, LOCK, READ } from '../../src/step/statements.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 
@@ -35,9 +36,9 @@ async function unlocked(
   afterQuery?: (name: string) => Promise<unknown> | void,
 ): Promise<StepOutcome | undefined> {
   const watched = (sql: StepSql): StepSql => ({
-    async query<R>(name: string, text: string, values: readonly unknown[]) {
-      const rows = await sql.query<R>(name, text, values);
-      await afterQuery?.(name);
+    async query<R>(statement: Statement, values: readonly unknown[]) {
+      const rows = await sql.query<R>(statement, values);
+      await afterQuery?.(statement.name);
       return rows;
     },
   });
@@ -314,7 +315,7 @@ describe('the unlocked path when the job changes between its read and its write'
     // After the first read, another writer applies the ack: the first write must find the job
     // at a version it did not read.
     const outcome = await unlocked(jobId, done(jobId, fileId), async (name) => {
-      if (name.startsWith('rc_step_read') && ++reads === 1) await step(t.db, jobId, ack(jobId));
+      if (name === READ.name && ++reads === 1) await step(t.db, jobId, ack(jobId));
     });
 
     expect(reads).toBe(2);
@@ -335,7 +336,7 @@ describe('the unlocked path when the job changes between its read and its write'
     const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
     // Every read is followed by a change of the row (a no-op update still makes a new version).
     const interfere = async (name: string) => {
-      if (name.startsWith('rc_step_read')) {
+      if (name === READ.name) {
         await t.db
           .updateTable('recognition_job')
           .set({ service_version: '2.3.1' })
@@ -359,7 +360,7 @@ describe('the unlocked path when the job changes between its read and its write'
     expect(await unlocked(jobId, done(jobId, fileId), (name) => void statements.push(name))).toMatchObject({
       decision: 'duplicate',
     });
-    expect(statements.map((n) => n.replace(/_v\d+$/, ''))).toEqual(['rc_step_read', 'rc_step_confirm']);
+    expect(statements).toEqual([READ.name, CONFIRM.name]);
     expect(await snapshotTables(t.db)).toEqual(before);
   });
 });
@@ -524,14 +525,14 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
     n['Node Type'] === 'Tid Scan' && n['Relation Name'] === relation;
 
   it('finds each job at its row address and hashes the result objects, whatever the batch', async () => {
-    const all = await planFor(WRITE_SQL);
+    const all = await planFor(WRITE.jobsAtAddress.text);
     expect(joinsOver(all, tidScanOf('recognition_job'))).toEqual(['Hash Join']);
     // The objects' CTE is read once, into a hash, not once per job by a nested loop.
     expect(joinsOver(all, (n) => n['CTE Name'] === 'obj')).toEqual(['Hash Join']);
   });
 
   it("the watchdog's write (files locked too) finds the files at their addresses as well", async () => {
-    const all = await planFor(WRITE_LOCKED_FILES_SQL);
+    const all = await planFor(WRITE.jobsAndFilesAtAddress.text);
     expect(joinsOver(all, tidScanOf('recognition_job'))).toEqual(['Hash Join']);
     expect(joinsOver(all, tidScanOf('stored_file'))).toEqual(['Hash Join']);
   });
@@ -584,17 +585,14 @@ describe("the inbox's statements are planned once per connection", () => {
           text: `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements WHERE name LIKE 'rc_step_%' ORDER BY name`,
         });
         return rows.map((r) => ({
-          name: r.name.replace(/_v\d+$/, ''),
+          name: r.name,
           generic: Number(r.generic_plans),
           custom: Number(r.custom_plans),
         }));
       });
-      expect(plans.map((p) => p.name)).toEqual([
-        'rc_step_guarded_write',
-        'rc_step_lock',
-        'rc_step_read',
-        'rc_step_write',
-      ]);
+      expect(plans.map((p) => p.name).sort()).toEqual(
+        [WRITE.guarded.name, LOCK.name, READ.name, WRITE.jobsAtAddress.name].sort(),
+      );
       // PostgreSQL's default tries five custom plans before it settles; with an array of a few
       // ids it never settled, and planned the statement at every one of its ten executions.
       for (const p of plans) {

@@ -1,5 +1,5 @@
 /**
- * `recognition-core simulate <scenario>` (issue 6): on each example scenario, the printed trace is
+ * `recognition-core simulate <scenario>`: on each example scenario, the printed trace is
  * the one the machine predicts. The command runs in-process (commander, stdout captured); every
  * step of the parsed `--json` trace is checked against `decide()` applied to the state the
  * previous step left.

@@ -1,5 +1,5 @@
 /**
- * The statecharts in `visualizations/` (issue 6): generated from the machine, fresh, complete, and
+ * The statecharts in `visualizations/`: generated from the machine, fresh, complete, and
  * the same graph in every form — Markdown table, SVG, Stately Studio file.
  */
 import { readFile } from 'node:fs/promises';

@@ -3,7 +3,7 @@
  * only if the row is still the version it read (`xmin`), and calls this function with how many it
  * updated against how many it meant to. Any difference raises a serialization failure (40001),
  * which aborts the whole statement — objects, job, file and transition alike — so the step reads
- * again and decides anew. See `applyEventsOptimistic` in src/daemon/step.ts.
+ * again and decides anew. See `applyEventsOptimistic` in src/step/.
  */
 import { sql, type Kysely } from 'kysely';
 

@@ -2,11 +2,11 @@
  * The legal-edge check of migration 0002, made cheap: the legal status changes are compiled into
  * the trigger's `WHEN` clause, so a legal change (every change the step makes) is checked by the
  * executor itself, without calling PL/pgSQL or querying `recognition_job_edge`. Only an illegal
- * change calls `recognition_job_check_edge()`, which still consults the table and raises the same
- * error as before (check_violation, constraint `recognition_job_legal_edge`, same message).
+ * change calls `recognition_job_check_edge()`, which consults the table and raises the error
+ * migration 0002 defines (check_violation, constraint `recognition_job_legal_edge`).
  *
- * Why: the PL/pgSQL call and its lookup cost about 5 µs per status change (EXPLAIN ANALYZE of a
- * 100 000-job sweep: 524 ms in the trigger), paid by every result applied and every job timed out.
+ * Why: a PL/pgSQL call and a table lookup per status change are paid by every result applied and
+ * every job timed out, the hottest writes of the system (docs/performance.md).
  *
  * The list is `LEGAL_EDGES_0002`, frozen: the table and the clause hold the same edges. A migration
  * that changes the machine's edges must rewrite both (test/integration/statecharts.test.ts tries

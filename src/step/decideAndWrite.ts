@@ -1,0 +1,60 @@
+/**
+ * Steps 2–3 of every entry point: decide a batch against the rows it read and send its writes,
+ * chunk by chunk, each chunk's write overlapping the next chunk's decisions.
+ */
+import { planBatch, type Reading, type StepItem, type StepOutcome } from './plan.js';
+import type { StepSql } from './sql.js';
+import { WRITE } from './statements.js';
+
+/**
+ * Events decided per write statement. A batch larger than this (the watchdog's) is written in
+ * chunks, each sent as soon as it is decided, so PostgreSQL writes one chunk while the next is
+ * being decided: the database and this process work side by side instead of in turn. Small
+ * enough to overlap well, large enough that per-statement costs stay negligible; the inbox's
+ * batches fit in one.
+ */
+export const WRITE_CHUNK = 250;
+
+/** Let pending I/O run (a chunk's write goes out, the previous one's reply comes in). */
+const yieldToIo = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** What {@link decideAndWrite} works on. */
+export interface BatchToWrite {
+  sql: StepSql;
+  items: readonly StepItem[];
+  /** The batch's rows, as step 1 read them. */
+  read: Reading;
+}
+
+/**
+ * Steps 2–3 for `items`, against the rows `read`, inside the caller's transaction. Resolves with
+ * one outcome per item and whether any write was sent; rejects with the first failed write.
+ */
+export async function decideAndWrite({
+  sql,
+  items,
+  read,
+}: BatchToWrite): Promise<{ outcomes: StepOutcome[]; wrote: boolean }> {
+  const plan = planBatch(read);
+  // 2–3. Decide a chunk in order and send its write; decide the next chunk while PostgreSQL
+  //      writes this one. One statement at a time on the connection: a chunk's write is sent
+  //      only once the previous one has succeeded.
+  const outcomes: StepOutcome[] = [];
+  let wrote = false;
+  let writing: Promise<unknown> | undefined;
+  for (let start = 0; start < items.length; start += WRITE_CHUNK) {
+    const chunk = plan.next(items.slice(start, start + WRITE_CHUNK));
+    outcomes.push(...chunk.outcomes);
+    if (writing) await writing;
+    if (!chunk.write) continue;
+    writing = sql.query(WRITE[chunk.write.mode], chunk.write.params);
+    wrote = true;
+    if (start + WRITE_CHUNK < items.length) {
+      // Let the statement go out before deciding the next chunk; its failure is awaited above.
+      writing.catch(() => undefined);
+      await yieldToIo();
+    }
+  }
+  if (writing) await writing;
+  return { outcomes, wrote };
+}

@@ -1,0 +1,30 @@
+/**
+ * The step: the only place where a job's machine meets the database, and the only code that ever
+ * updates a `recognition_job` row. Its entry points run inside the caller's transaction, but for
+ * the unlocked path (each of its statements is a transaction of its own) and `step`:
+ * - {@link applyEvents}: a batch of events, its jobs locked in id order (the inbox, the publisher);
+ * - {@link applyEventsOptimistic}: a few events of one job, read without a lock and written only
+ *   at the version read (the inbox's batches of one job);
+ * - {@link applyPassedDeadlines}: the watchdog's due jobs, locked skipping locked rows;
+ * - {@link step}: one event in its own transaction.
+ *
+ * Parts: `statements.ts` (the SQL and the rows it reads), `statement.ts` (names derived from
+ * texts), `plan.ts` (pure: decisions and write parameters), `decideAndWrite.ts` (chunked writes),
+ * `sql.ts` (Kysely and pg adapters).
+ */
+export { applyEvents, step } from './applyEvents.js';
+export { applyEventsOptimistic } from './applyEventsOptimistic.js';
+export { applyPassedDeadlines, type PassedDeadlines } from './applyPassedDeadlines.js';
+export type { StepItem, StepOutcome } from './plan.js';
+export { pgStepSql, stepSqlOf, type PgQueryable, type StepSql, type StepTransaction } from './sql.js';
+export { defineStatement, type Statement } from './statement.js';
+export {
+  DUE_LOCK,
+  WRITE,
+  type DueEnd,
+  type LockedRow,
+  type LockedWithFileRow,
+  type StepRow,
+  type VersionedRow,
+  type WriteMode,
+} from './statements.js';

@@ -1,0 +1,332 @@
+/**
+ * The deployment files agree with the code. No image can be built on this machine (no container
+ * engine, no registry), so the container recipe and the compose file are checked structurally: the
+ * variables they set are configuration variables, the commands are the CLI's, the ports are the
+ * defaults, the runtime stage has production dependencies only and runs as a non-root user, and
+ * everything the compiled daemon imports at run time is a production dependency. The systemd
+ * units go through `systemd-analyze verify`.
+ */
+import { spawnSync } from 'node:child_process';
+import { builtinModules } from 'node:module';
+import {
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Command } from 'commander';
+import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+import { registerDbCommands } from '../../src/cli/db.js';
+import { registerServiceCommands } from '../../src/cli/service.js';
+import { registerStartCommand } from '../../src/cli/start.js';
+import { CONFIG_VARIABLES } from '../../src/config.js';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const read = (path: string) => readFileSync(join(root, path), 'utf8');
+const pkg = JSON.parse(read('package.json')) as {
+  bin: Record<string, string>;
+  dependencies: Record<string, string>;
+  devDependencies: Record<string, string>;
+};
+const defaults = Object.fromEntries(Object.entries(CONFIG_VARIABLES).map(([k, v]) => [k, v[1]]));
+const configNames = Object.keys(CONFIG_VARIABLES);
+const portOf = (url: string) => Number(new URL(url).port);
+const shutdownSeconds = Number(defaults.SHUTDOWN_TIMEOUT_MS) / 1000;
+
+/** `Key=value` lines of one section of a systemd unit. */
+function unitSection(text: string, section: string): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  let current = '';
+  for (const line of text.split('\n')) {
+    const header = /^\[(\w+)\]$/.exec(line.trim());
+    if (header) current = header[1]!;
+    else if (current === section && /^\w+=/.test(line)) {
+      const i = line.indexOf('=');
+      out.push([line.slice(0, i), line.slice(i + 1)]);
+    }
+  }
+  return out;
+}
+const unitValue = (text: string, key: string) => unitSection(text, 'Service').find(([k]) => k === key)?.[1];
+
+/** Seconds of a systemd time span such as `45s`, `2min`, `1min 30s`. */
+function seconds(span: string): number {
+  const units: Record<string, number> = { ms: 0.001, s: 1, sec: 1, m: 60, min: 60, h: 3600 };
+  let total = 0;
+  for (const m of span.matchAll(/(\d+)\s*([a-z]*)/g)) total += Number(m[1]) * (units[m[2] || 's'] ?? NaN);
+  return total;
+}
+
+/** The CLI's commands as paths (`start`, `migrate`, `service tabular-parser`, …). */
+function cliCommands(): Set<string> {
+  const program = new Command('recognition-core');
+  registerStartCommand(program);
+  registerDbCommands(program);
+  registerServiceCommands(program);
+  const out = new Set<string>();
+  const walk = (c: Command, prefix: string[]) => {
+    for (const sub of c.commands) {
+      const path = [...prefix, sub.name()];
+      out.add(path.join(' '));
+      walk(sub, path);
+    }
+  };
+  walk(program, []);
+  return out;
+}
+
+/** The Dockerfile's stages: name → instructions (continuation lines joined). */
+function dockerStages(text: string): Map<string, string[]> {
+  const joined = text.replace(/\\\n/g, ' ');
+  const stages = new Map<string, string[]>();
+  let current: string[] | undefined;
+  for (const raw of joined.split('\n')) {
+    const line = raw.trim();
+    if (!line || line.startsWith('#')) continue;
+    const from = /^FROM\s+\S+(?:\s+AS\s+(\S+))?/i.exec(line);
+    if (from) {
+      current = [];
+      stages.set(from[1] ?? `stage${stages.size}`, current);
+    }
+    current?.push(line);
+  }
+  return stages;
+}
+
+const unit = read('deploy/recognition-core.service');
+const migrateUnit = read('deploy/recognition-core-migrate.service');
+const envExample = read('deploy/recognition-core.env.example');
+const compose = parse(read('deploy/compose.yaml'), { merge: true }) as {
+  services: Record<
+    string,
+    {
+      image?: string;
+      command?: string[];
+      environment?: Record<string, string>;
+      ports?: string[];
+      stop_grace_period?: string;
+      depends_on?: Record<string, { condition: string }>;
+    }
+  >;
+};
+const dockerfile = read('deploy/Dockerfile');
+const stages = dockerStages(dockerfile);
+const runtime = [...stages.values()].at(-1)!;
+const ours = ['migrate', 'core', 'tabular-parser'] as const;
+
+describe('environment names', () => {
+  it('are all configuration variables, in the unit, the example file and the compose file', () => {
+    const used = new Set<string>();
+    for (const [k, v] of [...unitSection(unit, 'Service'), ...unitSection(migrateUnit, 'Service')])
+      if (k === 'Environment') for (const m of v.matchAll(/([A-Z_]+)=/g)) used.add(m[1]!);
+    for (const m of envExample.matchAll(/^#?\s*([A-Z][A-Z0-9_]*)=/gm)) used.add(m[1]!);
+    for (const s of ours) for (const k of Object.keys(compose.services[s]!.environment ?? {})) used.add(k);
+    expect(used.size).toBeGreaterThan(5);
+    expect([...used].filter((n) => !configNames.includes(n))).toEqual([]);
+  });
+
+  it('the example file lists every variable, commented ones at their default', () => {
+    const lines = [...envExample.matchAll(/^(#\s*)?([A-Z][A-Z0-9_]*)=(.*)$/gm)];
+    expect(lines.map((m) => m[2]).sort()).toEqual([...configNames].sort());
+    for (const m of lines.filter((x) => x[1])) expect(m[3], m[2]).toBe(defaults[m[2]!]);
+  });
+
+  it('both units read the same environment file', () => {
+    expect(unitValue(unit, 'EnvironmentFile')).toBe('/etc/recognition-core/recognition-core.env');
+    expect(unitValue(migrateUnit, 'EnvironmentFile')).toBe(unitValue(unit, 'EnvironmentFile'));
+  });
+});
+
+describe('commands', () => {
+  const commands = cliCommands();
+  const bin = pkg.bin['recognition-core']!;
+
+  it('the units run the bin of package.json: start, and migrate as a one-shot', () => {
+    expect(unitValue(unit, 'ExecStart')).toBe(`/usr/bin/node /opt/recognition-core/${bin} start`);
+    expect(unitValue(migrateUnit, 'ExecStart')).toBe(`/usr/bin/node /opt/recognition-core/${bin} migrate`);
+    expect(unitValue(migrateUnit, 'Type')).toBe('oneshot');
+    expect(unitSection(unit, 'Unit')).toContainEqual([
+      'Wants',
+      expect.stringContaining('recognition-core-migrate.service'),
+    ]);
+    expect(unitSection(unit, 'Unit')).toContainEqual([
+      'After',
+      expect.stringContaining('recognition-core-migrate.service'),
+    ]);
+  });
+
+  it('the image runs the bin under tini with start as the default command', () => {
+    const entrypoint = runtime.find((l) => l.startsWith('ENTRYPOINT'))!;
+    expect(JSON.parse(entrypoint.replace(/^ENTRYPOINT\s+/, ''))).toEqual([
+      '/usr/bin/tini',
+      '--',
+      'node',
+      `/app/${bin}`,
+    ]);
+    expect(runtime).toContain('CMD ["start"]');
+    expect(runtime).toContain('COPY bin ./bin');
+  });
+
+  it('compose runs migrate once, then the core, then the reference service, all CLI commands', () => {
+    expect(compose.services.migrate!.command).toEqual(['migrate']);
+    expect(compose.services.core!.command).toEqual(['start']);
+    expect(compose.services['tabular-parser']!.command).toEqual(['service', 'tabular-parser']);
+    for (const s of ours) expect(commands, s).toContain(compose.services[s]!.command!.join(' '));
+    expect(commands).toContain('start');
+    expect(commands).toContain('migrate');
+    expect(compose.services.core!.depends_on).toMatchObject({
+      migrate: { condition: 'service_completed_successfully' },
+      nats: { condition: 'service_healthy' },
+    });
+    expect(compose.services.migrate!.depends_on).toMatchObject({
+      postgres: { condition: 'service_healthy' },
+    });
+  });
+});
+
+describe('ports', () => {
+  const env = compose.services.core!.environment!;
+
+  it('HTTP: the image exposes HTTP_PORT’s default and compose publishes it', () => {
+    expect(runtime).toContain(`EXPOSE ${defaults.HTTP_PORT}`);
+    expect(env.HTTP_PORT).toBe(defaults.HTTP_PORT);
+    expect(compose.services.core!.ports).toEqual([`127.0.0.1:${defaults.HTTP_PORT}:${defaults.HTTP_PORT}`]);
+    expect(read('monitoring/prometheus.example.yml')).toContain(`core:${defaults.HTTP_PORT}`);
+  });
+
+  it('PostgreSQL and NATS: the URLs point at the compose services on the default ports', () => {
+    const db = new URL(env.DATABASE_URL!);
+    expect(db.hostname).toBe('postgres');
+    expect(portOf(env.DATABASE_URL!)).toBe(portOf(defaults.DATABASE_URL!));
+    expect(compose.services.postgres!.ports).toEqual([`127.0.0.1:${db.port}:5432`]);
+    expect(new URL(env.NATS_URL!).hostname).toBe('nats');
+    const natsPort = portOf(defaults.NATS_URL!);
+    expect(portOf(env.NATS_URL!)).toBe(natsPort);
+    expect(compose.services.nats!.command).toEqual(
+      expect.arrayContaining(['--jetstream', '--port', String(natsPort)]),
+    );
+    expect(compose.services.nats!.ports).toEqual([`127.0.0.1:${natsPort}:${natsPort}`]);
+    expect(portOf(/^DATABASE_URL=(.*)$/m.exec(envExample)![1]!)).toBe(portOf(defaults.DATABASE_URL!));
+    expect(portOf(/^NATS_URL=(.*)$/m.exec(envExample)![1]!)).toBe(natsPort);
+  });
+});
+
+describe('container recipe', () => {
+  it('builds in a stage with every dependency, and runs a stage with production dependencies only', () => {
+    expect([...stages.keys()]).toEqual(['build', 'runtime']);
+    const build = stages.get('build')!;
+    expect(build).toContain('RUN npm ci --no-audit --no-fund');
+    expect(build).toContain('RUN npm run build');
+    expect(runtime.some((l) => /^RUN npm ci --omit=dev\b/.test(l))).toBe(true);
+    expect(runtime.filter((l) => /^RUN npm (ci|install)\b/.test(l) && !l.includes('--omit=dev'))).toEqual([]);
+    // Nothing of the build stage but the compiled tree: its node_modules holds the devDependencies.
+    const fromBuild = runtime.filter((l) => l.includes('--from=build'));
+    expect(fromBuild.length).toBeGreaterThan(0);
+    for (const l of fromBuild) expect(l).toMatch(/^COPY --from=build \/src\/dist\/\S+ \.\/dist\/\S+$/);
+  });
+
+  it('runs as a non-root user', () => {
+    const user = runtime.filter((l) => l.startsWith('USER ')).at(-1);
+    expect(user).toBeDefined();
+    expect(user!.replace('USER ', '').split(':')[0]).not.toMatch(/^(root|0)$/);
+  });
+
+  it('copies what the build emits for the daemon (the compiled src, machines and schemas)', () => {
+    const tsconfig = JSON.parse(read('tsconfig.build.json')) as { include: string[] };
+    for (const l of runtime.filter((x) => x.includes('--from=build'))) {
+      const dir = /\/src\/dist\/(\S+)/.exec(l)![1]!;
+      expect(
+        tsconfig.include.some((i) => i === dir || i.startsWith(`${dir}/`)),
+        dir,
+      ).toBe(true);
+    }
+  });
+
+  it('gives the daemon, at run time, only production dependencies and Node built-ins to import', () => {
+    const files: string[] = [];
+    const walk = (dir: string) => {
+      for (const e of readdirSync(join(root, dir), { withFileTypes: true })) {
+        const p = join(dir, e.name);
+        if (e.isDirectory()) walk(p);
+        else if (/\.ts$/.test(e.name) && !/\.test\.ts$/.test(e.name)) files.push(p);
+      }
+    };
+    walk('src');
+    walk('machines');
+    files.push('bin/recognition-core.js');
+    const builtins = new Set(builtinModules);
+    const wrong: string[] = [];
+    for (const f of files) {
+      const text = read(f);
+      for (const m of text.matchAll(/^(?:import|export)\s+(type\s+)?[^'"]*?from\s+'([^']+)'/gm)) {
+        const [, typeOnly, spec] = m;
+        if (typeOnly || spec!.startsWith('.')) continue;
+        const name = spec!.startsWith('@') ? spec!.split('/').slice(0, 2).join('/') : spec!.split('/')[0]!;
+        if (name.startsWith('node:') || builtins.has(name)) continue;
+        if (!(name in pkg.dependencies)) wrong.push(`${relative('.', f)}: ${spec}`);
+      }
+    }
+    expect(files.length).toBeGreaterThan(20);
+    expect(wrong).toEqual([]);
+  });
+
+  it('keeps the build context small (.dockerignore)', () => {
+    const ignored = read('.dockerignore').split('\n');
+    for (const p of ['node_modules', 'dist', '.git']) expect(ignored).toContain(p);
+  });
+});
+
+describe('systemd unit', () => {
+  it('restarts on failure but not on a configuration error, as a non-root user', () => {
+    expect(unitValue(unit, 'Restart')).toBe('on-failure');
+    expect(unitValue(unit, 'RestartPreventExitStatus')).toBe('2');
+    expect(unitValue(unit, 'User')).toBe('recognition-core');
+    expect(unitValue(migrateUnit, 'User')).toBe('recognition-core');
+    expect(unitValue(unit, 'NoNewPrivileges')).toBe('yes');
+    expect(unitValue(unit, 'ProtectSystem')).toBe('strict');
+  });
+
+  it('waits longer than the graceful shutdown before killing (unit and compose)', () => {
+    expect(unitValue(unit, 'KillSignal')).toBe('SIGTERM');
+    expect(seconds(unitValue(unit, 'TimeoutStopSec')!)).toBeGreaterThan(shutdownSeconds);
+    for (const s of ['core', 'tabular-parser'])
+      expect(seconds(compose.services[s]!.stop_grace_period!), s).toBeGreaterThan(shutdownSeconds);
+  });
+
+  it('passes `systemd-analyze verify` without a warning', () => {
+    // verify requires ExecStart's binary to exist: the copies point at this Node when /usr/bin/node
+    // is missing (a machine with Node elsewhere); the units are otherwise verified as written.
+    const dir = mkdtempSync(join(tmpdir(), 'units-'));
+    try {
+      const names = ['recognition-core.service', 'recognition-core-migrate.service'];
+      for (const n of names) {
+        copyFileSync(join(root, 'deploy', n), join(dir, n));
+        if (!existsSync('/usr/bin/node')) {
+          const text = readFileSync(join(dir, n), 'utf8').replaceAll(
+            '/usr/bin/node ',
+            `${process.execPath} `,
+          );
+          writeFileSync(join(dir, n), text);
+        }
+      }
+      const r = spawnSync('systemd-analyze', ['verify', ...names.map((n) => join(dir, n))], {
+        encoding: 'utf8',
+      });
+      if (r.error)
+        throw new Error(
+          `systemd-analyze: ${r.error.message} (bash scripts/ensure-prometheus.sh installs it)`,
+        );
+      expect(`${r.stdout}${r.stderr}`).toBe('');
+      expect(r.status).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
