@@ -3,24 +3,13 @@
  */
 import { Option, type Command } from 'commander';
 import { loadConfig } from '../config.js';
-import { createDatabaseIfMissing, migrateToLatest, openDb, type Db } from '../db/database.js';
+import { createDatabaseIfMissing, migrateToLatest } from '../db/database.js';
 import { addFile, createJob, loadJob, loadTransitions } from '../db/jobs.js';
 import { UsageError } from '../errors.js';
 import { historyRun } from '../statecharts/history.js';
 import { startJobCreateTrace } from '../tracing/jobSpans.js';
 import { runTraced, type TraceCarrier } from '../tracing/tracing.js';
-import { inspectOptions, sendToInspector, type InspectOptions } from './statecharts.js';
-
-/** Open the configured database for one command and close it after. */
-export async function withDb<T>(fn: (db: Db) => Promise<T>): Promise<T> {
-  const cfg = loadConfig();
-  const db = openDb(cfg.DATABASE_URL, { max: 2 });
-  try {
-    return await fn(db);
-  } finally {
-    await db.close();
-  }
-}
+import { inspectOptions, sendToInspector, withDb, type InspectOptions } from './plumbing.js';
 
 function print(value: unknown): void {
   process.stdout.write(JSON.stringify(value, null, 2) + '\n');

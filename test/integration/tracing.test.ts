@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../../src/tracing/otlpReceiver.js';
 import { runCli, spawnCli, type CliProcess } from '../helpers/cliProcess.js';
 import { insertJob } from '../helpers/fixtures.js';
-import { startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
 import { waitFor } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
