@@ -8,7 +8,7 @@
  * stderr, so stdout stays parseable.
  */
 import cliProgress from 'cli-progress';
-import { InvalidArgumentError, type Command } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import {
   FAILED_JOB_STATUSES,
   JOB_STATUSES,
@@ -28,6 +28,8 @@ import {
 import { UsageError } from '../errors.js';
 import { applyRetries, previewRetries, type RetryOutcome, type RetryRequest } from '../step/index.js';
 import { historyRun } from '../statecharts/history.js';
+import { startJobCreateTrace } from '../tracing/jobSpans.js';
+import { runTraced, type TraceCarrier } from '../tracing/tracing.js';
 import {
   inspectOptions,
   oneOrMoreOf,
@@ -259,8 +261,38 @@ export function registerJobsCommands(program: Command): void {
     .description('create a pending job for a file (the file becomes QUEUED and points at it); prints the job')
     .requiredOption('--file <id>', 'stored_file id')
     .requiredOption('--service <name>', 'target recognition service, e.g. tabular-parser')
-    .action(async (o: { file: string; service: string }) => {
-      const job = await withDb(({ db }) => createJob(db, { fileId: o.file, targetService: o.service }));
+    .addOption(
+      new Option(
+        '--traceparent <w3c>',
+        "W3C traceparent the job's trace continues from (its publish becomes a child of it)",
+      ).env('TRACEPARENT'),
+    )
+    .addOption(
+      new Option('--tracestate <w3c>', 'W3C tracestate that goes with --traceparent').env('TRACESTATE'),
+    )
+    .action(async (o: { file: string; service: string; traceparent?: string; tracestate?: string }) => {
+      let parent: TraceCarrier | undefined;
+      if (o.traceparent) {
+        const { checkedCarrier } = await import('../tracing/carrier.js');
+        try {
+          parent = checkedCarrier(o.traceparent, o.tracestate);
+        } catch (err) {
+          throw new UsageError((err as Error).message);
+        }
+      } else if (o.tracestate) throw new UsageError('--tracestate needs --traceparent');
+      // With tracing on, the job's creation is a span (child of --traceparent) and the row stores
+      // its context; with tracing off, the row stores --traceparent as given.
+      const traced = startJobCreateTrace({ parent, fileId: o.file, targetService: o.service });
+      const job = await runTraced(traced, () =>
+        withDb(({ db }) =>
+          createJob(db, {
+            fileId: o.file,
+            targetService: o.service,
+            traceContext: traced ? traced.carrier : parent,
+          }),
+        ),
+      );
+      traced?.end(job.id);
       print(job);
     });
   jobs

@@ -27,6 +27,8 @@ import { isRetryable } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
+import { startInboxTrace, type InboxTrace } from '../tracing/jobSpans.js';
+import { runTraced, type TraceLogFields } from '../tracing/tracing.js';
 import {
   applyInboxBatchTx,
   decodeItem,
@@ -167,7 +169,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   };
 
   /** Log one line per decision; count per batch (one counter update per distinct label set). */
-  function report(entries: readonly Entry[], outs: readonly InboxOutcome[]): void {
+  function report(entries: readonly Entry[], outs: readonly InboxOutcome[], traced?: InboxTrace): void {
     const counts = new Map<
       string,
       { labels: Record<string, string>; counter: 'envelopes' | 'quarantine' | 'transitions'; n: number }
@@ -178,7 +180,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
       if (c) c.n += 1;
       else counts.set(key, { labels, counter, n: 1 });
     };
-    entries.forEach((e, i) => reportOne(e, outs[i]!, count));
+    entries.forEach((e, i) => reportOne(e, outs[i]!, count, traced?.logFields(i)));
     if (metrics) for (const c of counts.values()) (metrics[c.counter] as Counter<string>).inc(c.labels, c.n);
   }
 
@@ -186,6 +188,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     entry: Entry,
     out: InboxOutcome,
     count: (counter: 'envelopes' | 'quarantine' | 'transitions', labels: Record<string, string>) => void,
+    traceFields: TraceLogFields | undefined,
   ): void {
     if (out.kind === 'quarantined') {
       count('envelopes', { outcome: 'quarantined' });
@@ -198,6 +201,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
           reason: out.reason,
           stream_seq: entry.msg.seq,
           details: out.details,
+          ...traceFields,
         },
         `envelope quarantined: ${out.reason}`,
       );
@@ -214,6 +218,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
       to: o.to,
       decision: o.decision,
       reason: o.reason,
+      ...traceFields,
     };
     switch (o.decision) {
       case 'applied':
@@ -242,11 +247,14 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     try {
       const items = batch.map((e) => e.item);
       await opts.beforeBatch?.(items);
-      const outcomes = await applyInboxBatchTx(target, items);
+      // One span per envelope, child of the envelope's trace context (none without tracing).
+      const traced = startInboxTrace(items);
+      const outcomes = await runTraced(traced, () => applyInboxBatchTx(target, items));
+      traced?.end(outcomes);
       opts.afterCommit?.(items, outcomes);
       // Acks are fire-and-forget: the client writes them out with the next flush.
       for (const e of batch) e.msg.ack();
-      report(batch, outcomes);
+      report(batch, outcomes, traced);
       metrics?.stepDuration.observe({ loop: 'inbox' }, Number(process.hrtime.bigint() - started) / 1e9);
       metrics?.batchSize.observe({ loop: 'inbox' }, batch.length);
     } catch (err) {
