@@ -240,18 +240,26 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     return batch;
   }
 
-  /** Start batches while fewer than `concurrency` run and one may leave. */
+  /**
+   * Start batches while fewer than `concurrency` run and one may leave: a full one, or any once
+   * the oldest envelope has lingered (or the inbox stops). Envelopes that only wait for their
+   * job's batch to settle do not linger: that batch's end schedules them again.
+   */
   function schedule(): void {
+    let blocked = false;
     while (
       active.size < concurrency &&
       waiting.length > 0 &&
       (waiting.length >= batchSize || lingered || stopping)
     ) {
       const batch = take();
-      if (batch.length === 0) break; // every waiting envelope's job is in flight
+      if (batch.length === 0) {
+        blocked = true; // every waiting envelope's job is in flight
+        break;
+      }
       start(batch);
     }
-    if (waiting.length === 0) {
+    if (waiting.length === 0 || blocked) {
       lingered = false;
       if (lingerTimer) clearTimeout(lingerTimer);
       lingerTimer = undefined;
