@@ -118,12 +118,17 @@ class ReceivedMessage implements RawMessage {
   }
 }
 
+const ENTRY = Symbol('entry');
+
 /** A received message: decoded, with the key its job is ordered by. */
 interface Entry extends InboxItem {
   msg: JsMsg;
   /** The job id; for a message naming none, a key of its own. */
   key: string;
+  [ENTRY]: true;
 }
+
+const isEntry = (w: JsMsg | Entry): w is Entry => ENTRY in w;
 
 /**
  * How long one pull waits on the server (the client's minimum): an idle inbox asks again this
@@ -197,8 +202,12 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   // messages live long enough to reach V8's old generation, which costs more to collect.
   const maxHeld = Math.max(batchSize * concurrency * 2, 64);
 
-  /** Received and not yet taken by a batch, in arrival order. */
-  let waiting: Entry[] = [];
+  /**
+   * Received and not yet taken by a batch, in arrival order. A message is decoded when a batch
+   * first looks at it: until then it is only the client's message, so the envelopes that wait
+   * keep few objects alive through the young generation's collections.
+   */
+  let waiting: Array<JsMsg | Entry> = [];
   /** Jobs (keys) a running batch holds. */
   const running = new Set<string>();
   /** The running batches. */
@@ -229,13 +238,14 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     let leftJobs: Set<string> | undefined;
     let i = 0;
     for (; i < waiting.length && batch.length < batchSize; i++) {
-      const e = waiting[i]!;
+      const w = waiting[i]!;
+      const e = isEntry(w) ? w : entryOf(w);
       if (running.has(e.key) || leftJobs?.has(e.key) === true) {
         (leftJobs ??= new Set()).add(e.key);
         (left ??= []).push(e);
       } else batch.push(e);
     }
-    waiting = left ? left.concat(waiting.slice(i)) : waiting.slice(i);
+    waiting = left ? [...left, ...waiting.slice(i)] : waiting.slice(i);
     for (const e of batch) running.add(e.key);
     return batch;
   }
@@ -281,12 +291,15 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     active.add(p);
   }
 
-  function admit(msg: JsMsg): void {
-    const raw = new ReceivedMessage(msg);
+  function entryOf(msg: JsMsg): Entry {
     const msgId = msg.headers?.get('Nats-Msg-Id');
     const decoded = decodeEnvelope({ data: msg.data, msgId, maxBytes: opts.maxEnvelopeBytes });
     const key = decoded.ok ? decoded.envelope.job_id : (decoded.jobId ?? `seq:${msg.seq}`);
-    waiting.push({ raw, decoded, msg, key });
+    return { raw: new ReceivedMessage(msg), decoded, msg, key, [ENTRY]: true };
+  }
+
+  function admit(msg: JsMsg): void {
+    waiting.push(msg);
     held++;
     if (waiting.length >= batchSize) schedule();
     else if (!lingered && lingerTimer === undefined) lingerTimer = setTimeout(onLinger, lingerMs);
