@@ -3,6 +3,23 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import globals from 'globals';
 
+/**
+ * One `no-restricted-imports` block per folder: an import whose path names a banned folder
+ * (`../daemon/x.js`, `../../src/daemon/x.js`, `../test/helpers/x.js`) is an error.
+ * @param {Array<{ files: string[]; banned: string[]; message: string }>} bans
+ */
+function importBans(bans) {
+  return bans.map(({ files, banned, message }) => ({
+    files,
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: `^\\.{1,2}/(?:.*/)?(?:${banned.join('|')})(?:/|\\.js$)`, message }] },
+      ],
+    },
+  }));
+}
+
 export default tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', 'visualizations/**', 'bench/results/**'] },
   js.configs.recommended,
@@ -42,39 +59,43 @@ export default tseslint.config(
       'no-restricted-globals': ['error', 'process', 'setTimeout', 'setInterval', 'fetch', 'performance'],
     },
   },
-  {
-    // The step sits below the loops: cli -> daemon -> step -> {db, nats, messages, machines}.
-    files: ['src/step/**/*.ts'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          patterns: [
-            {
-              regex: '(^|/)(daemon|cli|statecharts|http)(/|\\.js$)',
-              message: 'src/step/ sits below the loops: it never imports the daemon, the CLI or the views',
-            },
-          ],
-        },
-      ],
+  // Direction of imports (ARCHITECTURE.md): cli -> daemon -> step -> {db, nats, messages, machines};
+  // a lower folder never reaches up, so each can be read, tested and changed without the ones above.
+  ...importBans([
+    {
+      files: ['src/step/**/*.ts'],
+      banned: ['daemon', 'cli', 'statecharts', 'http'],
+      message: 'src/step sits below the loops: it never imports the daemon, the CLI or the views',
     },
-  },
-  {
-    // The statecharts read the machine and the messages, never the loops that run them.
-    files: ['src/statecharts/**/*.ts'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          patterns: [
-            {
-              regex: '(^|/)(daemon|step|cli)(/|\\.js$)',
-              message:
-                'src/statecharts/ reads machines/ and src/messages/, never the daemon, the step or the CLI',
-            },
-          ],
-        },
-      ],
+    {
+      files: ['src/statecharts/**/*.ts'],
+      banned: ['daemon', 'step', 'cli'],
+      message: 'src/statecharts reads machines and messages, never the daemon, the step or the CLI',
     },
-  },
+    {
+      files: ['src/db/**/*.ts'],
+      banned: ['nats', 'daemon'],
+      message: 'src/db never imports src/nats or src/daemon',
+    },
+    {
+      files: ['src/nats/**/*.ts'],
+      banned: ['db', 'daemon'],
+      message: 'src/nats never imports src/db or src/daemon',
+    },
+    {
+      files: ['src/process/**/*.ts', 'src/localServers/**/*.ts'],
+      banned: ['cli', 'daemon', 'demo'],
+      message: 'process plumbing and local servers sit below every command and loop',
+    },
+    {
+      files: ['bench/**/*.ts'],
+      banned: ['test'],
+      message: 'bench/ never imports test/: shared process helpers live in src/localServers',
+    },
+    {
+      files: ['test/**/*.ts'],
+      banned: ['bench'],
+      message: 'test/ never imports bench/: shared process helpers live in src/localServers',
+    },
+  ]),
 );

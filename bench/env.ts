@@ -18,7 +18,7 @@ import { CONFIG_VARIABLES, loadConfig, type Config } from '../src/config.js';
 import { createDatabaseIfMissing, dropDatabase, migrateToLatest, openDb } from '../src/db/database.js';
 import { provisionStreams } from '../src/nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM, RESULT_SUBJECT } from '../src/nats/subjects.js';
-import { startNatsServer, type NatsServerHandle } from '../test/helpers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../src/localServers/natsServer.js';
 
 /** The service every bench envelope comes from. */
 export const SERVICE = { name: 'tabular-parser', version: '2.3.1' } as const;

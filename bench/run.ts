@@ -21,7 +21,7 @@ import { cpus, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError } from 'commander';
-import { findNatsServerBinary } from '../test/helpers/natsServer.js';
+import { findNatsServerBinary } from '../src/localServers/natsServer.js';
 import type { CpuResult } from './cpu.js';
 import { startBenchEnv, type BenchEnv } from './env.js';
 import { measureLatency, type LatencyResult } from './latency.js';

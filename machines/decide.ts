@@ -6,14 +6,15 @@
 import { createActor, type AnyActorScope, type UnknownAction } from 'xstate';
 import { recognitionJobMachine } from './recognitionJob.machine.js';
 import { JOB_STATUSES, type JobStatus } from './statuses.js';
-import type { Decision, JobContext, JobEffect, JobEffectType, JobEvent } from './recognitionJob.types.js';
+import {
+  JOB_EFFECT_TYPES,
+  type Decision,
+  type JobContext,
+  type JobEffect,
+  type JobEvent,
+} from './recognitionJob.types.js';
 
-const EFFECT_TYPES: ReadonlySet<string> = new Set<JobEffectType>([
-  'setFileStatus',
-  'registerResultObject',
-  'recordTransition',
-  'noteNoChange',
-]);
+const EFFECT_TYPES: ReadonlySet<string> = new Set<string>(JOB_EFFECT_TYPES);
 
 /** The outcome of one event for one job. */
 export interface JobDecision {

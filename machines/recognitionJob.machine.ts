@@ -11,6 +11,10 @@
  * - *no change*: the event changed nothing; a `noteNoChange` effect says why (duplicate, ignored,
  *   late) so the shell can log it at the right level and count it.
  *
+ * Attempts chain: a failed job (`error`, `timeout`, `dlq`) that is still its file's current job
+ * takes `RETRY_REQUESTED` and returns `createAttempt`, a new job at `attempt + 1` that starts in
+ * `pending`; the failed job itself never leaves its final status.
+ *
  * There are no `after` delays: xstate does not restore them from a persisted row. The deadline is
  * the `reply_deadline` column and the watchdog turns it into `DEADLINE_PASSED`.
  */
@@ -52,8 +56,14 @@ function record(file: FileStatus | null = null) {
 }
 
 /** What the transition log keeps of an event, beyond its type and msg id. */
-function transitionDetail(event: JobEvent): Record<string, unknown> {
+function transitionDetail(event: JobEvent, context: JobContext): Record<string, unknown> {
   switch (event.type) {
+    case 'RETRY_REQUESTED':
+      return {
+        next_job_id: event.newJobId,
+        next_attempt: context.attempt + 1,
+        target_service: event.targetService ?? context.targetService,
+      };
     case 'ENVELOPE_RESULT':
       return {
         status: event.status,
@@ -120,8 +130,36 @@ const finalStateHandlers = {
   },
 } as const;
 
-function finalState(description: string) {
-  return { tags: ['final'], description, on: finalStateHandlers };
+/**
+ * The action that returns `createAttempt`: the statecharts find the transitions that start the
+ * next attempt by it (and draw where that attempt starts).
+ */
+export const NEXT_ATTEMPT_ACTION = 'createNextAttempt';
+
+/**
+ * A failed job's answer to a retry: while its file is still its own, the next attempt (a new job,
+ * `attempt + 1`, starting in `pending`) and the file moved to it; this job keeps its status.
+ */
+const retryTransitions = [
+  {
+    guard: 'fileIsCurrent',
+    actions: [NEXT_ATTEMPT_ACTION, 'applyRetried', record()],
+    description:
+      'retry: a new job, attempt + 1, starts in pending and the file (QUEUED) points at it; this job keeps its status',
+  },
+  {
+    actions: noChange('ignored', 'file_not_current'),
+    description: 'the file already has a newer job: not retried',
+  },
+] as const;
+
+/** A final state; a failed one (`error`, `timeout`, `dlq`) also takes a retry. */
+function finalState(description: string, { failed }: { failed: boolean }) {
+  return {
+    tags: ['final'],
+    description,
+    on: failed ? { ...finalStateHandlers, RETRY_REQUESTED: [...retryTransitions] } : finalStateHandlers,
+  };
 }
 
 const deadlineTransitions = [
@@ -206,6 +244,8 @@ export const recognitionJobMachine = setup({
           }
         : {},
     ),
+    // The file now points at the next attempt: later events of this batch see it so.
+    applyRetried: assign({ fileIsCurrent: false }),
     applyTimeout: assign(({ event }) => ({
       errorCode: CORE_ERROR_CODE.TIMEOUT,
       errorMessage: 'no result before reply_deadline',
@@ -223,6 +263,18 @@ export const recognitionJobMachine = setup({
         );
       }
     }),
+    [NEXT_ATTEMPT_ACTION]: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'RETRY_REQUESTED') return;
+      enqueue(
+        effect('createAttempt', {
+          jobId: event.newJobId,
+          fileId: context.fileId,
+          attempt: context.attempt + 1,
+          targetService: event.targetService ?? context.targetService,
+          retryOf: context.jobId,
+        }),
+      );
+    }),
     recordAndSetFile: enqueueActions(
       ({ context, event, enqueue, check }, params: { file: FileStatus | null }) => {
         if (params.file !== null && check('fileIsCurrent' as never)) {
@@ -233,13 +285,14 @@ export const recognitionJobMachine = setup({
           effect('recordTransition', {
             event: event.type,
             msgId: 'msgId' in event ? event.msgId : null,
-            detail: transitionDetail(event),
+            detail: transitionDetail(event, context),
           }),
         );
       },
     ),
     setFileStatus: (_, _params: JobEffects['setFileStatus']) => {},
     registerResultObject: (_, _params: JobEffects['registerResultObject']) => {},
+    createAttempt: (_, _params: JobEffects['createAttempt']) => {},
     recordTransition: (_, _params: JobEffects['recordTransition']) => {},
     noteNoChange: (_, _params: JobEffects['noteNoChange']) => {},
   },
@@ -263,6 +316,10 @@ export const recognitionJobMachine = setup({
     ENVELOPE_PROCESSING: {
       actions: noChange('ignored', 'ack_not_accepted'),
       description: 'an ack the status does not take',
+    },
+    RETRY_REQUESTED: {
+      actions: noChange('ignored', 'not_failed'),
+      description: 'only a failed job (error, timeout, dlq) is retried',
     },
   },
   states: {
@@ -318,13 +375,22 @@ export const recognitionJobMachine = setup({
         DEADLINE_PASSED: [...deadlineTransitions],
       },
     },
-    done: finalState('Recognised; the mapping loop reads the result. The file stays PROCESSING.'),
+    done: finalState('Recognised; the mapping loop reads the result. The file stays PROCESSING.', {
+      failed: false,
+    }),
     needs_check: finalState(
       'Recognised with doubts; the mapping loop reads the result. The file stays PROCESSING.',
+      { failed: false },
     ),
-    error: finalState('The service could not recognise the file. The file is ERROR.'),
-    timeout: finalState('No result before reply_deadline. The file is ERROR (TIMEOUT).'),
-    dlq: finalState('The job message could not be delivered. The file is ERROR.'),
+    error: finalState('The service could not recognise the file. The file is ERROR until a retry.', {
+      failed: true,
+    }),
+    timeout: finalState('No result before reply_deadline. The file is ERROR (TIMEOUT) until a retry.', {
+      failed: true,
+    }),
+    dlq: finalState('The job message could not be delivered. The file is ERROR until a retry.', {
+      failed: true,
+    }),
   },
 });
 

@@ -94,6 +94,17 @@ export interface EnvelopeResultEvent extends Timed {
 export interface DeadlinePassedEvent extends Timed {
   type: 'DEADLINE_PASSED';
 }
+/**
+ * An operator asked for a failed job to run again (`jobs retry`): a new job, the next attempt for
+ * the same file. This job keeps its final status; the new one starts in `pending`.
+ */
+export interface RetryRequestedEvent extends Timed {
+  type: 'RETRY_REQUESTED';
+  /** The new attempt's id, chosen by the shell so that both jobs' transition rows can name each other. */
+  newJobId: string;
+  /** The service the new attempt is published to; this job's `target_service` when absent. */
+  targetService?: string | undefined;
+}
 
 export type JobEvent =
   | PublishedEvent
@@ -101,7 +112,8 @@ export type JobEvent =
   | DeliveryExhaustedEvent
   | EnvelopeProcessingEvent
   | EnvelopeResultEvent
-  | DeadlinePassedEvent;
+  | DeadlinePassedEvent
+  | RetryRequestedEvent;
 export type JobEventType = JobEvent['type'];
 
 type DistributiveOmit<T, K extends keyof never> = T extends unknown ? Omit<T, K> : never;
@@ -114,7 +126,15 @@ export const JOB_EVENT_TYPES = [
   'ENVELOPE_PROCESSING',
   'ENVELOPE_RESULT',
   'DEADLINE_PASSED',
+  'RETRY_REQUESTED',
 ] as const satisfies readonly JobEventType[];
+
+/**
+ * The `event` of the first transition row of a job created as the next attempt of a failed one:
+ * `pending → pending`, its detail naming the job it retries. No transition of the machine writes
+ * it (a job starts in `pending`); the step writes it with the job, as part of `createAttempt`.
+ */
+export const ATTEMPT_CREATED_EVENT = 'CREATED';
 
 /** What the step reports for one event. */
 export type Decision = 'applied' | 'duplicate' | 'ignored' | 'late' | 'unknown_job';
@@ -126,7 +146,9 @@ export type NoChangeReason =
   | 'ack_not_accepted'
   | 'result_after_final'
   | 'deadline_not_passed'
-  | 'not_accepted';
+  | 'not_accepted'
+  | 'not_failed'
+  | 'file_not_current';
 
 /** The effects the machine returns as data; the shell turns each into SQL in the same transaction. */
 export interface JobEffects {
@@ -136,10 +158,24 @@ export interface JobEffects {
   registerResultObject: { bucket: string; key: string; createdBy: string };
   /** Append a `recognition_job_transition` row. */
   recordTransition: { event: JobEventType; msgId: string | null; detail: Record<string, unknown> };
+  /**
+   * Create the next attempt for this job's file: a `pending` job `jobId` at `attempt`, published to
+   * `targetService`; the file pointing at it (`QUEUED`, no error code); and its creation row
+   * ({@link ATTEMPT_CREATED_EVENT}). Only ever returned while the file's current job is this job.
+   */
+  createAttempt: { jobId: string; fileId: string; attempt: number; targetService: string; retryOf: string };
   /** The event changed nothing; say why, so the shell can log and count it. */
   noteNoChange: { decision: Exclude<Decision, 'applied' | 'unknown_job'>; reason: NoChangeReason };
 }
 export type JobEffectType = keyof JobEffects;
+/** Every effect the machine returns, for telling them apart from its internal actions. */
+export const JOB_EFFECT_TYPES = [
+  'setFileStatus',
+  'registerResultObject',
+  'recordTransition',
+  'createAttempt',
+  'noteNoChange',
+] as const satisfies readonly JobEffectType[];
 export type JobEffect = { [K in JobEffectType]: { type: K; params: JobEffects[K] } }[JobEffectType];
 
 export type { JobStatus };

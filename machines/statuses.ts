@@ -27,6 +27,14 @@ export const FINAL_JOB_STATUSES = [
 ] as const satisfies readonly JobStatus[];
 export type FinalJobStatus = (typeof FINAL_JOB_STATUSES)[number];
 
+/** Final statuses of a job that failed: the ones a retry (a new job, the next attempt) starts from. */
+export const FAILED_JOB_STATUSES = [
+  JOB_STATUS.error,
+  JOB_STATUS.timeout,
+  JOB_STATUS.dlq,
+] as const satisfies readonly FinalJobStatus[];
+export type FailedJobStatus = (typeof FAILED_JOB_STATUSES)[number];
+
 export function isFinalStatus(status: JobStatus): status is FinalJobStatus {
   return (FINAL_JOB_STATUSES as readonly JobStatus[]).includes(status);
 }

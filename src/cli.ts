@@ -6,6 +6,7 @@ import { Command, CommanderError } from 'commander';
 import { ConfigError, MigrationsPendingError, UsageError } from './errors.js';
 import { redactUrl } from './config.js';
 import { registerDbCommands } from './cli/db.js';
+import { registerJobsCommands } from './cli/jobs.js';
 import { registerStartCommand } from './cli/start.js';
 import { registerQuarantineCommands } from './cli/quarantine.js';
 import { registerStatechartsCommands } from './cli/statecharts.js';
@@ -21,6 +22,7 @@ const program = new Command('recognition-core')
 
 registerStartCommand(program);
 registerDbCommands(program);
+registerJobsCommands(program);
 registerQuarantineCommands(program);
 registerStatechartsCommands(program);
 registerDemoCommand(program);

@@ -46,6 +46,26 @@ export interface MetricsSources {
 }
 
 /**
+ * A gauge's `collect`: read `source` on every scrape and show what it returned. A source that
+ * fails (the database or NATS is down) leaves the last values: /readyz reports the outage.
+ */
+function readOnScrape<T, L extends string>(
+  source: (() => Promise<T>) | undefined,
+  show: (gauge: Gauge<L>, value: T) => void,
+): (this: Gauge<L>) => Promise<void> {
+  return async function (this: Gauge<L>) {
+    if (!source) return;
+    let value: T;
+    try {
+      value = await source();
+    } catch {
+      return;
+    }
+    show(this, value);
+  };
+}
+
+/**
  * Create the registry and every metric; `sources` feed the gauges that are read on scrape.
  * Every counter series with a known label value starts at 0: Prometheus's `increase()` and
  * `rate()` need a sample before the first event, or the first quarantine (dead letter, retry)
@@ -122,44 +142,30 @@ export function createMetrics(
       help: 'Jobs now in each status',
       labelNames: ['status'],
       registers,
-      async collect() {
-        if (!sources.jobsByStatus) return;
-        try {
-          const rows = await sources.jobsByStatus();
-          this.reset();
-          for (const r of rows) this.set({ status: r.status }, r.count);
-        } catch {
-          // The database is down: /readyz says so; keep the last values.
-        }
-      },
+      collect: readOnScrape(sources.jobsByStatus, (gauge, rows) => {
+        gauge.reset();
+        for (const r of rows) gauge.set({ status: r.status }, r.count);
+      }),
     }),
     inboxPending: new Gauge({
       name: 'recognition_inbox_consumer_pending',
       help: 'core-inbox messages not yet delivered (pending) and delivered but not acked (ack_pending)',
       labelNames: ['kind'],
       registers,
-      async collect() {
-        if (!sources.inboxPending) return;
-        try {
-          const p = await sources.inboxPending();
-          if (!p) return;
-          this.set({ kind: 'pending' }, p.pending);
-          this.set({ kind: 'ack_pending' }, p.ackPending);
-        } catch {
-          // NATS is down: /readyz says so.
-        }
-      },
+      collect: readOnScrape(sources.inboxPending, (gauge, p) => {
+        if (!p) return;
+        gauge.set({ kind: 'pending' }, p.pending);
+        gauge.set({ kind: 'ack_pending' }, p.ackPending);
+      }),
     }),
     ready: new Gauge({
       name: 'recognition_ready',
       help: 'Readiness checks of /readyz: 1 when that part works (database, nats, consumer), 0 when not',
       labelNames: ['check'],
       registers,
-      async collect() {
-        if (!sources.readiness) return;
-        const checks = await sources.readiness();
-        for (const [check, ok] of Object.entries(checks)) this.set({ check }, ok ? 1 : 0);
-      },
+      collect: readOnScrape(sources.readiness, (gauge, checks) => {
+        for (const [check, ok] of Object.entries(checks)) gauge.set({ check }, ok ? 1 : 0);
+      }),
     }),
   };
   for (const outcome of ENVELOPE_OUTCOMES) metrics.envelopes.inc({ outcome }, 0);

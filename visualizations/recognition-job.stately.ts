@@ -39,6 +39,12 @@ export const machine = createMachine({
       ],
       description: 'an ack the status does not take',
     },
+    RETRY_REQUESTED: {
+      actions: [
+        { type: 'noteNoChange', params: { decision: 'ignored', reason: 'not_failed' } },
+      ],
+      description: 'only a failed job (error, timeout, dlq) is retried',
+    },
   },
   states: {
     pending: {
@@ -313,7 +319,7 @@ export const machine = createMachine({
       },
     },
     error: {
-      description: 'The service could not recognise the file. The file is ERROR.',
+      description: 'The service could not recognise the file. The file is ERROR until a retry.',
       tags: ['final'],
       on: {
         ENVELOPE_RESULT: [
@@ -337,10 +343,27 @@ export const machine = createMachine({
           ],
           description: 'an ack after a final status',
         },
+        RETRY_REQUESTED: [
+          {
+            guard: 'fileIsCurrent',
+            actions: [
+              'createNextAttempt',
+              'applyRetried',
+              { type: 'recordAndSetFile', params: { file: null } },
+            ],
+            description: 'retry: a new job, attempt + 1, starts in pending and the file (QUEUED) points at it; this job keeps its status',
+          },
+          {
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'ignored', reason: 'file_not_current' } },
+            ],
+            description: 'the file already has a newer job: not retried',
+          },
+        ],
       },
     },
     timeout: {
-      description: 'No result before reply_deadline. The file is ERROR (TIMEOUT).',
+      description: 'No result before reply_deadline. The file is ERROR (TIMEOUT) until a retry.',
       tags: ['final'],
       on: {
         ENVELOPE_RESULT: [
@@ -364,10 +387,27 @@ export const machine = createMachine({
           ],
           description: 'an ack after a final status',
         },
+        RETRY_REQUESTED: [
+          {
+            guard: 'fileIsCurrent',
+            actions: [
+              'createNextAttempt',
+              'applyRetried',
+              { type: 'recordAndSetFile', params: { file: null } },
+            ],
+            description: 'retry: a new job, attempt + 1, starts in pending and the file (QUEUED) points at it; this job keeps its status',
+          },
+          {
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'ignored', reason: 'file_not_current' } },
+            ],
+            description: 'the file already has a newer job: not retried',
+          },
+        ],
       },
     },
     dlq: {
-      description: 'The job message could not be delivered. The file is ERROR.',
+      description: 'The job message could not be delivered. The file is ERROR until a retry.',
       tags: ['final'],
       on: {
         ENVELOPE_RESULT: [
@@ -391,6 +431,23 @@ export const machine = createMachine({
           ],
           description: 'an ack after a final status',
         },
+        RETRY_REQUESTED: [
+          {
+            guard: 'fileIsCurrent',
+            actions: [
+              'createNextAttempt',
+              'applyRetried',
+              { type: 'recordAndSetFile', params: { file: null } },
+            ],
+            description: 'retry: a new job, attempt + 1, starts in pending and the file (QUEUED) points at it; this job keeps its status',
+          },
+          {
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'ignored', reason: 'file_not_current' } },
+            ],
+            description: 'the file already has a newer job: not retried',
+          },
+        ],
       },
     },
   },

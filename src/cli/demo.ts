@@ -1,10 +1,25 @@
 /**
- * `demo`: the whole exchange in one command (see `src/demo/runDemo.ts`). Exit 0 when every job
- * reached a final status, 1 otherwise.
+ * `demo`: the whole exchange in one command (see `src/demo/runDemo.ts`), on private servers where
+ * none answers (`src/demo/demoServers.ts`). Exit 0 when every job reached a final status, 1 otherwise.
  */
 import type { Command } from 'commander';
 import { runDemo } from '../demo/runDemo.js';
-import { wholeNumber } from './service.js';
+import { withStopSignals } from '../process/stopSignals.js';
+import { wholeNumber } from './plumbing.js';
+
+/** How the demo finds its servers (`src/demo/demoServers.ts`), for `demo --help`. */
+const SERVERS_HELP = `
+Servers:
+  The demo uses PostgreSQL at DATABASE_URL and NATS (with JetStream) at NATS_URL. When one of
+  them is unset (or empty) and nothing answers at its default address (127.0.0.1:5432,
+  127.0.0.1:4222), the demo starts a private one for the run and says so: PostgreSQL by initdb
+  into a temporary directory (as the postgres user when run as root), nats-server with JetStream,
+  each on a free loopback port. Both are stopped and removed at the end, also after Ctrl-C or a
+  failure; the demo database goes with them.
+  When a private server is needed but its binaries are missing, the demo prints the command that
+  installs them (Debian: apt-get install -y postgresql nats-server) and exits 1.
+  A variable set explicitly is never replaced: when nothing answers there, the demo stops with
+  one line naming it.`;
 
 export function registerDemoCommand(program: Command): void {
   program
@@ -20,27 +35,18 @@ export function registerDemoCommand(program: Command): void {
       'recognition_demo',
     )
     .option('--timeout <seconds>', 'stop waiting for final statuses after this long', wholeNumber(1), 45)
+    .addHelpText('after', SERVERS_HELP)
     .action(async (o: { jobs: number; seed: number; database: string; timeout: number }) => {
       // Ctrl-C once: stop waiting, shut down cleanly and print the summary; twice: exit now.
-      const abort = new AbortController();
-      const onSignal = () => {
-        if (abort.signal.aborted) process.exit(130);
-        abort.abort();
-      };
-      process.on('SIGINT', onSignal);
-      process.on('SIGTERM', onSignal);
-      try {
+      await withStopSignals({}, async (stop) => {
         const result = await runDemo({
           jobs: o.jobs,
           seed: o.seed,
           database: o.database,
           timeoutMs: o.timeout * 1000,
-          signal: abort.signal,
+          signal: stop.signal,
         });
         if (!result.allFinal) process.exitCode = 1;
-      } finally {
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
-      }
+      });
     });
 }

@@ -4,7 +4,7 @@ import { QUARANTINE_REASONS, type QuarantineReason } from '../../machines/index.
 import { loadConfig } from '../config.js';
 import { replayQuarantine } from '../daemon/quarantineReplay.js';
 import { UsageError } from '../errors.js';
-import { withDb } from './db.js';
+import { wholeNumber, withDb } from './plumbing.js';
 
 function reason(value: string): QuarantineReason {
   if (!(QUARANTINE_REASONS as readonly string[]).includes(value)) {
@@ -18,16 +18,7 @@ export function registerQuarantineCommands(program: Command): void {
   q.command('list')
     .description('list quarantined messages, newest first (JSON lines)')
     .option('--reason <reason>', `only this reason (${QUARANTINE_REASONS.join(', ')})`, reason)
-    .option(
-      '--limit <n>',
-      'at most this many',
-      (v) => {
-        const n = Number(v);
-        if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive whole number');
-        return n;
-      },
-      100,
-    )
+    .option('--limit <n>', 'at most this many', wholeNumber(1), 100)
     .action(async (o: { reason?: QuarantineReason; limit: number }) => {
       const rows = await withDb(({ db }) => {
         let query = db.selectFrom('inbox_quarantine').selectAll().orderBy('id', 'desc').limit(o.limit);

@@ -3,42 +3,41 @@
  * The first signal stops gracefully (exit 0); a second one, or SHUTDOWN_TIMEOUT_MS, forces exit 1.
  */
 import type { Command } from 'commander';
-import { loadConfig, secretsOf } from '../config.js';
+import { loadConfig } from '../config.js';
 import { startDaemon } from '../daemon/daemon.js';
-import { createLogger } from '../logger.js';
+import { withStopSignals } from '../process/stopSignals.js';
+import { commandLogger } from './plumbing.js';
+
+/**
+ *   1. configuration and logger; 2. the daemon; 3. wait for a stop signal;
+ *   4. stop gracefully within SHUTDOWN_TIMEOUT_MS (exit 1 when it fails or a second signal comes).
+ */
+async function runInForeground(): Promise<void> {
+  const cfg = loadConfig();
+  const logger = commandLogger(cfg);
+  const daemon = await startDaemon({ config: cfg, logger });
+  const signals = {
+    forceAfterMs: cfg.SHUTDOWN_TIMEOUT_MS,
+    onSignal: (signal: NodeJS.Signals) =>
+      logger.info({ event: 'signal', signal }, `${signal}: shutting down gracefully`),
+    onForcedExit: (why: { signal: NodeJS.Signals } | { timeoutMs: number }) =>
+      'signal' in why
+        ? logger.warn({ event: 'forced_exit', signal: why.signal }, 'second signal: exiting now')
+        : logger.error({ event: 'shutdown_timeout' }, 'graceful shutdown took too long: exiting'),
+  };
+  await withStopSignals(signals, async (stop) => {
+    await stop.received;
+    await daemon.stop().catch((err: unknown) => {
+      logger.error({ err }, 'shutdown failed');
+      process.exit(1);
+    });
+  });
+  logger.flush?.();
+}
 
 export function registerStartCommand(program: Command): void {
   program
     .command('start')
     .description('run the daemon: inbox, watchdog and publisher, with /healthz, /readyz and /metrics')
-    .action(async () => {
-      const cfg = loadConfig();
-      const pretty =
-        cfg.LOG_PRETTY === 'true' || (cfg.LOG_PRETTY === 'auto' && process.stdout.isTTY === true);
-      const logger = createLogger({ level: cfg.LOG_LEVEL, pretty, secrets: secretsOf(cfg) });
-      const daemon = await startDaemon({ config: cfg, logger });
-      await new Promise<void>((resolve) => {
-        let signals = 0;
-        const onSignal = (signal: NodeJS.Signals) => {
-          signals++;
-          if (signals > 1) {
-            logger.warn({ event: 'forced_exit', signal }, 'second signal: exiting now');
-            process.exit(1);
-          }
-          logger.info({ event: 'signal', signal }, `${signal}: shutting down gracefully`);
-          const force = setTimeout(() => {
-            logger.error({ event: 'shutdown_timeout' }, 'graceful shutdown took too long: exiting');
-            process.exit(1);
-          }, cfg.SHUTDOWN_TIMEOUT_MS);
-          force.unref();
-          void daemon.stop().then(resolve, (err: unknown) => {
-            logger.error({ err }, 'shutdown failed');
-            process.exit(1);
-          });
-        };
-        process.on('SIGTERM', onSignal);
-        process.on('SIGINT', onSignal);
-      });
-      logger.flush?.();
-    });
+    .action(runInForeground);
 }

@@ -3,7 +3,7 @@
  * through the pure machine, optionally into the Stately inspector). Neither needs a service.
  */
 import { resolve } from 'node:path';
-import { InvalidArgumentError, type Command } from 'commander';
+import type { Command } from 'commander';
 import type { JobStatus } from '../../machines/index.js';
 import {
   defaultVisualizationsDir,
@@ -11,69 +11,13 @@ import {
   generateStatecharts,
   writeStatecharts,
 } from '../statecharts/generate.js';
-import {
-  DEFAULT_INSPECT_PORT,
-  inspectorInstructions,
-  startInspection,
-  waitForSignal,
-  type InspectionRun,
-} from '../statecharts/inspector.js';
+import type { InspectionRun } from '../statecharts/inspector.js';
 import { formatTrace, loadScenario, runScenario, startingRow, type Trace } from '../statecharts/scenario.js';
+import { inspectOptions, sendToInspector, type InspectOptions } from './plumbing.js';
 
 /** Exit code of `statecharts --check` when a file is stale, and of `simulate` when `expect` fails. */
 export class CheckFailed extends Error {
   override name = 'CheckFailed';
-}
-
-export function port(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > 65535)
-    throw new InvalidArgumentError('must be a port number (1-65535)');
-  return n;
-}
-
-export interface InspectOptions {
-  inspect?: boolean;
-  inspectPort: number;
-  inspectExit?: boolean;
-}
-
-/** Add the inspector options shared by `simulate` and `jobs history`. */
-export function inspectOptions(cmd: Command): Command {
-  return cmd
-    .option(
-      '--inspect',
-      'send the run to the Stately inspector (a local inspection server) and wait for Ctrl-C',
-    )
-    .option('--inspect-port <port>', 'port of the local inspection server', port, DEFAULT_INSPECT_PORT)
-    .option(
-      '--inspect-exit',
-      'with --inspect: exit once the server holds the run instead of waiting for Ctrl-C',
-    );
-}
-
-/**
- * Start the inspection server, send `run`, print how to open it, then wait for Ctrl-C (or return
- * at once with `--inspect-exit`). Writes to stderr when stdout carries JSON.
- */
-export async function sendToInspector(
-  run: InspectionRun,
-  o: InspectOptions,
-  out: (line: string) => void,
-): Promise<void> {
-  const session = await startInspection({ port: o.inspectPort });
-  try {
-    out(inspectorInstructions(session));
-    const count = await session.send(run);
-    out(
-      `  Sent ${count} inspection events (actor ${run.sessionId}).${o.inspectExit ? '' : ' Press Ctrl-C to stop.'}`,
-    );
-    if (!o.inspectExit) await waitForSignal();
-  } finally {
-    await session.close();
-    // A browser still connected to the server keeps the process alive: do not wait for it.
-    setTimeout(() => process.exit(), 1_000).unref();
-  }
 }
 
 /** The scenario's run, as the inspector shows it: the job row's columns at each step. */

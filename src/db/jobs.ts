@@ -1,9 +1,14 @@
 /**
  * Reading and creating files and jobs. Creating a job is an insert; every later change of a job
- * goes through the step (`src/step/`).
+ * goes through the step (`src/step/`), and so does a retry's next attempt (`applyRetries`).
  */
 import { sql, type Kysely } from 'kysely';
-import { FILE_STATUS } from '../../machines/index.js';
+import {
+  FAILED_JOB_STATUSES,
+  FILE_STATUS,
+  type FailedJobStatus,
+  type JobStatus,
+} from '../../machines/index.js';
 import { UsageError } from '../errors.js';
 import type { Database, FileRow, JobRow, S3ObjectRow, TransitionRow } from './schema.js';
 
@@ -126,4 +131,87 @@ export async function loadTransitions(db: Kysely<Database>, jobId: string): Prom
     .where('job_id', '=', jobId)
     .orderBy('id')
     .execute();
+}
+
+/** A moment in a filter: a span back from the database clock, or an absolute time. */
+export type Since = { agoMs: number } | { at: Date };
+
+/** The SQL value of `since`: spans are taken back from the database clock, never this process's. */
+function sinceSql(since: Since) {
+  return 'agoMs' in since
+    ? sql<Date>`now() - ${since.agoMs} * interval '1 millisecond'`
+    : sql<Date>`${since.at.toISOString()}::timestamptz`;
+}
+
+/** What {@link listJobs} selects; every filter is optional, `limit` is not. */
+export interface JobFilter {
+  statuses?: readonly JobStatus[] | undefined;
+  service?: string | undefined;
+  fileId?: string | undefined;
+  createdSince?: Since | undefined;
+  finishedSince?: Since | undefined;
+  limit: number;
+}
+
+/**
+ * Jobs matching `filter`, newest first (by `created_at`, then id), at most `limit`. A status filter
+ * is served by a partial index for the open and the failed statuses, a file by the unique
+ * (file_id, attempt) index; the other filters alone read the table.
+ */
+export async function listJobs(db: Kysely<Database>, filter: JobFilter): Promise<JobRow[]> {
+  if (filter.fileId !== undefined) assertUuid(filter.fileId, 'file id');
+  let q = db.selectFrom('recognition_job').selectAll();
+  if (filter.statuses?.length) q = q.where('status', 'in', [...filter.statuses]);
+  if (filter.service !== undefined) q = q.where('target_service', '=', filter.service);
+  if (filter.fileId !== undefined) q = q.where('file_id', '=', filter.fileId);
+  if (filter.createdSince) q = q.where('created_at', '>=', sinceSql(filter.createdSince));
+  if (filter.finishedSince) q = q.where('finished_at', '>=', sinceSql(filter.finishedSince));
+  return q.orderBy('created_at', 'desc').orderBy('id').limit(filter.limit).execute();
+}
+
+/** What {@link findRetryCandidates} selects. */
+export interface RetryFilter {
+  statuses: readonly FailedJobStatus[];
+  service?: string | undefined;
+  /** Jobs that finished (failed) at or after this moment. */
+  finishedSince?: Since | undefined;
+  limit: number;
+}
+
+/** A failed job that is its file's current job: a candidate for a retry. */
+export type RetryCandidate = Pick<
+  JobRow,
+  'id' | 'file_id' | 'attempt' | 'target_service' | 'status' | 'error_code' | 'finished_at'
+>;
+
+/**
+ * Failed jobs (of `filter.statuses`) that are still their files' current jobs, oldest failure
+ * first, at most `limit`; read without locks (the retry locks and decides again). Served by the
+ * partial index of failed jobs, the files by their primary key.
+ */
+export async function findRetryCandidates(
+  db: Kysely<Database>,
+  filter: RetryFilter,
+): Promise<RetryCandidate[]> {
+  if (filter.statuses.length === 0) return [];
+  let q = db
+    .selectFrom('recognition_job as j')
+    .innerJoin('stored_file as f', (join) =>
+      join.onRef('f.id', '=', 'j.file_id').onRef('f.current_recognition_job_id', '=', 'j.id'),
+    )
+    .select([
+      'j.id',
+      'j.file_id',
+      'j.attempt',
+      'j.target_service',
+      'j.status',
+      'j.error_code',
+      'j.finished_at',
+    ])
+    .where('j.status', 'in', [...filter.statuses])
+    // The literal list lets the planner prove the partial index's predicate whatever the parameters.
+    .where(sql<boolean>`j.status IN (${sql.join(FAILED_JOB_STATUSES.map((s) => sql.lit(s)))})`);
+  if (filter.service !== undefined) q = q.where('j.target_service', '=', filter.service);
+  if (filter.finishedSince) q = q.where('j.finished_at', '>=', sinceSql(filter.finishedSince));
+  return q.orderBy('j.finished_at').orderBy('j.id').limit(filter.limit).execute();
 }

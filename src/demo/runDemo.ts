@@ -20,6 +20,7 @@ import { createDatabaseIfMissing, dropDatabase, migrateToLatest, openDb, type Db
 import { addFile, createJob } from '../db/jobs.js';
 import { UsageError } from '../errors.js';
 import { createLogger, type Logger } from '../logger.js';
+import { provideDemoServers, type DemoServers } from './demoServers.js';
 import { connectNats, type Nats } from '../nats/connection.js';
 import { provisionStreams } from '../nats/provision.js';
 import { JOBS_STREAM, RESULTS_STREAM } from '../nats/subjects.js';
@@ -186,14 +187,16 @@ export function formatSummary(counts: DemoResult['counts']): string {
 /**
  * Run the demo end to end and print as it goes. Resolves with the final counts (read from the
  * database after everything stopped) whether or not every job became final in time.
- *   1. configuration: DATABASE_URL's server with the demo database, NATS_URL, demo overrides;
- *   2. database: drop, create, migrate;
- *   3. NATS: create the streams if missing, then purge both;
- *   4. the daemon, in-process;
- *   5. the reference service, on its own NATS connection as a separate process would be;
- *   6. files and jobs;
- *   7. progress until every job is final (bounded);
- *   8. stop the service and the daemon; read and print the summary.
+ *   1. servers: DATABASE_URL's and NATS_URL's, or private ones (`provideDemoServers`), removed
+ *      at the end whatever happens;
+ *   2. configuration: that PostgreSQL with the demo database, that NATS, demo overrides;
+ *   3. database: drop, create, migrate;
+ *   4. NATS: create the streams if missing, then purge both;
+ *   5. the daemon, in-process;
+ *   6. the reference service, on its own NATS connection as a separate process would be;
+ *   7. files and jobs;
+ *   8. progress until every job is final (bounded);
+ *   9. stop the service and the daemon; read and print the summary.
  */
 export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
   const started = Date.now();
@@ -208,8 +211,31 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
   if (!Number.isInteger(opts.jobs) || opts.jobs < 1)
     throw new UsageError('--jobs must be a whole number of at least 1');
 
-  // 1. Configuration.
-  const env = opts.env ?? process.env;
+  say(`recognition-core demo: ${opts.jobs} jobs, seed ${opts.seed}`);
+
+  // 1. Servers: the configured ones, or private ones where an unset address answers nothing.
+  const servers = await provideDemoServers({ env: opts.env ?? process.env, say });
+  try {
+    return await runOn(servers, opts, { started, out, say });
+  } finally {
+    await servers.close();
+    if (servers.privateServers.length > 0)
+      say(`Stopped and removed the private ${servers.privateServers.join(' and ')}.`);
+  }
+}
+
+/** Steps 2 to 9 of {@link runDemo}, on the servers chosen. */
+async function runOn(
+  servers: DemoServers,
+  opts: DemoOptions,
+  {
+    started,
+    out,
+    say,
+  }: { started: number; out: NonNullable<DemoOptions['out']>; say: (line?: string) => void },
+): Promise<DemoResult> {
+  // 2. Configuration.
+  const env = servers.env;
   const base = loadConfig(env);
   const dbUrl = new URL(base.DATABASE_URL);
   dbUrl.pathname = `/${opts.database}`;
@@ -221,13 +247,12 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
   });
   const weights = opts.weights ?? DEFAULT_WEIGHTS;
   const shownDb = redactUrl(config.DATABASE_URL);
-  say(`recognition-core demo: ${opts.jobs} jobs, seed ${opts.seed}`);
   say(`  database  ${shownDb} (dropped and recreated)`);
   say(
     `  NATS      ${redactUrl(config.NATS_URL)} (streams ${JOBS_STREAM} and ${RESULTS_STREAM} purged: use a development NATS)`,
   );
 
-  // 2. Database.
+  // 3. Database.
   try {
     await dropDatabase(config.DATABASE_URL);
     await createDatabaseIfMissing(config.DATABASE_URL);
@@ -247,7 +272,7 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
     try {
       await migrateToLatest(db.db);
 
-      // 3. NATS: streams exist and are empty.
+      // 4. NATS: streams exist and are empty.
       admin = await connectNats(config, logger, { name: 'recognition-core-demo' }).catch((err: unknown) => {
         throw new Error(`NATS at ${redactUrl(config.NATS_URL)} (NATS_URL): ${(err as Error).message}`, {
           cause: err,
@@ -263,13 +288,13 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
       await jsm.streams.purge(JOBS_STREAM);
       await jsm.streams.purge(RESULTS_STREAM);
 
-      // 4. The daemon.
+      // 5. The daemon.
       daemon = await startDaemon({ config, logger });
       say(
         `  daemon    reply timeout ${config.REPLY_TIMEOUT_MS} ms, watchdog every ${config.WATCHDOG_INTERVAL_MS} ms, metrics http://127.0.0.1:${daemon.http?.port}/metrics`,
       );
 
-      // 5. The reference service.
+      // 6. The reference service.
       serviceNats = await connectNats(config, logger, { name: TABULAR_PARSER });
       service = await startTabularParser({
         nc: serviceNats.nc,
@@ -284,7 +309,7 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
       say(`  service   ${TABULAR_PARSER} (seed ${opts.seed}): ${mix}`);
       say();
 
-      // 6. Files and jobs.
+      // 7. Files and jobs.
       const run = randomUUID().slice(0, 8);
       const indexes = Array.from({ length: opts.jobs }, (_, i) => i + 1);
       const progress = createProgress(out, opts.jobs);
@@ -303,7 +328,7 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
         createFailed = err ?? new Error('creating jobs failed');
       });
 
-      // 7. Progress (while the jobs are still being created, too) until every job is final, or the bound.
+      // 8. Progress (while the jobs are still being created, too) until every job is final, or the bound.
       const deadline = started + opts.timeoutMs;
       let counts = new Map<JobStatus, number>();
       while (!opts.signal?.aborted) {
@@ -329,7 +354,7 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
         );
       }
     } finally {
-      // 8. Stop everything (service first: it holds jobs in hand), then read the summary.
+      // 9. Stop everything (service first: it holds jobs in hand), then read the summary.
       await service?.stop().catch((err: unknown) => logger.error({ err }, 'stopping the service failed'));
       await serviceNats?.nc.drain().catch(() => undefined);
       await daemon?.stop().catch((err: unknown) => logger.error({ err }, 'stopping the daemon failed'));
@@ -361,11 +386,16 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
     say(`Finished in ${(wallMs / 1000).toFixed(1)} s.`);
     say();
     say(`The job lifecycle as statecharts: ${STATECHARTS_PATH}`);
-    say('Inspect a job (the demo database stays until the next demo):');
-    say(`  export DATABASE_URL=${shownDb}`);
-    for (const e of examples) say(`  npx recognition-core jobs show ${e.id}      # ${e.status}`);
-    const timedOut = examples.find((e) => e.status === 'timeout') ?? examples[0];
-    if (timedOut) say(`  npx recognition-core jobs history ${timedOut.id}   # its transitions`);
+    if (servers.privateDatabase) {
+      say('The demo database lived on the private PostgreSQL and is removed with it. To inspect jobs');
+      say('after a demo (jobs show, jobs history), run it against a PostgreSQL of your own (DATABASE_URL).');
+    } else {
+      say('Inspect a job (the demo database stays until the next demo):');
+      say(`  export DATABASE_URL=${shownDb}`);
+      for (const e of examples) say(`  npx recognition-core jobs show ${e.id}      # ${e.status}`);
+      const timedOut = examples.find((e) => e.status === 'timeout') ?? examples[0];
+      if (timedOut) say(`  npx recognition-core jobs history ${timedOut.id}   # its transitions`);
+    }
     return { counts, allFinal, service: stats, wallMs, databaseUrl: config.DATABASE_URL };
   } finally {
     await db.close();

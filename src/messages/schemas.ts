@@ -29,13 +29,24 @@ const ERROR_MESSAGE_MAX = 10_000;
 
 const uuid = { type: 'string', format: 'uuid', pattern: UUID_PATTERN } as const;
 const dateTime = { type: 'string', format: 'date-time' } as const;
-const bucket = { type: 'string', minLength: 1, maxLength: BUCKET_MAX } as const;
-const s3Object = {
-  type: 'object',
-  additionalProperties: false,
-  required: ['bucket', 'key'],
-  properties: { bucket, key: { type: 'string', minLength: 1, maxLength: KEY_MAX } },
-} as const;
+/** A non-empty string of at most `maxLength` characters. */
+const text = <const N extends number>(maxLength: N) => ({ type: 'string', minLength: 1, maxLength }) as const;
+
+/**
+ * A closed object whose every property is required (in the order listed), as the nested parts
+ * of both messages are: a misspelt or extra field is an error, not silently ignored.
+ */
+function closedObject<const P extends Record<string, JSONSchema>>(properties: P) {
+  return {
+    type: 'object',
+    additionalProperties: false,
+    required: Object.keys(properties) as Array<keyof P & string>,
+    properties,
+  } as const;
+}
+
+const bucket = text(BUCKET_MAX);
+const s3Object = closedObject({ bucket, key: text(KEY_MAX) });
 
 /**
  * `schemas/recognition-result-message.schema.json`: the envelope a service sends on
@@ -60,27 +71,14 @@ export const resultEnvelopeSchema = {
         ENVELOPE_STATUS.error,
       ],
     },
-    service: {
-      type: 'object',
-      additionalProperties: false,
-      required: ['name', 'version'],
-      properties: {
-        name: { type: 'string', minLength: 1, maxLength: NAME_MAX },
-        version: { type: 'string', minLength: 1, maxLength: NAME_MAX },
-      },
-    },
+    service: closedObject({ name: text(NAME_MAX), version: text(NAME_MAX) }),
     result_s3: s3Object,
     result_schema_version: { type: 'string', maxLength: NAME_MAX },
     metrics: { type: 'object' },
-    error: {
-      type: 'object',
-      additionalProperties: false,
-      required: ['code', 'message'],
-      properties: {
-        code: { type: 'string', minLength: 1, maxLength: NAME_MAX },
-        message: { type: 'string', maxLength: ERROR_MESSAGE_MAX },
-      },
-    },
+    error: closedObject({
+      code: text(NAME_MAX),
+      message: { type: 'string', maxLength: ERROR_MESSAGE_MAX },
+    }),
     sent_at: dateTime,
   },
   allOf: [
@@ -121,12 +119,7 @@ export const jobMessageSchema = {
     file_id: uuid,
     attempt: { type: 'integer', minimum: 1 },
     source_s3: s3Object,
-    result_s3_prefix: {
-      type: 'object',
-      additionalProperties: false,
-      required: ['bucket', 'key_prefix'],
-      properties: { bucket, key_prefix: { type: 'string', minLength: 1, maxLength: KEY_MAX } },
-    },
+    result_s3_prefix: closedObject({ bucket, key_prefix: text(KEY_MAX) }),
     reply_subject: { type: 'string', const: 'recognition.result' },
     reply_deadline: dateTime,
     published_at: dateTime,

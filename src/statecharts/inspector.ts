@@ -244,16 +244,3 @@ export function inspectorInstructions(session: InspectorSession): string {
     `  which needs internet access) and relays the events the server holds on ${session.wsUrl}.`,
   ].join('\n');
 }
-
-/** Keep the process alive until Ctrl-C (SIGINT) or SIGTERM. */
-export function waitForSignal(): Promise<NodeJS.Signals> {
-  return new Promise((resolve) => {
-    const done = (signal: NodeJS.Signals) => {
-      process.off('SIGINT', done);
-      process.off('SIGTERM', done);
-      resolve(signal);
-    };
-    process.on('SIGINT', done);
-    process.on('SIGTERM', done);
-  });
-}

@@ -15,7 +15,7 @@
  *   share one group, so every state is in at most one group.
  */
 import type { MachineGraph } from './machineGraph.js';
-import { dotHeader, drawnEdges, guardLabel, q, stateNode, type DrawnEdge } from './render.js';
+import { dotHeader, drawnEdges, guardLabel, nextAttemptDot, q, stateNode, type DrawnEdge } from './render.js';
 
 /** States drawn together as one box, in the graph's state order. */
 export interface OverviewGroup {
@@ -154,6 +154,7 @@ export function overviewToDot(overview: Overview): string {
     }
     lines.push(`  ${q(e.from)} -> ${q(head)} [${attrs.join(', ')}];`);
   }
+  lines.push(...nextAttemptDot(graph));
   lines.push('}');
   return lines.join('\n') + '\n';
 }

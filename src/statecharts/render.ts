@@ -4,6 +4,7 @@
  * package), and the Stately Studio file. Pure but for the WASM instance, which is cached.
  */
 import { instance, type Viz } from '@viz-js/viz';
+import { ATTEMPT_CREATED_EVENT, NEXT_ATTEMPT_ACTION } from '../../machines/index.js';
 import type { ActionRef, GraphState, GraphTransition, MachineGraph } from './machineGraph.js';
 import { graphEvents } from './machineGraph.js';
 import type { Overview } from './overview.js';
@@ -41,6 +42,38 @@ export function drawnEdges(graph: MachineGraph): DrawnEdge[] {
   return out;
 }
 
+/**
+ * Where a retry's next attempt starts: from each status whose transition starts one (its actions
+ * include the machine's {@link NEXT_ATTEMPT_ACTION}) to the initial status. No job moves along it:
+ * the failed job stays, a new job (attempt + 1) begins there. Drawn dashed.
+ */
+export interface NextAttemptEdge {
+  from: string;
+  to: string;
+  event: string;
+  description: string;
+}
+
+/** The {@link NextAttemptEdge}s of the graph, in state order. */
+export function nextAttemptEdges(graph: MachineGraph): NextAttemptEdge[] {
+  return drawnEdges(graph)
+    .filter((e) => e.actions.some((a) => (typeof a === 'string' ? a : a.type) === NEXT_ATTEMPT_ACTION))
+    .map((e) => ({
+      from: e.from,
+      to: graph.initial,
+      event: e.event,
+      description: `${e.event}: a new job for the same file, attempt + 1, starts in ${graph.initial}; the ${e.from} job stays ${e.from}`,
+    }));
+}
+
+/** The DOT lines of the next-attempt edges: dashed, not ranking the layout. */
+export function nextAttemptDot(graph: MachineGraph): string[] {
+  return nextAttemptEdges(graph).map(
+    (e) =>
+      `  ${q(e.from)} -> ${q(e.to)} [id=${q(`next-attempt-${e.from}`)}, style=dashed, color="#3d5a80", fontcolor="#3d5a80", constraint=false, label=${q(`${e.event}\nnew job, attempt + 1`)}, tooltip=${q(e.description)}];`,
+  );
+}
+
 /** `[guard]`; an unguarded transition tried after guarded ones reads `[else]` (UML). */
 export function guardLabel(t: GraphTransition): string | null {
   return t.guard ? t.guard : t.order > 0 ? 'else' : null;
@@ -61,6 +94,8 @@ export function toMermaid(graph: MachineGraph): string {
   for (const e of drawnEdges(graph))
     lines.push(`  ${e.from} --> ${e.to} : ${edgeLabel(e).replace(/[:;]/g, ' ')}`);
   for (const s of graph.states) if (s.final) lines.push(`  ${s.name} --> [*]`);
+  for (const e of nextAttemptEdges(graph))
+    lines.push(`  note right of ${e.from} : ${e.event} starts a new job (attempt + 1) in ${e.to}`);
   return lines.join('\n');
 }
 
@@ -113,6 +148,25 @@ function overviewSentences(overview: Overview): string[] {
   );
 }
 
+/** How attempts chain: the page's section on retries, from the next-attempt edges. */
+function attemptsSection(graph: MachineGraph): string[] {
+  const edges = nextAttemptEdges(graph);
+  if (edges.length === 0) return [];
+  const events = [...new Set(edges.map((e) => e.event))];
+  return [
+    '## How attempts chain',
+    '',
+    `A job is one attempt. A job in ${orList(edges.map((e) => e.from))} that is still its file's current job takes`,
+    `${orList(events)} (\`recognition-core jobs retry\`): it keeps its status and logs the event with the new job's`,
+    `id (\`next_job_id\`, \`next_attempt\`), and a new job for the same file, attempt + 1, starts in \`${graph.initial}\``,
+    `with a first log row \`${graph.initial} → ${graph.initial}\`, event \`${ATTEMPT_CREATED_EVENT}\`, naming the job it retries (\`retry_of\`).`,
+    "The file points at the new job and is `QUEUED` again. A job that is no longer its file's current one is not",
+    'retried (the file already has a newer attempt), so retrying twice never opens two attempts for one file. The',
+    'dashed arrows of the diagrams mark where the next attempt starts; no job moves along them.',
+    '',
+  ];
+}
+
 /** What the product owners' page is made of. */
 export interface MarkdownInput {
   graph: MachineGraph;
@@ -158,8 +212,10 @@ export function renderMarkdown({ graph, rows, edges, overview }: MarkdownInput):
     '```',
     '',
     'A label reads `EVENT [guard]`: the event, and the condition that must hold (see the table for it in plain',
-    'words). An arrow from a status back to itself changes nothing but the log (a publish retry).',
+    'words). An arrow from a status back to itself changes nothing but the log (a publish retry, a retry of a',
+    'failed job).',
     '',
+    ...attemptsSection(graph),
     '## Statuses',
     '',
     '| Status | Final | Meaning |',
@@ -169,7 +225,8 @@ export function renderMarkdown({ graph, rows, edges, overview }: MarkdownInput):
     out.push(`| \`${s.name}\` | ${s.final ? 'yes' : 'no'} | ${cell(s.description)} |`);
   out.push('', '## Final statuses and what they mean for the file', '');
   out.push(
-    'A job in a final status never changes again. Events that still arrive are logged and counted, never applied.',
+    'A job in a final status never changes again. Events that still arrive are logged and counted, never applied;',
+    'a retry of a failed job leaves it as it is and starts a new job (see "How attempts chain").',
     '',
   );
   for (const s of graph.states.filter((x) => x.final)) out.push(`- **${s.name}**: ${s.description}`);
@@ -267,6 +324,7 @@ export function toDot(graph: MachineGraph, { counts }: { counts?: ChartCounts | 
     const id = `edge-${e.from}-${e.to}-${e.event}`;
     lines.push(`  ${q(e.from)} -> ${q(e.to)} [id=${q(id)}, label=${q(label)}, tooltip=${q(e.description)}];`);
   }
+  lines.push(...nextAttemptDot(graph));
   lines.push('}');
   return lines.join('\n') + '\n';
 }

@@ -15,6 +15,8 @@ import {
 export const SAMPLE_NOW = new Date('2025-03-01T10:00:00.000Z');
 export const SAMPLE_JOB_ID = '00000000-0000-4000-8000-000000000001';
 export const SAMPLE_FILE_ID = '00000000-0000-4000-8000-000000000002';
+/** The id a sample retry gives the next attempt. */
+export const SAMPLE_NEXT_JOB_ID = '00000000-0000-4000-8000-000000000003';
 export const SAMPLE_SERVICE = { name: 'tabular-parser', version: '1.4.2' } as const;
 export const SAMPLE_REPLY_TIMEOUT_MS = 10 * 60_000;
 export const SAMPLE_PUBLISH_POLICY: PublishRetryPolicy = {
@@ -187,6 +189,18 @@ export function eventVariants(): Record<JobEvent['type'], EventVariant[]> {
         context: {},
       },
       { name: 'reply_deadline not yet passed', event: { type: 'DEADLINE_PASSED', now }, context: {} },
+    ],
+    RETRY_REQUESTED: [
+      {
+        name: "retry, the file still this job's",
+        event: { type: 'RETRY_REQUESTED', now, newJobId: SAMPLE_NEXT_JOB_ID },
+        context: {},
+      },
+      {
+        name: 'retry, the file has a newer job',
+        event: { type: 'RETRY_REQUESTED', now, newJobId: SAMPLE_NEXT_JOB_ID },
+        context: { fileIsCurrent: false },
+      },
     ],
   };
 }

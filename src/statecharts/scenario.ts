@@ -367,6 +367,8 @@ function effectText(e: JobEffect): string {
       return `register result object s3://${e.params.bucket}/${e.params.key}`;
     case 'recordTransition':
       return `log transition ${e.params.event}${e.params.msgId ? ` (msg id ${e.params.msgId})` : ''}`;
+    case 'createAttempt':
+      return `create attempt ${e.params.attempt} (job ${e.params.jobId}, pending, to ${e.params.targetService}); file → QUEUED, pointing at it`;
     case 'noteNoChange':
       return `nothing changes: ${e.params.decision} (${e.params.reason})`;
   }

@@ -8,23 +8,18 @@
  */
 import { transition, type AnyStateMachine } from 'xstate';
 import {
+  JOB_EFFECT_TYPES,
   JOB_EVENT_TYPES,
   recognitionJobMachine,
   type Decision,
   type JobContext,
   type JobEffect,
-  type JobEffectType,
   type JobEvent,
 } from '../../machines/index.js';
 import { candidates, readMachineGraph, type GraphTransition, type MachineGraph } from './machineGraph.js';
 import { eventVariants, sampleContext } from './samples.js';
 
-const EFFECT_TYPES: ReadonlySet<string> = new Set<JobEffectType>([
-  'setFileStatus',
-  'registerResultObject',
-  'recordTransition',
-  'noteNoChange',
-]);
+const EFFECT_TYPES: ReadonlySet<string> = new Set<string>(JOB_EFFECT_TYPES);
 
 /**
  * The level the inbox logs each decision at (`src/daemon/inbox.ts`). The other loops follow it but
@@ -134,6 +129,9 @@ export interface TableRow {
 }
 
 function fileColumn(effects: JobEffect[], whenNotCurrent: JobEffect[]): string {
+  const next = effects.find((e) => e.type === 'createAttempt');
+  if (next)
+    return `QUEUED, pointing at the new job (attempt ${next.params.attempt}, pending, to ${next.params.targetService})`;
   const set = effects.find((e) => e.type === 'setFileStatus');
   if (!set) return '—';
   const code = set.params.errorCode ? ` (error_code ${set.params.errorCode})` : '';

@@ -6,6 +6,9 @@
  * - {@link applyEventsOptimistic}: a few events of one job, read without a lock and written only
  *   at the version read (the inbox's batches of one job);
  * - {@link applyPassedDeadlines}: the watchdog's due jobs, locked skipping locked rows;
+ * - {@link applyRetries}: `RETRY_REQUESTED` for failed jobs, their jobs and files locked in job id
+ *   order; it creates the next attempts, which no event path does (`jobs retry`);
+ *   {@link previewRetries} decides the same and writes nothing (`--dry-run`);
  * - {@link step}: one event in its own transaction.
  *
  * Parts: `statements.ts` (the SQL and the rows it reads), `statement.ts` (names derived from
@@ -15,15 +18,26 @@
 export { applyEvents, step } from './applyEvents.js';
 export { applyEventsOptimistic } from './applyEventsOptimistic.js';
 export { applyPassedDeadlines, type PassedDeadlines } from './applyPassedDeadlines.js';
+export {
+  applyRetries,
+  planRetries,
+  previewRetries,
+  type PlannedRetries,
+  type RetryOutcome,
+  type RetryRequest,
+} from './applyRetries.js';
 export type { StepItem, StepOutcome } from './plan.js';
 export { pgStepSql, stepSqlOf, type PgQueryable, type StepSql, type StepTransaction } from './sql.js';
 export { defineStatement, type Statement } from './statement.js';
 export {
   DUE_LOCK,
+  RETRY_LOCK,
+  RETRY_WRITE,
   WRITE,
   type DueEnd,
   type LockedRow,
   type LockedWithFileRow,
+  type RetryLockedRow,
   type StepRow,
   type VersionedRow,
   type WriteMode,

@@ -166,6 +166,9 @@ function decideAll(
       reason: d.reason,
     });
     for (const effect of d.effects) {
+      // The next attempt is an insert this path's write statement does not make.
+      if (effect.type === 'createAttempt')
+        throw new Error('RETRY_REQUESTED goes through applyRetries, not through the event paths');
       if (effect.type !== 'noteNoChange') fx.effected.add(item.jobId);
       if (effect.type === 'registerResultObject')
         fx.objects.set(item.jobId, { jobId: item.jobId, ...effect.params });

@@ -3,6 +3,7 @@
  * documents), so a driver that prepares statements by name parses and plans each once per
  * connection; and the rows they read.
  */
+import { FILE_STATUS } from '../../machines/index.js';
 import { JOB_STATE_COLUMNS, type JobStateRow, type MutableJobColumn } from '../db/jobRow.js';
 import { defineStatement, type Statement } from './statement.js';
 
@@ -247,3 +248,63 @@ export const WRITE: Readonly<Record<WriteMode, Statement>> = {
   byId: defineStatement('step_write_by_id', writeSql({ jobs: 'id', files: 'id', guarded: false })),
   guarded: defineStatement('step_guarded_write', writeSql({ jobs: 'id', files: 'id', guarded: true })),
 };
+
+/** A job and its file, both locked for a retry, with the job its file points at now. */
+export type RetryLockedRow = StepRow & { file_current_job_id: string | null };
+
+/**
+ * A retry's step 1: lock the jobs ($1, a uuid array) and their files, in job id order (so that
+ * concurrent retries never deadlock). The files are locked because the retry moves them, and so
+ * that a second retry of the same job, waiting here for the first to commit, reads the file as the
+ * first left it (the job's row itself does not change) and is refused.
+ */
+export const RETRY_LOCK = defineStatement(
+  'step_retry_lock',
+  `
+  SELECT ${STEP_ROW_COLUMNS}, f.current_recognition_job_id AS file_current_job_id
+  FROM unnest($1::uuid[]) AS k(id)
+  JOIN recognition_job j ON j.id = k.id
+  JOIN stored_file f ON f.id = j.file_id
+  ORDER BY j.id
+  FOR UPDATE OF j, f`,
+);
+
+/**
+ * A retry's step 3, one statement, kept apart from the event paths' write so that theirs stays as
+ * it is: $1 the next attempts, $2 the transition rows (each naming the attempt it belongs to).
+ *   a. move each file to its next attempt (QUEUED, no error code), only while it still points at
+ *      the retried job (the guard repeated in SQL on purpose);
+ *   b. insert the next attempts of the files moved, `pending` (the insert wakes the publisher);
+ *   c. append the retried jobs' rows and the new jobs' creation rows, for the files moved only.
+ * Foreign keys are checked at the statement's end, so the files may point at jobs it inserts.
+ * Returns the ids of the jobs inserted.
+ */
+export const RETRY_WRITE = defineStatement(
+  'step_retry_write',
+  `
+  WITH next AS (
+    SELECT * FROM jsonb_to_recordset($1::jsonb)
+      AS n(id uuid, file_id uuid, attempt integer, target_service text, retry_of uuid)
+  ),
+  file AS (
+    UPDATE stored_file AS f
+    SET current_recognition_job_id = n.id, status = '${FILE_STATUS.QUEUED}', error_code = NULL, updated_at = now()
+    FROM next AS n
+    WHERE f.id = n.file_id AND f.current_recognition_job_id = n.retry_of
+    RETURNING n.id, n.file_id, n.attempt, n.target_service
+  ),
+  job AS (
+    INSERT INTO recognition_job (id, file_id, attempt, target_service)
+    SELECT id, file_id, attempt, target_service FROM file
+    RETURNING id
+  ),
+  log AS (
+    INSERT INTO recognition_job_transition (job_id, from_status, to_status, event, msg_id, detail)
+    SELECT t.job_id, t.from_status, t.to_status, t.event, NULL, t.detail
+    FROM jsonb_to_recordset($2::jsonb)
+      AS t(seq integer, attempt_id uuid, job_id uuid, from_status text, to_status text, event text, detail jsonb)
+    WHERE t.attempt_id IN (SELECT id FROM file)
+    ORDER BY t.seq
+  )
+  SELECT id::text FROM job`,
+);

@@ -8,6 +8,7 @@
  * - a *path* is a job's steps in the order they were written.
  */
 import {
+  ATTEMPT_CREATED_EVENT,
   FILE_STATUS,
   FINAL_JOB_STATUSES,
   isFinalStatus,
@@ -58,17 +59,24 @@ export function isMachineStep(step: Step): boolean {
   );
 }
 
+/** Whether `step` is the creation row of a job created as the next attempt of a failed one. */
+function isCreation(step: Step, initial: string): boolean {
+  return step.event === ATTEMPT_CREATED_EVENT && step.from === initial && step.to === initial;
+}
+
 /**
  * Why `steps` is not a path of the machine from its initial state ending at `status`, or `null`
- * when it is: the first step leaves the initial state (`pending`), each step starts where the
- * previous one ended, each is a step of the machine, no step leaves a final status, and the job's
+ * when it is: the first step leaves the initial state (`pending`) or is a retried job's creation
+ * row there, each step starts where the previous one ended, each is a step of the machine, no step
+ * leaves a final status (a final status may record a step that keeps it: a retry), and the job's
  * current status is where the path ends.
  */
 export function pathProblem(steps: readonly Step[], status: string): string | null {
   let at = graph().initial;
   for (const [i, s] of steps.entries()) {
+    if (i === 0 && isCreation(s, at)) continue;
     if (s.from !== at) return `step ${i + 1} starts at ${s.from}, but the job was ${at}`;
-    if (isFinalStatus(at as JobStatus)) return `step ${i + 1} leaves the final status ${at}`;
+    if (isFinalStatus(at as JobStatus) && s.to !== at) return `step ${i + 1} leaves the final status ${at}`;
     if (!isMachineStep(s))
       return `step ${i + 1} (${s.from} --${s.event}--> ${s.to}) is not a transition of the machine`;
     at = s.to;

@@ -30,8 +30,12 @@ import { sql } from 'kysely';
 import { QUARANTINE_REASONS, type QuarantineReason } from '../../machines/index.js';
 import { openDb, type Db } from '../../src/db/database.js';
 import { INBOX_CONSUMER, JOBS_STREAM, RESULTS_STREAM } from '../../src/nats/subjects.js';
-import { startNatsCluster, startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
-import { startPgCluster, type PgClusterHandle } from '../helpers/pgCluster.js';
+import {
+  startNatsCluster,
+  startNatsServer,
+  type NatsServerHandle,
+} from '../../src/localServers/natsServer.js';
+import { startPgCluster, type PgClusterHandle } from '../../src/localServers/pgCluster.js';
 import {
   checkInvariants,
   countLogLine,

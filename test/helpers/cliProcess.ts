@@ -43,15 +43,29 @@ export function cliEnv(env: Record<string, string>): NodeJS.ProcessEnv {
   return { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp', ...env };
 }
 
+export interface SpawnCliOptions {
+  /**
+   * A command that runs `node bin/recognition-core.js ...args` appended to it, e.g. `unshare
+   * --net ...` to run the CLI where the default addresses answer nothing. It must end by exec'ing
+   * them, so that signals sent to the child reach the CLI.
+   */
+  wrapper?: string[];
+}
+
 /** Spawn `node bin/recognition-core.js ...args` with a clean environment plus `env`. */
-export function spawnCli(args: string[], env: Record<string, string>): CliProcess {
+export function spawnCli(
+  args: string[],
+  env: Record<string, string>,
+  opts: SpawnCliOptions = {},
+): CliProcess {
   if (!existsSync(BUILT_CLI))
     throw new Error('the CLI is not built: run `npm run build` before the integration tests');
   if (!hooked) {
     hooked = true;
     process.on('exit', () => live.forEach((c) => c.kill('SIGKILL')));
   }
-  const child = spawn(process.execPath, [CLI_BIN, ...args], {
+  const [command, ...wrapperArgs] = [...(opts.wrapper ?? []), process.execPath, CLI_BIN, ...args];
+  const child = spawn(command!, wrapperArgs, {
     env: cliEnv(env),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -135,11 +149,16 @@ export function spawnCli(args: string[], env: Record<string, string>): CliProces
   };
 }
 
-/** Run the CLI to completion (killed after `timeoutMs`). */
+export interface RunCliOptions extends SpawnCliOptions {
+  /** Killed (SIGKILL) after this long; default 30 s. */
+  timeoutMs?: number;
+}
+
+/** Run the CLI to completion (killed after `timeoutMs`, given alone or in the options). */
 export async function runCli(
   args: string[],
   env: Record<string, string>,
-  timeoutMs = 30_000,
+  options: number | RunCliOptions = {},
 ): Promise<{
   code: number | null;
   signal: NodeJS.Signals | null;
@@ -147,7 +166,9 @@ export async function runCli(
   stderr: string[];
   output: string;
 }> {
-  const p = spawnCli(args, env);
+  const { timeoutMs = 30_000, ...spawnOptions } =
+    typeof options === 'number' ? { timeoutMs: options } : options;
+  const p = spawnCli(args, env, spawnOptions);
   const timer = setTimeout(() => p.child.kill('SIGKILL'), timeoutMs);
   const { code, signal } = await p.exited;
   clearTimeout(timer);

@@ -22,6 +22,8 @@ export const NOW = new Date('2025-03-01T10:00:00.000Z');
 
 export const JOB_ID = '3f1b6c1e-8a3c-4c1e-9d5e-2b7a4f0c9e11';
 export const FILE_ID = '0b8f7a52-51d4-4f5e-a0a7-6c3d2e1f9a10';
+/** The id a sample retry gives the next attempt. */
+export const NEXT_JOB_ID = '7c2d9e4a-1b3f-4a5c-8d6e-9f0a1b2c3d44';
 export const SERVICE = { name: 'tabular-parser', version: '1.4.2' } as const;
 
 export const REPLY_TIMEOUT_MS = 10 * 60_000;
@@ -171,6 +173,7 @@ export function sampleEventsByKind(now: Date = NOW) {
     },
     deadlinePassed: { type: 'DEADLINE_PASSED', now: at(now, REPLY_TIMEOUT_MS + MINUTE) },
     deadlineNotPassed: { type: 'DEADLINE_PASSED', now },
+    retryRequested: { type: 'RETRY_REQUESTED', now, newJobId: NEXT_JOB_ID },
   } as const satisfies Record<string, JobEvent>;
 }
 
@@ -192,6 +195,7 @@ export const EVENT_VARIANT_NAMES = [
   'ENVELOPE_RESULT, msg id already applied',
   'DEADLINE_PASSED, deadline passed',
   'DEADLINE_PASSED, deadline not passed',
+  'RETRY_REQUESTED',
 ] as const;
 export type EventVariantName = (typeof EVENT_VARIANT_NAMES)[number];
 
@@ -221,6 +225,7 @@ export function eventVariants(now: Date = NOW): EventVariant[] {
     { name: 'ENVELOPE_RESULT, msg id already applied', event: e.done, context: { resultMsgId: DONE_MSG_ID } },
     { name: 'DEADLINE_PASSED, deadline passed', event: e.deadlinePassed, context: {} },
     { name: 'DEADLINE_PASSED, deadline not passed', event: e.deadlineNotPassed, context: {} },
+    { name: 'RETRY_REQUESTED', event: e.retryRequested, context: {} },
   ];
   return variants;
 }

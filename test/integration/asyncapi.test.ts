@@ -19,7 +19,7 @@ import {
 } from '../../src/reference/tabularParserService.js';
 import { messageExamples, messageValidators, readAsyncApi, readSchemaFiles } from '../helpers/asyncapi.js';
 import { createLogSink } from '../helpers/logSink.js';
-import { startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
 
 type Facts = Record<string, unknown>;
 const doc = readAsyncApi() as {

@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing, dropDatabase } from '../../src/db/database.js';
 import { runCli } from '../helpers/cliProcess.js';
-import { freePort } from '../helpers/freePort.js';
+import { freePort } from '../../src/localServers/freePort.js';
 import { dbUrl } from '../helpers/pgUrls.js';
 
 /** Nothing listens there: if a case got past the configuration, it would fail differently. */

@@ -8,7 +8,11 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { connect, PermissionViolationError, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 
-import { startNatsCluster, startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
+import {
+  startNatsCluster,
+  startNatsServer,
+  type NatsServerHandle,
+} from '../../src/localServers/natsServer.js';
 
 const enc = new TextEncoder();
 

@@ -29,7 +29,7 @@ import { INBOX_CONSUMER, JOBS_STREAM, RESULTS_STREAM } from '../../src/nats/subj
 import { spawnCli, runCli } from '../helpers/cliProcess.js';
 import { insertJob, loadAll } from '../helpers/fixtures.js';
 import { createLogSink } from '../helpers/logSink.js';
-import { startNatsServer, type NatsServerHandle } from '../helpers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
 import { inboxDrained, startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';

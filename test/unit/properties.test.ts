@@ -17,6 +17,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
+  FAILED_JOB_STATUSES,
   FILE_STATUS,
   decide,
   isFinalStatus,
@@ -52,7 +53,9 @@ type Command =
     }
   | { kind: 'deadline'; dt: number }
   /** Send one of the earlier result events again, exactly (a redelivery). */
-  | { kind: 'resend'; dt: number; pick: number };
+  | { kind: 'resend'; dt: number; pick: number }
+  /** An operator retries the job (`jobs retry`). */
+  | { kind: 'retry'; dt: number };
 
 const dt = fc.integer({ min: 0, max: 2 * REPLY_TIMEOUT_MS });
 const service = fc.record({
@@ -89,6 +92,7 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   }),
   fc.record({ kind: fc.constant('deadline' as const), dt }),
   fc.record({ kind: fc.constant('resend' as const), dt, pick: fc.nat() }),
+  fc.record({ kind: fc.constant('retry' as const), dt }),
 );
 
 const history = fc.record({
@@ -158,6 +162,9 @@ function play(
       case 'deadline':
         event = { type: 'DEADLINE_PASSED', now: at };
         break;
+      case 'retry':
+        event = { type: 'RETRY_REQUESTED', now: at, newJobId: '7c2d9e4a-1b3f-4a5c-8d6e-9f0a1b2c3d44' };
+        break;
       case 'resend': {
         const earlier = results[c.pick % Math.max(1, results.length)];
         if (!earlier) continue;
@@ -174,15 +181,50 @@ function play(
 }
 
 describe('the machine under random histories (from pending)', () => {
-  it('a final status is never left, and nothing after it is applied', () => {
+  it('a final status is never left, and nothing after it is applied but one retry of a failed job, which keeps it', () => {
+    let retries = 0;
     fc.assert(
       fc.property(history, ({ fileIsCurrent, commands }) => {
         const { log } = play(fileIsCurrent, commands);
-        for (const { before, result } of log) {
+        for (const { event, before, result } of log) {
           if (!isFinalStatus(before.status)) continue;
-          expect(result.decision).not.toBe('applied');
           expect(result.to).toBe(before.status);
+          const startsAttempt =
+            event.type === 'RETRY_REQUESTED' &&
+            (FAILED_JOB_STATUSES as readonly string[]).includes(before.status) &&
+            before.context.fileIsCurrent;
+          if (startsAttempt) {
+            retries++;
+            // The next attempt is a new job; this one only stops being its file's current job.
+            expect(result.decision).toBe('applied');
+            expect(result.context).toEqual({ ...before.context, fileIsCurrent: false });
+            expect(result.effects.map((e) => e.type)).toEqual(['createAttempt', 'recordTransition']);
+            continue;
+          }
+          expect(result.decision).not.toBe('applied');
           expect(result.context).toEqual(before.context);
+        }
+      }),
+      SETTINGS,
+    );
+    expect(retries).toBeGreaterThan(50);
+  });
+
+  it('only a failed job that is its file’s current job starts a next attempt, at attempt + 1, for its file', () => {
+    fc.assert(
+      fc.property(history, ({ fileIsCurrent, commands }) => {
+        for (const { before, result } of play(fileIsCurrent, commands).log) {
+          const next = result.effects.filter((e) => e.type === 'createAttempt');
+          if (next.length === 0) continue;
+          expect(FAILED_JOB_STATUSES).toContain(before.status);
+          expect(before.context.fileIsCurrent).toBe(true);
+          expect(next.map((e) => e.params)).toEqual([
+            expect.objectContaining({
+              fileId: before.context.fileId,
+              attempt: before.context.attempt + 1,
+              retryOf: before.context.jobId,
+            }),
+          ]);
         }
       }),
       SETTINGS,
@@ -303,6 +345,16 @@ describe('the path checker the chaos harness shares (it must refuse what is not 
       'done',
     ],
     ['a result for a job still pending', [step('pending', 'ENVELOPE_RESULT', 'error')], 'error'],
+    [
+      'a retry keeps the failed status',
+      [step('pending', 'ENVELOPE_RESULT', 'error'), step('error', 'RETRY_REQUESTED', 'error')],
+      'error',
+    ],
+    [
+      "a retried attempt's creation row, then its life",
+      [step('pending', 'CREATED', 'pending'), step('pending', 'PUBLISHED', 'published')],
+      'published',
+    ],
   ];
   const bad: Array<[string, Step[], string, RegExp]> = [
     [
@@ -340,6 +392,18 @@ describe('the path checker the chaos harness shares (it must refuse what is not 
       [step('pending', 'ENVELOPE_RESULT', 'done'), step('done', 'ENVELOPE_RESULT', 'error')],
       'error',
       /leaves the final status done/,
+    ],
+    [
+      'a retry of a job that did not fail',
+      [step('pending', 'ENVELOPE_RESULT', 'done'), step('done', 'RETRY_REQUESTED', 'done')],
+      'done',
+      /not a transition/,
+    ],
+    [
+      'a creation row after the first',
+      [step('pending', 'PUBLISH_FAILED', 'pending'), step('pending', 'CREATED', 'pending')],
+      'pending',
+      /not a transition/,
     ],
     [
       'a status other than the end',

@@ -30,7 +30,10 @@ import {
   DONE_MSG_ID,
   ERROR_MSG_ID,
   EVENT_VARIANT_NAMES,
+  FILE_ID,
+  JOB_ID,
   NEEDS_CHECK_MSG_ID,
+  NEXT_JOB_ID,
   NOW,
   PUBLISH_ERROR,
   PUBLISH_RETRY_POLICY,
@@ -167,9 +170,42 @@ const timedOut = applied(
 // The table
 // ---------------------------------------------------------------------------------------------
 
-type Row = [state: JobStatus, variant: EventVariantName, expected: Expected];
+/**
+ * A row: the expected outcome, and, when it differs from "the same without the file's effects",
+ * the outcome for a job that is not its file's current job.
+ */
+type Row = [state: JobStatus, variant: EventVariantName, expected: Expected, notCurrent?: Expected];
 
-/** Every final status answers every event alike: nothing changes, each case told apart. */
+/** A failed job's retry: the next attempt for its file; the job itself keeps status and columns. */
+const retried = applied(
+  'error', // replaced by the row's own status
+  { fileIsCurrent: false },
+  [
+    {
+      type: 'createAttempt',
+      params: {
+        jobId: NEXT_JOB_ID,
+        fileId: FILE_ID,
+        attempt: 2,
+        targetService: SERVICE.name,
+        retryOf: JOB_ID,
+      },
+    },
+    logged('RETRY_REQUESTED', null, {
+      next_job_id: NEXT_JOB_ID,
+      next_attempt: 2,
+      target_service: SERVICE.name,
+    }),
+  ],
+);
+
+/** The retry row of a final status: a failed one starts the next attempt, while the file is its own. */
+const retryRow = (state: JobStatus): Row =>
+  (['error', 'timeout', 'dlq'] as JobStatus[]).includes(state)
+    ? [state, 'RETRY_REQUESTED', { ...retried, to: state }, stays('ignored', 'file_not_current')]
+    : [state, 'RETRY_REQUESTED', stays('ignored', 'not_failed')];
+
+/** Every final status answers every event alike: nothing changes, each case told apart (but a retry). */
 const finalRows = (state: JobStatus): Row[] => [
   [state, 'PUBLISHED', stays('ignored', 'not_accepted')],
   [state, 'PUBLISH_FAILED, attempts left', stays('ignored', 'not_accepted')],
@@ -182,6 +218,7 @@ const finalRows = (state: JobStatus): Row[] => [
   [state, 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
   [state, 'DEADLINE_PASSED, deadline passed', stays('ignored', 'not_accepted')],
   [state, 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'not_accepted')],
+  retryRow(state),
 ];
 
 const TABLE: Row[] = [
@@ -234,6 +271,7 @@ const TABLE: Row[] = [
   ['pending', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
   ['pending', 'DEADLINE_PASSED, deadline passed', stays('ignored', 'not_accepted')],
   ['pending', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'not_accepted')],
+  ['pending', 'RETRY_REQUESTED', stays('ignored', 'not_failed')], // only a failed job is retried
 
   // published: in the stream, waiting for the service's ack.
   ['published', 'PUBLISHED', stays('ignored', 'not_accepted')],
@@ -270,6 +308,7 @@ const TABLE: Row[] = [
   ['published', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
   ['published', 'DEADLINE_PASSED, deadline passed', timedOut],
   ['published', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'deadline_not_passed')],
+  ['published', 'RETRY_REQUESTED', stays('ignored', 'not_failed')],
 
   // processing: the service acked and is working.
   ['processing', 'PUBLISHED', stays('ignored', 'not_accepted')],
@@ -283,8 +322,10 @@ const TABLE: Row[] = [
   ['processing', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')], // redelivery
   ['processing', 'DEADLINE_PASSED, deadline passed', timedOut], // SPEC §3.3: taken but never answered
   ['processing', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'deadline_not_passed')],
+  ['processing', 'RETRY_REQUESTED', stays('ignored', 'not_failed')],
 
-  // Final statuses are never left (SPEC §2); a result after one is logged, not applied (§3.2).
+  // Final statuses are never left (SPEC §2); a result after one is logged, not applied (§3.2); a
+  // failed one may start the next attempt, a new job, and keeps its own status.
   ...FINAL_JOB_STATUSES.flatMap(finalRows),
 ];
 
@@ -300,8 +341,9 @@ const withoutFileEffects = (effects: JobEffect[]) => effects.filter((e) => e.typ
 describe('recognition job lifecycle, every (state × event)', () => {
   // A job that is no longer its file's current job does everything the same, but never touches the file.
   describe.each([true, false])('fileIsCurrent = %s', (fileIsCurrent) => {
-    it.each(TABLE)('%s × %s', (state, variantName, expected) => {
+    it.each(TABLE)('%s × %s', (state, variantName, asCurrent, notCurrent) => {
       const { context, result } = run(state, variantName, { fileIsCurrent });
+      const expected = !fileIsCurrent && notCurrent ? notCurrent : asCurrent;
 
       expect(result.decision).toBe(expected.decision);
       expect(result.from).toBe(state);

@@ -107,6 +107,8 @@ describe('model-based paths of the job lifecycle', () => {
         ),
         edge('published', 'DEADLINE_PASSED', 'timeout'),
         edge('processing', 'DEADLINE_PASSED', 'timeout'),
+        // A failed job's retry keeps its status; the next attempt is a new job.
+        ...['error', 'timeout', 'dlq'].map((s) => edge(s, 'RETRY_REQUESTED', s)),
       ].sort(),
     );
   });
@@ -121,6 +123,7 @@ describe('model-based paths of the job lifecycle', () => {
       expect(statuses.slice(0, events.length)).toEqual(statusesOf(path));
       expect(events.length === 0 ? 'pending' : statuses[events.length - 1]).toBe(path.state.value);
 
+      // A final status holds whatever comes, a retry included.
       const firstFinal = statuses.findIndex((s) => isFinalStatus(s));
       if (firstFinal >= 0) {
         expect(statuses.slice(firstFinal)).toEqual(

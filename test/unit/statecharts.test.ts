@@ -20,7 +20,13 @@ import {
   overviewToDot,
   type Overview,
 } from '../../src/statecharts/overview.js';
-import { drawnEdges, renderSvg, type DrawnEdge } from '../../src/statecharts/render.js';
+import {
+  drawnEdges,
+  nextAttemptEdges,
+  renderSvg,
+  toMermaid,
+  type DrawnEdge,
+} from '../../src/statecharts/render.js';
 import { eventVariants, sampleContext } from '../../src/statecharts/samples.js';
 import { buildStateEventTable, decideOn } from '../../src/statecharts/stateEventTable.js';
 import { machine as statelyMachine } from '../../visualizations/recognition-job.stately.js';
@@ -217,6 +223,33 @@ describe('the state × event table (recognition-job.md)', () => {
       expect(section).toContain(`- **${s.name}**: ${s.description}`);
     expect(md).toContain('```mermaid\nstateDiagram-v2');
     for (const s of graph.states.filter((x) => x.final)) expect(md).toContain(`  ${s.name} --> [*]`);
+  });
+});
+
+describe('how attempts chain', () => {
+  it("marks a next attempt from exactly the statuses whose decisions return createAttempt, to the machine's initial status", () => {
+    const starting = buildStateEventTable()
+      .filter((r) => r.effects.some((e) => e.type === 'createAttempt'))
+      .map((r) => r.state);
+    expect([...new Set(starting)]).toEqual(['error', 'timeout', 'dlq']);
+    const graph = readMachineGraph();
+    expect(nextAttemptEdges(graph).map((e) => [e.from, e.to, e.event])).toEqual(
+      [...new Set(starting)].map((s) => [s, graph.initial, 'RETRY_REQUESTED']),
+    );
+  });
+
+  it('draws them dashed in both diagrams, notes them in Mermaid and explains them on the page', async () => {
+    const graph = readMachineGraph();
+    const files = await generateStatecharts();
+    for (const name of ['recognition-job.svg', 'recognition-job.overview.svg'] as const)
+      for (const from of ['error', 'timeout', 'dlq'])
+        expect(files[name]).toContain(`id="next&#45;attempt&#45;${from}"`);
+    expect(toMermaid(graph)).toContain(
+      'note right of timeout : RETRY_REQUESTED starts a new job (attempt + 1) in pending',
+    );
+    expect(files['recognition-job.md']).toMatch(
+      /## How attempts chain[\s\S]*attempt \+ 1, starts in `pending`/,
+    );
   });
 });
 

@@ -7,10 +7,12 @@ import * as m0001 from './0001_initial.js';
 import * as m0002 from './0002_legal_edges.js';
 import * as m0003 from './0003_step_versions.js';
 import * as m0004 from './0004_edge_check_in_when.js';
+import * as m0005 from './0005_failed_jobs_index.js';
 
 export const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
   '0002_legal_edges': m0002,
   '0003_step_versions': m0003,
   '0004_edge_check_in_when': m0004,
+  '0005_failed_jobs_index': m0005,
 };

@@ -1,36 +1,38 @@
-import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants as fsConstants, readdirSync, readFileSync } from 'node:fs';
-import { chown, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { execFile, execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { chown } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import pg from 'pg';
 
+import {
+  createOutputTail,
+  createTempDir,
+  hasExited,
+  isExecutable,
+  OUTPUT_LIMIT,
+  spawnServer,
+  stopChild,
+} from './childProcesses.js';
+import type { LocalServerHandle, LocalServerOptions, ServerChild } from './childProcesses.js';
 import { freePort } from './freePort.js';
+import { MissingServerBinaryError } from './missingBinary.js';
 
 /** Options of {@link startPgCluster}; every field is optional. */
-export interface PgClusterOptions {
-  /** Port on 127.0.0.1; defaults to a free one. */
-  port?: number;
+export interface PgClusterOptions extends LocalServerOptions {
   /** Extra server settings passed as `-c name=value` (override the helper's defaults). */
   settings?: Record<string, string | number>;
 }
 
 /** A temporary PostgreSQL cluster started by {@link startPgCluster}. */
-export interface PgClusterHandle {
-  /** TCP port on 127.0.0.1; stays the same across stop/kill/start. */
-  readonly port: number;
+export interface PgClusterHandle extends LocalServerHandle {
   /** Temp dir holding the data directory (`<dir>/data`), the unix socket and the log. */
   readonly dir: string;
   /** The data directory. */
   readonly dataDir: string;
   /** `postgres://postgres@127.0.0.1:PORT/<db>` (trust auth, no password). */
   url(db?: string): string;
-  /** Whether the postmaster is running. */
-  isRunning(): boolean;
-  /** The last ~64 KiB of the postmaster's output (its log), across restarts. */
-  output(): string;
   /** Fast shutdown (SIGINT) and resolve once the postmaster has exited; SIGKILL after 30 s. No-op if stopped. */
   stop(): Promise<void>;
   /**
@@ -43,38 +45,18 @@ export interface PgClusterHandle {
    * resolve once `select 1` succeeds. No-op if running.
    */
   start(): Promise<void>;
-  /** {@link stop}, then remove the temp dir. */
-  cleanup(): Promise<void>;
 }
 
-const OUTPUT_LIMIT = 64 * 1024;
 const READY_TIMEOUT_MS = 30_000;
 
-const liveChildren = new Set<ChildProcess>();
-let exitHookInstalled = false;
-
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  process.on('exit', () => {
-    for (const child of liveChildren) child.kill('SIGKILL');
-  });
-}
-
 function hasServerBinaries(dir: string): boolean {
-  try {
-    accessSync(join(dir, 'initdb'), fsConstants.X_OK);
-    accessSync(join(dir, 'postgres'), fsConstants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
+  return isExecutable(join(dir, 'initdb')) && isExecutable(join(dir, 'postgres'));
 }
 
 /**
  * Locates the directory holding `initdb` and `postgres`: `$PG_BINDIR` if set, else `pg_config --bindir` if that
- * directory has them, else the highest-numbered `/usr/lib/postgresql/<version>/bin` that has them. Throws an
- * Error with an install hint when none is found.
+ * directory has them, else the highest-numbered `/usr/lib/postgresql/<version>/bin` that has them. Throws
+ * {@link MissingServerBinaryError} (with the install command) when none is found.
  */
 export function findPgBinDir(): string {
   const fromEnv = process.env['PG_BINDIR'];
@@ -100,8 +82,10 @@ export function findPgBinDir(): string {
     .map((v) => join('/usr/lib/postgresql', v, 'bin'))
     .filter(hasServerBinaries);
   if (candidates[0]) return candidates[0];
-  throw new Error(
-    'PostgreSQL server binaries (initdb, postgres) not found: install postgresql (apt-get install postgresql) or set PG_BINDIR',
+  throw new MissingServerBinaryError(
+    'postgresql',
+    'PostgreSQL server binaries (initdb, postgres)',
+    'set PG_BINDIR',
   );
 }
 
@@ -159,11 +143,6 @@ function alive(pid: number): boolean {
   }
 }
 
-function waitForExit(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => child.once('exit', () => resolve()));
-}
-
 function run(
   file: string,
   args: string[],
@@ -195,17 +174,18 @@ function run(
  *   `opts.settings`.
  * - Resolves once `select 1` succeeds over TCP (retried, at most ~30 s). Rejects with the server's output when it
  *   exits or the deadline passes; the temp dir is removed then.
- * - Children still alive when the test process exits are SIGKILLed.
+ * - A postmaster still alive when this process exits is SIGKILLed, and the temp dir is removed.
  */
 export async function startPgCluster(opts: PgClusterOptions = {}): Promise<PgClusterHandle> {
   const binDir = findPgBinDir();
-  installExitHook();
   const port = opts.port ?? (await freePort());
-  const dir = await mkdtemp(join(tmpdir(), 'pgcluster-'));
+  const tempDir = await createTempDir('pgcluster-');
+  const dir = tempDir.path;
+  const removeDir = () => tempDir.remove();
   const dataDir = join(dir, 'data');
   const asUser = typeof process.getuid === 'function' && process.getuid() === 0 ? postgresUser() : undefined;
   if (typeof process.getuid === 'function' && process.getuid() === 0 && !asUser) {
-    await rm(dir, { recursive: true, force: true });
+    await removeDir();
     throw new Error('startPgCluster: running as root but there is no postgres OS user to run PostgreSQL as');
   }
   const ids = asUser ? { uid: asUser.uid, gid: asUser.gid } : {};
@@ -224,17 +204,15 @@ export async function startPgCluster(opts: PgClusterOptions = {}): Promise<PgClu
   };
   const postgresArgs = ['-D', dataDir, ...Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`])];
 
-  let child: ChildProcess | undefined;
-  let output = '';
+  let child: ServerChild | undefined;
+  const output = createOutputTail();
   /** Output of the current launch attempt only. */
   let attemptOutput = '';
   const append = (chunk: Buffer): void => {
-    const text = chunk.toString('utf8');
-    output += text;
-    if (output.length > OUTPUT_LIMIT) output = output.slice(output.length - OUTPUT_LIMIT);
-    if (attemptOutput.length < OUTPUT_LIMIT) attemptOutput += text;
+    output.append(chunk);
+    if (attemptOutput.length < OUTPUT_LIMIT) attemptOutput += chunk.toString('utf8');
   };
-  const running = (): boolean => child !== undefined && child.exitCode === null && child.signalCode === null;
+  const running = (): boolean => child !== undefined && !hasExited(child.proc);
   const url = (db = 'postgres'): string => `postgres://postgres@127.0.0.1:${port}/${db}`;
 
   async function selectOne(): Promise<boolean> {
@@ -254,33 +232,28 @@ export async function startPgCluster(opts: PgClusterOptions = {}): Promise<PgClu
   async function launch(): Promise<void> {
     const deadline = Date.now() + READY_TIMEOUT_MS;
     for (;;) {
-      const proc = spawn(join(binDir, 'postgres'), postgresArgs, {
+      attemptOutput = '';
+      child = spawnServer(join(binDir, 'postgres'), postgresArgs, {
         ...ids,
         cwd: dir,
-        stdio: ['ignore', 'pipe', 'pipe'],
+        detached: opts.ownProcessGroup === true,
+        onOutput: append,
       });
-      child = proc;
-      attemptOutput = '';
-      liveChildren.add(proc);
-      proc.stdout?.on('data', append);
-      proc.stderr?.on('data', append);
-      let spawnError: Error | undefined;
-      proc.once('error', (err) => {
-        spawnError = err;
-      });
-      proc.once('exit', () => liveChildren.delete(proc));
+      const { proc, spawnError } = child;
 
       for (;;) {
-        if (spawnError) throw new Error(`postgres failed to spawn: ${spawnError.message}`);
-        if (proc.exitCode !== null || proc.signalCode !== null) break;
+        const failedSpawn = spawnError();
+        if (failedSpawn) throw new Error(`postgres failed to spawn: ${failedSpawn.message}`);
+        if (hasExited(proc)) break;
         if (await selectOne()) {
-          if (proc.exitCode === null && proc.signalCode === null) return;
+          if (!hasExited(proc)) return;
           break;
         }
         if (Date.now() > deadline) {
-          proc.kill('SIGKILL');
-          await waitForExit(proc);
-          throw new Error(`postgres did not accept connections on 127.0.0.1:${port} within 30 s:\n${output}`);
+          await stopChild(proc, 'SIGKILL', 10_000);
+          throw new Error(
+            `postgres did not accept connections on 127.0.0.1:${port} within 30 s:\n${output.text()}`,
+          );
         }
         await sleep(100);
       }
@@ -291,24 +264,15 @@ export async function startPgCluster(opts: PgClusterOptions = {}): Promise<PgClu
       );
       if (!transient || Date.now() > deadline) {
         throw new Error(
-          `postgres exited during startup (code ${proc.exitCode}, signal ${proc.signalCode}) on port ${port}:\n${output}`,
+          `postgres exited during startup (code ${proc.exitCode}, signal ${proc.signalCode}) on port ${port}:\n${output.text()}`,
         );
       }
       await sleep(200);
     }
   }
 
-  async function signalAndWait(signal: NodeJS.Signals, timeoutMs: number): Promise<void> {
-    const proc = child;
-    if (!proc || !running()) return;
-    const exited = waitForExit(proc);
-    proc.kill(signal);
-    const timedOut = await Promise.race([exited.then(() => false), sleep(timeoutMs).then(() => true)]);
-    if (timedOut) {
-      proc.kill('SIGKILL');
-      await exited;
-    }
-  }
+  const signalAndWait = (signal: NodeJS.Signals, timeoutMs: number) =>
+    stopChild(child?.proc, signal, timeoutMs);
 
   const handle: PgClusterHandle = {
     port,
@@ -316,10 +280,10 @@ export async function startPgCluster(opts: PgClusterOptions = {}): Promise<PgClu
     dataDir,
     url,
     isRunning: running,
-    output: () => output,
+    output: output.text,
     stop: () => signalAndWait('SIGINT', 30_000),
     async kill() {
-      const proc = child;
+      const proc = child?.proc;
       if (!proc || !running() || proc.pid === undefined) return;
       // Backends notice the postmaster's death and exit on their own; wait for them so that a following
       // start() does not find the shared memory still attached.
@@ -341,7 +305,7 @@ export async function startPgCluster(opts: PgClusterOptions = {}): Promise<PgClu
     },
     async cleanup() {
       await signalAndWait('SIGINT', 30_000);
-      await rm(dir, { recursive: true, force: true });
+      await removeDir();
     },
   };
 
@@ -353,7 +317,8 @@ export async function startPgCluster(opts: PgClusterOptions = {}): Promise<PgClu
     );
     await launch();
   } catch (err) {
-    await rm(dir, { recursive: true, force: true });
+    await signalAndWait('SIGKILL', 10_000);
+    await removeDir();
     throw err;
   }
   return handle;

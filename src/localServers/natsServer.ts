@@ -1,8 +1,5 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants as fsConstants } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { connect as netConnect } from 'node:net';
-import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { randomUUID } from 'node:crypto';
@@ -10,7 +7,17 @@ import { randomUUID } from 'node:crypto';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, StorageType } from '@nats-io/jetstream';
 
+import {
+  createOutputTail,
+  createTempDir,
+  hasExited,
+  isExecutable,
+  spawnServer,
+  stopChild,
+} from './childProcesses.js';
+import type { LocalServerHandle, LocalServerOptions, ServerChild } from './childProcesses.js';
 import { freePort } from './freePort.js';
+import { MissingServerBinaryError } from './missingBinary.js';
 
 /** Cluster membership of one server started by {@link startNatsServer}. */
 export interface NatsClusterOptions {
@@ -23,7 +30,7 @@ export interface NatsClusterOptions {
 }
 
 /** Options of {@link startNatsServer}; every field is optional. */
-export interface NatsServerOptions {
+export interface NatsServerOptions extends LocalServerOptions {
   /** Require this user name (with {@link NatsServerOptions.password}) from clients. */
   user?: string;
   /** Password for {@link NatsServerOptions.user}. */
@@ -42,39 +49,27 @@ export interface NatsServerOptions {
   cluster?: NatsClusterOptions;
   /** `server_name`; defaults to a unique name. JetStream clustering requires distinct names. */
   serverName?: string;
-  /** Client port on 127.0.0.1; defaults to a free one. */
-  port?: number;
   /** JetStream store directory; defaults to a fresh temp dir that {@link NatsServerHandle.cleanup} removes. */
   storeDir?: string;
 }
 
 /** A running (or stopped) nats-server child process started by {@link startNatsServer}. */
-export interface NatsServerHandle {
+export interface NatsServerHandle extends LocalServerHandle {
   /** `nats://127.0.0.1:PORT` (TLS is negotiated by the client when {@link NatsServerOptions.tls} is set). */
   readonly url: string;
-  /** Client port; stays the same across {@link NatsServerHandle.restart}. */
-  readonly port: number;
   /** JetStream store directory (the server keeps its data under `<storeDir>/jetstream`). */
   readonly storeDir: string;
   /** `server_name` of this server. */
   readonly serverName: string;
   /** Path of the generated config file. */
   readonly configFile: string;
-  /** Whether the process is currently running. */
-  isRunning(): boolean;
-  /** The last ~64 KiB of the server's stdout+stderr (its log), across restarts. */
-  output(): string;
   /** SIGTERM (graceful shutdown) and resolve once the process has exited; SIGKILL after 15 s. No-op if stopped. */
   stop(): Promise<void>;
-  /** SIGKILL (crash) and resolve once the process has exited. No-op if stopped. */
-  kill(): Promise<void>;
   /**
    * Start the server again with the same port, store dir and config (stopping it gracefully first if it is
    * running) and resolve once it accepts TCP connections.
    */
   restart(): Promise<void>;
-  /** {@link NatsServerHandle.stop}, then remove the config dir and the store dir if the helper created it. */
-  cleanup(): Promise<void>;
 }
 
 /** A cluster started by {@link startNatsCluster}. */
@@ -91,36 +86,12 @@ export interface NatsClusterHandle {
   cleanup(): Promise<void>;
 }
 
-const NOT_FOUND_MESSAGE =
-  "nats-server not found: install Debian's nats-server package (apt-get install nats-server)";
-const OUTPUT_LIMIT = 64 * 1024;
 const START_TIMEOUT_MS = 10_000;
 const STOP_TIMEOUT_MS = 15_000;
 
-/** Every child this module started that may still be alive; killed if the test process exits. */
-const liveChildren = new Set<ChildProcess>();
-let exitHookInstalled = false;
-
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  process.on('exit', () => {
-    for (const child of liveChildren) child.kill('SIGKILL');
-  });
-}
-
-function isExecutable(path: string): boolean {
-  try {
-    accessSync(path, fsConstants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /**
  * Locates the nats-server binary: `$NATS_SERVER_BIN` if set, else the first `nats-server` on `PATH`, else
- * `/usr/sbin/nats-server`. Throws an Error telling how to install it when none is found.
+ * `/usr/sbin/nats-server`. Throws {@link MissingServerBinaryError} (with the install command) when none is found.
  */
 export function findNatsServerBinary(): string {
   const fromEnv = process.env['NATS_SERVER_BIN'];
@@ -131,7 +102,7 @@ export function findNatsServerBinary(): string {
     if (isExecutable(candidate)) return candidate;
   }
   if (isExecutable('/usr/sbin/nats-server')) return '/usr/sbin/nats-server';
-  throw new Error(NOT_FOUND_MESSAGE);
+  throw new MissingServerBinaryError('nats-server', 'nats-server', 'set NATS_SERVER_BIN');
 }
 
 /** Quotes a value as a NATS config string. */
@@ -190,11 +161,6 @@ function tryTcp(port: number): Promise<boolean> {
   });
 }
 
-function waitForExit(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => child.once('exit', () => resolve()));
-}
-
 /**
  * Starts a nats-server child process with JetStream, bound to 127.0.0.1 only.
  *
@@ -205,75 +171,56 @@ function waitForExit(child: ChildProcess): Promise<void> {
  * - Resolves once the port accepts TCP connections (polled, at most ~10 s). Rejects with an Error carrying the
  *   server's output if it exits first or the deadline passes (the process is then killed).
  * - The binary is found by {@link findNatsServerBinary}; rejects with an install hint if it is missing.
- * - Children still alive when the test process exits are SIGKILLed.
+ * - A server still alive when this process exits is SIGKILLed, and the temp dirs are removed.
  */
 export async function startNatsServer(opts: NatsServerOptions = {}): Promise<NatsServerHandle> {
   const binary = findNatsServerBinary();
-  installExitHook();
   const port = opts.port ?? (await freePort());
   const serverName = opts.serverName ?? `test-${randomUUID().slice(0, 8)}`;
-  const ownsStore = opts.storeDir === undefined;
-  const storeDir = opts.storeDir ?? (await mkdtemp(join(tmpdir(), 'nats-store-')));
-  const confDir = await mkdtemp(join(tmpdir(), 'nats-conf-'));
-  const configFile = join(confDir, 'nats-server.conf');
-  await writeFile(configFile, renderConfig(port, serverName, storeDir, opts));
-
-  let child: ChildProcess | undefined;
-  let output = '';
-  const append = (chunk: Buffer): void => {
-    output += chunk.toString('utf8');
-    if (output.length > OUTPUT_LIMIT) output = output.slice(output.length - OUTPUT_LIMIT);
+  const ownStore = opts.storeDir === undefined ? await createTempDir('nats-store-') : undefined;
+  const storeDir = opts.storeDir ?? ownStore!.path;
+  const confDir = await createTempDir('nats-conf-');
+  const configFile = join(confDir.path, 'nats-server.conf');
+  const removeDirs = async (): Promise<void> => {
+    await confDir.remove();
+    await ownStore?.remove();
   };
-  const running = (): boolean => child !== undefined && child.exitCode === null && child.signalCode === null;
+
+  let child: ServerChild | undefined;
+  const output = createOutputTail();
+  const running = (): boolean => child !== undefined && !hasExited(child.proc);
 
   async function launch(): Promise<void> {
-    const proc = spawn(binary, ['-c', configFile], { stdio: ['ignore', 'pipe', 'pipe'] });
-    child = proc;
-    liveChildren.add(proc);
-    proc.stdout?.on('data', append);
-    proc.stderr?.on('data', append);
-    let spawnError: Error | undefined;
-    proc.once('error', (err) => {
-      spawnError = err;
+    child = spawnServer(binary, ['-c', configFile], {
+      detached: opts.ownProcessGroup === true,
+      onOutput: output.append,
     });
-    proc.once('exit', () => liveChildren.delete(proc));
-
+    const { proc, spawnError } = child;
     const deadline = Date.now() + START_TIMEOUT_MS;
     for (;;) {
-      if (spawnError) throw new Error(`nats-server (${binary}) failed to spawn: ${spawnError.message}`);
-      if (proc.exitCode !== null || proc.signalCode !== null) {
+      const failedSpawn = spawnError();
+      if (failedSpawn) throw new Error(`nats-server (${binary}) failed to spawn: ${failedSpawn.message}`);
+      if (hasExited(proc)) {
         throw new Error(
-          `nats-server exited during startup (code ${proc.exitCode}, signal ${proc.signalCode}) on port ${port}:\n${output}`,
+          `nats-server exited during startup (code ${proc.exitCode}, signal ${proc.signalCode}) on port ${port}:\n${output.text()}`,
         );
       }
       if (await tryTcp(port)) {
         // Something accepted: make sure it is our process and not a port thief.
-        if (proc.exitCode === null && proc.signalCode === null) return;
+        if (!hasExited(proc)) return;
         continue;
       }
       if (Date.now() > deadline) {
-        proc.kill('SIGKILL');
-        await waitForExit(proc);
+        await stopChild(proc, 'SIGKILL', STOP_TIMEOUT_MS);
         throw new Error(
-          `nats-server did not accept connections on 127.0.0.1:${port} within 10 s:\n${output}`,
+          `nats-server did not accept connections on 127.0.0.1:${port} within 10 s:\n${output.text()}`,
         );
       }
       await sleep(50);
     }
   }
 
-  async function signalAndWait(signal: NodeJS.Signals, timeoutMs: number): Promise<void> {
-    const proc = child;
-    if (!proc || !running()) return;
-    const exited = waitForExit(proc);
-    proc.kill(signal);
-    const timedOut = await Promise.race([exited.then(() => false), sleep(timeoutMs).then(() => true)]);
-    if (timedOut) {
-      proc.kill('SIGKILL');
-      await exited;
-    }
-  }
-
+  const signalAndWait = (signal: NodeJS.Signals) => stopChild(child?.proc, signal, STOP_TIMEOUT_MS);
   const handle: NatsServerHandle = {
     url: `nats://127.0.0.1:${port}`,
     port,
@@ -281,25 +228,24 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
     serverName,
     configFile,
     isRunning: running,
-    output: () => output,
-    stop: () => signalAndWait('SIGTERM', STOP_TIMEOUT_MS),
-    kill: () => signalAndWait('SIGKILL', STOP_TIMEOUT_MS),
+    output: output.text,
+    stop: () => signalAndWait('SIGTERM'),
+    kill: () => signalAndWait('SIGKILL'),
     async restart() {
-      await signalAndWait('SIGTERM', STOP_TIMEOUT_MS);
+      await signalAndWait('SIGTERM');
       await launch();
     },
     async cleanup() {
-      await signalAndWait('SIGTERM', STOP_TIMEOUT_MS);
-      await rm(confDir, { recursive: true, force: true });
-      if (ownsStore) await rm(storeDir, { recursive: true, force: true });
+      await signalAndWait('SIGTERM');
+      await removeDirs();
     },
   };
 
   try {
+    await writeFile(configFile, renderConfig(port, serverName, storeDir, opts));
     await launch();
   } catch (err) {
-    await rm(confDir, { recursive: true, force: true });
-    if (ownsStore) await rm(storeDir, { recursive: true, force: true });
+    await removeDirs();
     throw err;
   }
   return handle;
