@@ -8,6 +8,9 @@
  *      and the raw consumers, taking turns over the rounds; per message, raw and inbox;
  *   4. cold start: a daemon process started on a backlog, in turns with the ceiling;
  *   5. drain (with --drain): a daemon process on a backlog of 1 000 000, its RSS sampled;
+ *   5½. tracing: the inbox with tracing off against the same inbox without its tracing code
+ *      (bench/untraced.ts), in turns; then a daemon process with tracing on, exporting to a local
+ *      OTLP receiver, beside the same process with tracing off;
  *   6. latency publish → commit at half the daemon's batched maximum, over its rounds;
  *   7. watchdog: due jobs among 1 000 000 rows, against one SQL statement, then idle sweeps;
  *   8. CPU per event and memory over 1 000 000 events (child processes);
@@ -28,7 +31,7 @@ import { measureLatency, type LatencyResult } from './latency.js';
 import type { MemoryResult } from './memory.js';
 import type { CpuSplit } from './processCpu.js';
 import { recordRun } from './record.js';
-import { renderTable, type BenchReport } from './report.js';
+import { renderTable, TRACING_ROWS, type BenchReport } from './report.js';
 import { CEILING_NAME } from './ceiling.js';
 import {
   measureCeiling,
@@ -39,8 +42,20 @@ import {
   type ThroughputResult,
 } from './throughput.js';
 import { measureWatchdog } from './watchdog.js';
+import { loadUntracedDaemon } from './untraced.js';
+import { startOtlpReceiver } from '../src/tracing/otlpReceiver.js';
 
-const SECTIONS = ['raw', 'inbox', 'cold', 'latency', 'watchdog', 'cpu', 'memory', 'drain'] as const;
+const SECTIONS = [
+  'raw',
+  'inbox',
+  'cold',
+  'tracing',
+  'latency',
+  'watchdog',
+  'cpu',
+  'memory',
+  'drain',
+] as const;
 /** The sections of a full run; `drain` takes several minutes and runs with `--drain`. */
 const FULL_RUN: readonly Section[] = SECTIONS.filter((s) => s !== 'drain');
 type Section = (typeof SECTIONS)[number];
@@ -322,6 +337,49 @@ async function main(): Promise<void> {
             ),
         ],
       ]);
+    }
+    if (args.only.has('tracing')) {
+      log(`tracing: the inbox batched at warn, tracing off, against the same inbox without its tracing code`);
+      const untraced = await loadUntracedDaemon();
+      const without = { name: TRACING_ROWS.without, logLevel: 'warn' as const, start: untraced };
+      const off = { name: TRACING_ROWS.off, logLevel: 'warn' as const };
+      // Both variants warmed up alike (JIT), then compared in turns.
+      await measureInbox(env, without, sizes.warmup);
+      await measureInbox(env, off, sizes.warmup);
+      await compared([
+        ['inbox without the tracing code', () => measureInbox(env, without, sizes.batched)],
+        ['inbox, tracing off', () => measureInbox(env, off, sizes.batched)],
+      ]);
+      log(
+        'tracing on: a daemon process exporting to a local OTLP receiver, beside the same process with tracing off',
+      );
+      const receiver = await startOtlpReceiver();
+      try {
+        report.throughput.push(
+          await runOnce('daemon process, tracing off', () =>
+            measureDaemonProcess(env, { name: TRACING_ROWS.processOff, logLevel: 'warn' }, sizes.batched),
+          ),
+        );
+        report.throughput.push(
+          await runOnce('daemon process, tracing on', () =>
+            measureDaemonProcess(
+              env,
+              {
+                name: TRACING_ROWS.processOn,
+                logLevel: 'warn',
+                env: { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: receiver.tracesUrl, OTEL_SDK_DISABLED: 'false' },
+              },
+              sizes.batched,
+            ),
+          ),
+        );
+        report.tracing = { spansReceived: receiver.spans().length, exportRequests: receiver.requests() };
+        log(
+          `  the receiver got ${fmt(report.tracing.spansReceived)} spans in ${report.tracing.exportRequests} export requests`,
+        );
+      } finally {
+        await receiver.close();
+      }
     }
     if (args.only.has('drain')) {
       log(`drain: a daemon process on a backlog of ${fmt(sizes.drain)}, RSS sampled`);

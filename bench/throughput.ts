@@ -196,7 +196,7 @@ function rssBytes(pid: number): number | null {
  */
 export async function measureDaemonProcess(
   env: BenchEnv,
-  opts: { name: string; logLevel: 'info' | 'warn' },
+  opts: { name: string; logLevel: 'info' | 'warn'; env?: Record<string, string> },
   n: number,
 ): Promise<ThroughputResult> {
   const last = await prepare(env, n);
@@ -216,6 +216,7 @@ export async function measureDaemonProcess(
       HTTP_HOST: '127.0.0.1',
       LOG_LEVEL: opts.logLevel,
       LOG_PRETTY: 'false',
+      ...opts.env,
     },
     stdio: ['ignore', out, 'inherit'],
   });
@@ -272,6 +273,8 @@ export interface InboxRunOptions {
   batchSize?: number;
   concurrency?: number;
   env?: Record<string, string>;
+  /** The daemon to start (default the shipped one; the tracing section passes bench/untraced.ts's). */
+  start?: typeof startDaemon;
 }
 
 /** The daemon's inbox, end to end. */
@@ -292,7 +295,7 @@ export async function measureInbox(
   try {
     const split = startCpuSplit(findPid(env.nats.configFile));
     const started = performance.now();
-    const daemon = await startDaemon({
+    const daemon = await (run.start ?? startDaemon)({
       config,
       logger,
       loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: false },

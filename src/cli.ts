@@ -12,6 +12,7 @@ import { registerQuarantineCommands } from './cli/quarantine.js';
 import { registerStatechartsCommands } from './cli/statecharts.js';
 import { registerDemoCommand } from './cli/demo.js';
 import { registerServiceCommands } from './cli/service.js';
+import { stopTracing } from './tracing/bootstrap.js';
 
 const program = new Command('recognition-core')
   .description(
@@ -40,6 +41,9 @@ function fail(err: unknown): never {
 
 try {
   await program.parseAsync(process.argv);
+  // Export the spans still buffered before the process ends (no-op without tracing).
+  await stopTracing();
 } catch (err) {
+  await stopTracing().catch(() => undefined);
   fail(err);
 }

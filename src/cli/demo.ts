@@ -4,6 +4,7 @@
  */
 import type { Command } from 'commander';
 import { runDemo } from '../demo/runDemo.js';
+import { demoTraceReceiver, flushTracing } from '../tracing/bootstrap.js';
 import { withStopSignals } from '../process/stopSignals.js';
 import { wholeNumber } from './plumbing.js';
 
@@ -35,8 +36,12 @@ export function registerDemoCommand(program: Command): void {
       'recognition_demo',
     )
     .option('--timeout <seconds>', 'stop waiting for final statuses after this long', wholeNumber(1), 45)
+    .option(
+      '--trace',
+      "trace the exchange (OpenTelemetry): to the OTEL_EXPORTER_OTLP_* endpoint if set, else to a local receiver; prints one job's trace",
+    )
     .addHelpText('after', SERVERS_HELP)
-    .action(async (o: { jobs: number; seed: number; database: string; timeout: number }) => {
+    .action(async (o: { jobs: number; seed: number; database: string; timeout: number; trace?: boolean }) => {
       // Ctrl-C once: stop waiting, shut down cleanly and print the summary; twice: exit now.
       await withStopSignals({}, async (stop) => {
         const result = await runDemo({
@@ -45,6 +50,7 @@ export function registerDemoCommand(program: Command): void {
           database: o.database,
           timeoutMs: o.timeout * 1000,
           signal: stop.signal,
+          trace: o.trace ? { receiver: demoTraceReceiver(), flush: flushTracing } : undefined,
         });
         if (!result.allFinal) process.exitCode = 1;
       });

@@ -8,7 +8,7 @@
  * stderr, so stdout stays parseable.
  */
 import cliProgress from 'cli-progress';
-import { InvalidArgumentError, type Command } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import {
   FAILED_JOB_STATUSES,
   JOB_STATUSES,
@@ -28,6 +28,8 @@ import {
 import { UsageError } from '../errors.js';
 import { applyRetries, previewRetries, type RetryOutcome, type RetryRequest } from '../step/index.js';
 import { historyRun } from '../statecharts/history.js';
+import { startJobCreateTrace } from '../tracing/jobSpans.js';
+import { runTraced, type TraceCarrier } from '../tracing/tracing.js';
 import {
   inspectOptions,
   oneOrMoreOf,
@@ -135,6 +137,16 @@ function attemptRow(o: RetryOutcome, dryRun: boolean) {
   };
 }
 type AttemptRow = ReturnType<typeof attemptRow>;
+
+/** The forms a `--…-since` option takes. */
+const SINCE_FORMS = '(30m, 1h, 2d, or an ISO 8601 time)';
+
+/** `--json` and `--table`: how a command prints its rows (see {@link wantsTable}). */
+function outputOptions(cmd: Command): Command {
+  return cmd
+    .option('--json', 'one JSON object per line, even in a terminal')
+    .option('--table', 'an aligned table, even when stdout is not a terminal');
+}
 
 /** The columns every job table starts with. */
 function jobColumns<
@@ -249,8 +261,38 @@ export function registerJobsCommands(program: Command): void {
     .description('create a pending job for a file (the file becomes QUEUED and points at it); prints the job')
     .requiredOption('--file <id>', 'stored_file id')
     .requiredOption('--service <name>', 'target recognition service, e.g. tabular-parser')
-    .action(async (o: { file: string; service: string }) => {
-      const job = await withDb(({ db }) => createJob(db, { fileId: o.file, targetService: o.service }));
+    .addOption(
+      new Option(
+        '--traceparent <w3c>',
+        "W3C traceparent the job's trace continues from (its publish becomes a child of it)",
+      ).env('TRACEPARENT'),
+    )
+    .addOption(
+      new Option('--tracestate <w3c>', 'W3C tracestate that goes with --traceparent').env('TRACESTATE'),
+    )
+    .action(async (o: { file: string; service: string; traceparent?: string; tracestate?: string }) => {
+      let parent: TraceCarrier | undefined;
+      if (o.traceparent) {
+        const { checkedCarrier } = await import('../tracing/carrier.js');
+        try {
+          parent = checkedCarrier(o.traceparent, o.tracestate);
+        } catch (err) {
+          throw new UsageError((err as Error).message);
+        }
+      } else if (o.tracestate) throw new UsageError('--tracestate needs --traceparent');
+      // With tracing on, the job's creation is a span (child of --traceparent) and the row stores
+      // its context; with tracing off, the row stores --traceparent as given.
+      const traced = startJobCreateTrace({ parent, fileId: o.file, targetService: o.service });
+      const job = await runTraced(traced, () =>
+        withDb(({ db }) =>
+          createJob(db, {
+            fileId: o.file,
+            targetService: o.service,
+            traceContext: traced ? traced.carrier : parent,
+          }),
+        ),
+      );
+      traced?.end(job.id);
       print(job);
     });
   jobs
@@ -282,7 +324,7 @@ export function registerJobsCommands(program: Command): void {
 
 /** `jobs list` and `jobs retry`, on the `jobs` command. */
 function registerJobsAtScaleCommands(jobs: Command): void {
-  jobs
+  const list = jobs
     .command('list')
     .description('list jobs, newest first: a table in a terminal, JSON lines otherwise (or with --json)')
     .option(
@@ -292,39 +334,33 @@ function registerJobsAtScaleCommands(jobs: Command): void {
     )
     .option('--service <name>', 'only jobs for this target service', serviceName)
     .option('--file <id>', 'only the jobs of this stored_file')
-    .option('--created-since <when>', 'only jobs created since (30m, 1h, 2d, or an ISO 8601 time)', sinceTime)
-    .option(
-      '--finished-since <when>',
-      'only jobs finished since (30m, 1h, 2d, or an ISO 8601 time)',
-      sinceTime,
-    )
-    .option('--limit <n>', 'at most this many jobs', wholeNumber(1), DEFAULT_LIST_LIMIT)
-    .option('--json', 'one JSON object per line, even in a terminal')
-    .option('--table', 'an aligned table, even when stdout is not a terminal')
-    .action(async (o: ListOptions) => {
-      const rows = await withDb(({ db }) =>
-        listJobs(db, {
-          statuses: o.status,
-          service: o.service,
-          fileId: o.file,
-          createdSince: o.createdSince,
-          finishedSince: o.finishedSince,
-          limit: o.limit,
-        }),
-      );
-      printRows(
-        rows,
-        [
-          ...jobColumns<(typeof rows)[number]>(),
-          ['ERROR', (r) => r.error_code],
-          ['CREATED', (r) => r.created_at],
-          ['FINISHED', (r) => r.finished_at],
-        ],
-        o,
-      );
-    });
+    .option('--created-since <when>', `only jobs created since ${SINCE_FORMS}`, sinceTime)
+    .option('--finished-since <when>', `only jobs finished since ${SINCE_FORMS}`, sinceTime)
+    .option('--limit <n>', 'at most this many jobs', wholeNumber(1), DEFAULT_LIST_LIMIT);
+  outputOptions(list).action(async (o: ListOptions) => {
+    const rows = await withDb(({ db }) =>
+      listJobs(db, {
+        statuses: o.status,
+        service: o.service,
+        fileId: o.file,
+        createdSince: o.createdSince,
+        finishedSince: o.finishedSince,
+        limit: o.limit,
+      }),
+    );
+    printRows(
+      rows,
+      [
+        ...jobColumns<(typeof rows)[number]>(),
+        ['ERROR', (r) => r.error_code],
+        ['CREATED', (r) => r.created_at],
+        ['FINISHED', (r) => r.finished_at],
+      ],
+      o,
+    );
+  });
 
-  jobs
+  const retry = jobs
     .command('retry [id]')
     .description(
       'retry a failed job, or failed jobs in bulk with --status: a new pending job (attempt + 1) for each file whose current job failed; prints the new jobs',
@@ -335,21 +371,15 @@ function registerJobsAtScaleCommands(jobs: Command): void {
       oneOrMoreOf(FAILED_JOB_STATUSES),
     )
     .option('--service <name>', 'bulk: only jobs for this target service', serviceName)
-    .option(
-      '--since <when>',
-      'bulk: only jobs that failed since (30m, 1h, 2d, or an ISO 8601 time)',
-      sinceTime,
-    )
+    .option('--since <when>', `bulk: only jobs that failed since ${SINCE_FORMS}`, sinceTime)
     .option('--limit <n>', 'bulk: at most this many jobs', wholeNumber(1), DEFAULT_RETRY_LIMIT)
     .option(
       '--to-service <name>',
       'publish the new attempts to this service instead of the failed jobs’ own',
       serviceName,
     )
-    .option('--dry-run', 'print what would be retried; write nothing')
-    .option('--json', 'one JSON object per line, even in a terminal')
-    .option('--table', 'an aligned table, even when stdout is not a terminal')
-    .action(async (id: string | undefined, o: RetryOptions) => {
-      await withDb((db) => retryCommand(db, id, o));
-    });
+    .option('--dry-run', 'print what would be retried; write nothing');
+  outputOptions(retry).action(async (id: string | undefined, o: RetryOptions) => {
+    await withDb((db) => retryCommand(db, id, o));
+  });
 }

@@ -27,6 +27,8 @@ import { isRetryable } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { JOBS_STREAM, maxDeliveriesAdvisory } from '../nats/subjects.js';
+import { startDeadLetterTrace } from '../tracing/jobSpans.js';
+import { runTraced } from '../tracing/tracing.js';
 import { step, type StepOutcome } from '../step/index.js';
 
 /** The queue group every core instance joins for the advisories. */
@@ -171,9 +173,18 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
       );
       return undefined;
     }
-    // 4. Step the job (its own transaction).
+    // 4. Step the job (its own transaction), in a span linked to the job message's trace.
     const msgId = stored.header?.get('Nats-Msg-Id') || null;
-    const outcome = await step(db, jobId, { type: 'DELIVERY_EXHAUSTED', deliveries: advisory.deliveries });
+    const traced = startDeadLetterTrace({
+      jobId,
+      msgId,
+      deliveries: advisory.deliveries,
+      headers: stored.header,
+    });
+    const outcome = await runTraced(traced, () =>
+      step(db, jobId, { type: 'DELIVERY_EXHAUSTED', deliveries: advisory.deliveries }),
+    );
+    traced?.end(outcome);
     // 5. Report.
     const line = {
       ...fields,
@@ -183,6 +194,7 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
       from: outcome.from,
       to: outcome.to,
       decision: outcome.decision,
+      ...traced?.logFields,
     };
     if (outcome.decision === 'applied') {
       metrics?.transitions.inc({ from: outcome.from, event: outcome.event, to: outcome.to });

@@ -41,6 +41,8 @@ import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { decodeEnvelope } from '../messages/decodeEnvelope.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
+import { startInboxTrace, type InboxTrace } from '../tracing/jobSpans.js';
+import { runTraced } from '../tracing/tracing.js';
 import {
   applyInboxBatchTx,
   type InboxItem,
@@ -306,7 +308,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   }
 
   /** Log one line per decision (only at the levels enabled); count per batch. */
-  function report(entries: readonly Entry[], outs: readonly InboxOutcome[]): void {
+  function report(entries: readonly Entry[], outs: readonly InboxOutcome[], traced?: InboxTrace): void {
     const counts = new Map<string, { counter: CounterName; labels: Record<string, string>; n: number }>();
     const count = (counter: CounterName, key: string, labels: () => Record<string, string>) => {
       const c = counts.get(key);
@@ -330,6 +332,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
               reason: out.reason,
               stream_seq: entries[i]!.msg.seq,
               details: out.details,
+              ...traced?.logFields(i),
             },
             `envelope quarantined: ${out.reason}`,
           );
@@ -355,6 +358,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
         to: o.to,
         decision: o.decision,
         reason: o.reason,
+        ...traced?.logFields(i),
       };
       switch (o.decision) {
         case 'applied':
@@ -383,11 +387,14 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     );
     try {
       await opts.beforeBatch?.(batch);
-      const outcomes = await applyInboxBatchTx(target, batch);
+      // One span per envelope, child of the envelope's trace context (none without tracing).
+      const traced = startInboxTrace(batch);
+      const outcomes = await runTraced(traced, () => applyInboxBatchTx(target, batch));
+      traced?.end(outcomes);
       opts.afterCommit?.(batch, outcomes);
       // Acks are fire-and-forget: the client writes them out with the next flush.
       for (const e of batch) e.msg.ack();
-      report(batch, outcomes);
+      report(batch, outcomes, traced);
       metrics?.stepDuration.observe({ loop: 'inbox' }, Number(process.hrtime.bigint() - started) / 1e9);
       metrics?.batchSize.observe({ loop: 'inbox' }, batch.length);
     } catch (err) {

@@ -28,6 +28,7 @@
  * another at once.
  */
 import type { JetStreamClient, PubAck } from '@nats-io/jetstream';
+import { headers as natsHeaders } from '@nats-io/nats-core';
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Pool } from 'pg';
 import { publishBackoffMs, type PublishRetryPolicy } from '../../machines/index.js';
@@ -39,6 +40,13 @@ import type { Logger } from '../logger.js';
 import { checkJobMessage, type JobMessage } from '../messages/schemas.js';
 import type { Metrics } from '../metrics.js';
 import { jobMsgId, jobSubject, RESULT_SUBJECT } from '../nats/subjects.js';
+import {
+  endPublishTrace,
+  publishLogFields,
+  startPublishTrace,
+  type PublishTrace,
+} from '../tracing/jobSpans.js';
+import { headerFieldsOf } from '../tracing/tracing.js';
 import { applyEvents, type StepItem, type StepOutcome } from '../step/index.js';
 
 /** The channel the `recognition_job` insert trigger notifies (migration 0001). */
@@ -120,6 +128,9 @@ export interface DueJobRow {
   publish_attempts: number;
   source_bucket: string;
   source_key: string;
+  /** The job's stored W3C trace context (migration 0005): the publish continues that trace. */
+  trace_parent: string | null;
+  trace_state: string | null;
   /** `date_trunc('milliseconds', now())`: the same value the step reads as the event's `now`. */
   db_now: Date;
 }
@@ -133,7 +144,7 @@ export interface DueJobRow {
 export function duePublishQuery(batchSize: number) {
   return sql<DueJobRow>`
     SELECT j.id AS job_id, j.file_id, j.attempt, j.target_service, j.publish_attempts,
-           o.bucket AS source_bucket, o.key AS source_key,
+           o.bucket AS source_bucket, o.key AS source_key, j.trace_parent, j.trace_state,
            date_trunc('milliseconds', now()) AS db_now
     FROM recognition_job j
     JOIN stored_file f ON f.id = j.file_id
@@ -172,9 +183,16 @@ export function buildJobMessage(
 }
 
 /** One job's publish attempt. */
-type Attempt =
-  | { row: DueJobRow; msgId: string; subject: string; ok: true; ack: PubAck }
-  | { row: DueJobRow; msgId: string; subject: string; ok: false; error: string; permanent: boolean };
+type Attempt = { row: DueJobRow; msgId: string; subject: string; trace?: PublishTrace | undefined } & (
+  { ok: true; ack: PubAck } | { ok: false; error: string; permanent: boolean }
+);
+
+/** NATS headers holding `fields`. */
+function withHeaders(fields: { traceparent: string; tracestate?: string | null | undefined }) {
+  const h = natsHeaders();
+  for (const [k, v] of Object.entries(headerFieldsOf(fields))) h.set(k, v);
+  return h;
+}
 
 function describeError(err: unknown): string {
   if (err instanceof Error) return `${err.name}: ${err.message}`;
@@ -230,15 +248,29 @@ export function createPublisher(opts: PublisherOptions): Publisher {
     if (opts.isConnected && !opts.isConnected()) {
       return { row, msgId, subject, ok: false, permanent: false, error: 'NATS is not connected' };
     }
+    const trace = startPublishTrace({
+      stored: row.trace_parent ? { traceparent: row.trace_parent, tracestate: row.trace_state } : undefined,
+      jobId: row.job_id,
+      attempt: row.attempt,
+      subject,
+      msgId,
+    });
+    let attempt: Attempt;
     try {
       const ack = await js.publish(subject, JSON.stringify(message), {
         msgID: msgId,
         timeout: cfg.PUBLISH_TIMEOUT_MS,
+        ...(trace?.headers ? { headers: withHeaders(trace.headers) } : {}),
       });
-      return { row, msgId, subject, ok: true, ack };
+      attempt = { row, msgId, subject, trace, ok: true, ack };
     } catch (err) {
-      return { row, msgId, subject, ok: false, permanent: false, error: describeError(err) };
+      attempt = { row, msgId, subject, trace, ok: false, permanent: false, error: describeError(err) };
     }
+    endPublishTrace(
+      trace,
+      attempt.ok ? { ok: true, streamSeq: attempt.ack.seq, duplicate: attempt.ack.duplicate } : attempt,
+    );
+    return attempt;
   }
 
   function report(attempt: Attempt, outcome: StepOutcome): void {
@@ -249,6 +281,7 @@ export function createPublisher(opts: PublisherOptions): Publisher {
       from: outcome.from,
       to: outcome.to,
       decision: outcome.decision,
+      ...publishLogFields(attempt.trace),
     };
     if (outcome.decision !== 'applied') {
       // The rows are locked and pending, so the machine takes every outcome; anything else is a bug.

@@ -18,6 +18,9 @@ import type { Database } from '../db/schema.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { inPgTransaction, type PgPool } from '../db/pgTransaction.js';
+import { loadTraceContexts } from '../db/jobs.js';
+import { recordTimeoutSpans } from '../tracing/jobSpans.js';
+import { tracingActive, type TraceLogFields } from '../tracing/tracing.js';
 import {
   applyPassedDeadlines,
   DUE_LOCK,
@@ -113,6 +116,34 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
   }
 
   /**
+   * With tracing on: one span per timed-out job, linked to the trace context stored on its row
+   * (read after the commit, so the batch's locks are not held for it). Never throws: a failed read
+   * leaves the batch's jobs without spans, not the sweep failed.
+   */
+  async function traceTimeouts(
+    applied: readonly StepOutcome[],
+    startedAt: number,
+  ): Promise<Map<string, TraceLogFields> | undefined> {
+    if (!tracingActive() || applied.length === 0) return undefined;
+    try {
+      const stored = await loadTraceContexts(
+        db,
+        applied.map((o) => o.jobId),
+      );
+      return recordTimeoutSpans({
+        startTime: startedAt,
+        jobs: applied.map((o) => ({ jobId: o.jobId, from: o.from, to: o.to, stored: stored.get(o.jobId) })),
+      });
+    } catch (err) {
+      log.warn(
+        { err, event: 'watchdog_trace_failed' },
+        'could not read the trace contexts of timed-out jobs',
+      );
+      return undefined;
+    }
+  }
+
+  /**
    * One batch: lock, decide and commit, then report. Resolves with whether to go on: the batch
    * came back full, timed something out, and the sweep was not halted (rows due in SQL that the
    * machine declines would otherwise be selected again and again).
@@ -123,7 +154,9 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
     from: DueEnd,
   ): Promise<boolean> {
     // 1. Lock, decide and commit one batch.
+    const startedAt = Date.now();
     const { locked, applied, outcomes } = await sweepBatch(from);
+    const traceFields = await traceTimeouts(applied, startedAt);
     counts.batches += 1;
     counts.total += applied.length;
     // 2. Report, only after the commit (counters once per batch and edge, not once per job).
@@ -131,7 +164,14 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
     for (const o of outcomes) {
       if (o.decision === 'applied') {
         log.info(
-          { job_id: o.jobId, event: o.event, from: o.from, to: o.to, decision: o.decision },
+          {
+            job_id: o.jobId,
+            event: o.event,
+            from: o.from,
+            to: o.to,
+            decision: o.decision,
+            ...traceFields?.get(o.jobId),
+          },
           'job timed out',
         );
         const key = `${o.from}>${o.to}`;

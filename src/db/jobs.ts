@@ -48,14 +48,21 @@ export async function addFile(
   });
 }
 
+/** A W3C trace context as text (`traceparent`, optionally `tracestate`), checked by the caller. */
+export interface JobTraceContext {
+  traceparent: string;
+  tracestate?: string | null | undefined;
+}
+
 /**
  * Create a job for a file, in one transaction: insert it `pending` (attempt = the file's last
  * attempt + 1), point the file's `current_recognition_job_id` at it and set the file `QUEUED`.
- * The insert wakes the publisher (NOTIFY).
+ * The insert wakes the publisher (NOTIFY). `traceContext` is stored on the row (`trace_parent`,
+ * `trace_state`): the publish of the job continues that trace.
  */
 export async function createJob(
   db: Kysely<Database>,
-  input: { fileId: string; targetService: string },
+  input: { fileId: string; targetService: string; traceContext?: JobTraceContext | undefined },
 ): Promise<JobRow> {
   assertUuid(input.fileId, 'file id');
   if (!SERVICE.test(input.targetService)) {
@@ -78,7 +85,13 @@ export async function createJob(
       .executeTakeFirstOrThrow();
     const job = await tx
       .insertInto('recognition_job')
-      .values({ file_id: input.fileId, attempt: (max ?? 0) + 1, target_service: input.targetService })
+      .values({
+        file_id: input.fileId,
+        attempt: (max ?? 0) + 1,
+        target_service: input.targetService,
+        trace_parent: input.traceContext?.traceparent ?? null,
+        trace_state: input.traceContext?.tracestate || null,
+      })
       .returningAll()
       .executeTakeFirstOrThrow();
     await tx
@@ -214,4 +227,21 @@ export async function findRetryCandidates(
   if (filter.service !== undefined) q = q.where('j.target_service', '=', filter.service);
   if (filter.finishedSince) q = q.where('j.finished_at', '>=', sinceSql(filter.finishedSince));
   return q.orderBy('j.finished_at').orderBy('j.id').limit(filter.limit).execute();
+}
+
+/** The stored trace contexts of some jobs, by job id (jobs without one are left out). */
+export async function loadTraceContexts(
+  db: Kysely<Database>,
+  jobIds: readonly string[],
+): Promise<Map<string, JobTraceContext>> {
+  const out = new Map<string, JobTraceContext>();
+  if (jobIds.length === 0) return out;
+  const rows = await db
+    .selectFrom('recognition_job')
+    .select(['id', 'trace_parent', 'trace_state'])
+    .where('id', '=', sql<string>`ANY(${[...jobIds]}::uuid[])`)
+    .where('trace_parent', 'is not', null)
+    .execute();
+  for (const r of rows) out.set(r.id, { traceparent: r.trace_parent!, tracestate: r.trace_state });
+  return out;
 }

@@ -51,6 +51,10 @@ export interface RecognitionJobTable {
   result_schema_version: string | null;
   result_s3_object_id: BigIntRef | null;
   result_msg_id: string | null;
+  /** W3C `traceparent` the job's trace continues from (migration 0005); null: none. */
+  trace_parent: string | null;
+  /** W3C `tracestate` that goes with `trace_parent`. */
+  trace_state: string | null;
   created_at: Timestamp;
   updated_at: Timestamp;
 }
@@ -97,7 +101,10 @@ export interface Database {
   recognition_job_edge: RecognitionJobEdgeTable;
 }
 
-export type JobRow = Selectable<RecognitionJobTable>;
+/** The trace columns: a row built in code for the machine (samples, scenarios) may leave them out. */
+type JobTraceColumns = 'trace_parent' | 'trace_state';
+export type JobRow = Omit<Selectable<RecognitionJobTable>, JobTraceColumns> &
+  Partial<Pick<Selectable<RecognitionJobTable>, JobTraceColumns>>;
 export type FileRow = Selectable<StoredFileTable>;
 export type S3ObjectRow = Selectable<S3ObjectTable>;
 export type TransitionRow = Selectable<RecognitionJobTransitionTable>;

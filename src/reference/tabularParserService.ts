@@ -16,6 +16,11 @@
  * The job message is acked only after the envelopes were stored by JetStream: a service that dies
  * in between gets the job again, and the msg ids make the repeated envelopes harmless duplicates.
  *
+ * Tracing: the job message's `traceparent`/`tracestate` headers are the parent of the service's
+ * span of the job; each envelope carries the context of its own send span, a child of it. Without a
+ * started SDK the job message's context is passed on to the envelopes unchanged; a job message
+ * without one gives envelopes without one.
+ *
  * It reads through a real JetStream durable pull consumer (`tabular-parser` on `RECOGNITION_JOBS`,
  * filtered to its subject), so several copies of the service share the work.
  */
@@ -27,10 +32,12 @@ import {
   type ConsumerMessages,
   type JsMsg,
 } from '@nats-io/jetstream';
-import { nanos, type NatsConnection } from '@nats-io/nats-core';
+import { headers as natsHeaders, nanos, type NatsConnection } from '@nats-io/nats-core';
 import type { Logger } from '../logger.js';
 import { checkJobMessage, type JobMessage } from '../messages/schemas.js';
 import { JOBS_STREAM, RESULT_SUBJECT, jobSubject } from '../nats/subjects.js';
+import { startServiceJobTrace, type ServiceJobTrace } from '../tracing/jobSpans.js';
+import { headerFieldsOf } from '../tracing/tracing.js';
 
 /** The service's name: its subject suffix, its durable consumer and `service.name` in envelopes. */
 export const TABULAR_PARSER = 'tabular-parser';
@@ -198,12 +205,27 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
   let stopping = false;
   let messages: ConsumerMessages | undefined;
 
-  const publish = (job: JobMessage, msgId: string, body: Record<string, unknown>) =>
-    js.publish(
-      RESULT_SUBJECT,
-      JSON.stringify({ job_id: job.job_id, service, ...body, sent_at: new Date().toISOString() }),
-      { msgID: msgId },
-    );
+  async function publish(
+    job: JobMessage,
+    msgId: string,
+    body: Record<string, unknown>,
+    traced: ServiceJobTrace | undefined,
+  ): Promise<void> {
+    const send = traced?.send(msgId);
+    const h = send?.headers ? natsHeaders() : undefined;
+    if (h && send?.headers) for (const [k, v] of Object.entries(headerFieldsOf(send.headers))) h.set(k, v);
+    try {
+      await js.publish(
+        RESULT_SUBJECT,
+        JSON.stringify({ job_id: job.job_id, service, ...body, sent_at: new Date().toISOString() }),
+        h ? { msgID: msgId, headers: h } : { msgID: msgId },
+      );
+      send?.end();
+    } catch (err) {
+      send?.end(err);
+      throw err;
+    }
+  }
 
   /** Steps 3–4 for one job whose fate was drawn. */
   async function handle(
@@ -213,10 +235,16 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
     delayMs: number,
     errorPick: number,
   ): Promise<void> {
-    const jlog = log.child({ job_id: job.job_id });
+    const traced = startServiceJobTrace({
+      headers: msg.headers,
+      subject: msg.subject,
+      jobId: job.job_id,
+      msgId: msg.headers?.get('Nats-Msg-Id') || undefined,
+    });
+    const jlog = log.child({ job_id: job.job_id, ...traced?.logFields });
     try {
       // 3. Ack envelope: the core moves the job to processing.
-      await publish(job, `ack:${job.job_id}:${job.attempt}`, { status: 'processing' });
+      await publish(job, `ack:${job.job_id}:${job.attempt}`, { status: 'processing' }, traced);
       stats.acked++;
       if (fate !== 'silent') {
         // 4. The "work", then the result.
@@ -224,30 +252,38 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
         const resultMsgId = `result:${job.job_id}:${job.attempt}`;
         const metrics = { pages: 1 + (errorPick % 12), duration_ms: Math.round(delayMs) };
         if (fate === 'error') {
-          await publish(job, resultMsgId, {
-            status: 'error',
-            error: ERROR_CODES[errorPick % ERROR_CODES.length],
-            metrics,
-          });
+          await publish(
+            job,
+            resultMsgId,
+            { status: 'error', error: ERROR_CODES[errorPick % ERROR_CODES.length], metrics },
+            traced,
+          );
         } else {
-          await publish(job, resultMsgId, {
-            status: fate,
-            result_s3: {
-              bucket: job.result_s3_prefix.bucket,
-              key: `${job.result_s3_prefix.key_prefix}result.json`,
+          await publish(
+            job,
+            resultMsgId,
+            {
+              status: fate,
+              result_s3: {
+                bucket: job.result_s3_prefix.bucket,
+                key: `${job.result_s3_prefix.key_prefix}result.json`,
+              },
+              result_schema_version: '1.0',
+              metrics:
+                fate === 'needs_check' ? { ...metrics, low_confidence_cells: 3 + (errorPick % 20) } : metrics,
             },
-            result_schema_version: '1.0',
-            metrics:
-              fate === 'needs_check' ? { ...metrics, low_confidence_cells: 3 + (errorPick % 20) } : metrics,
-          });
+            traced,
+          );
         }
       }
       msg.ack();
       stats[fate]++;
+      traced?.end(fate);
       jlog.debug({ event: 'answered', fate }, `job answered: ${fate}`);
     } catch (err) {
       // JetStream did not store an envelope (NATS unreachable): give the job back, try again later.
       stats.retried++;
+      traced?.fail(err);
       msg.nak(1_000);
       jlog.warn(
         { err, event: 'publish_failed', fate },

@@ -13,6 +13,7 @@ import {
 } from '@nats-io/jetstream';
 import { nanos, type NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
+import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { openDb } from '../../src/db/database.js';
@@ -22,6 +23,7 @@ import { createPublisher } from '../../src/daemon/publisher.js';
 import { createMetrics } from '../../src/metrics.js';
 import { provisionStreams } from '../../src/nats/provision.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
+import { startTracingSdk } from '../../src/tracing/sdk.js';
 import { loadAll } from '../helpers/fixtures.js';
 import { createLogSink, type LogSink } from '../helpers/logSink.js';
 import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
@@ -250,6 +252,48 @@ describe('max-deliveries advisory', () => {
       to: 'dlq',
     });
     expect(await loadAll(t.db, jobId)).toEqual(before);
+  });
+
+  it('with tracing on, the dead-letter step is a span linked to the trace of the job message', async () => {
+    // The SDK on an in-memory exporter, in this process: the publisher's span and its headers are real.
+    const exporter = new InMemorySpanExporter();
+    const sdk = startTracingSdk({ serviceName: 'test', exporter, pg: false });
+    try {
+      const { deadLetters, logs } = await startDeadLetters();
+      const { jobId, seq } = await publishedJob();
+      const stored = await jsm.streams.getMessage(JOBS_STREAM, { seq });
+      const [, traceId, spanId] = stored!.header!.get('traceparent').split('-');
+      const publish = exporter
+        .getFinishedSpans()
+        .find((s) => s.name === 'send recognition.job.tabular-parser');
+      expect(publish?.spanContext()).toMatchObject({ traceId, spanId });
+      const advisory = JSON.stringify({
+        stream: JOBS_STREAM,
+        consumer: 'tabular-parser',
+        stream_seq: seq,
+        deliveries: 5,
+      });
+      expect(await deadLetters.handleAdvisory(advisory)).toMatchObject({
+        jobId,
+        decision: 'applied',
+        to: 'dlq',
+      });
+      const span = exporter.getFinishedSpans().find((s) => s.name === 'recognition.job dead-letter')!;
+      expect(span.parentSpanContext).toBeUndefined();
+      expect(span.links.map((l) => [l.context.traceId, l.context.spanId])).toEqual([[traceId, spanId]]);
+      expect(span.attributes).toMatchObject({
+        'recognition.job.id': jobId,
+        'recognition.step.decision': 'applied',
+        'recognition.job.to': 'dlq',
+        'messaging.message.id': `job:${jobId}:1`,
+      });
+      expect(handled(logs, jobId)[0]).toMatchObject({
+        trace_id: span.spanContext().traceId,
+        span_id: span.spanContext().spanId,
+      });
+    } finally {
+      await sdk.shutdown();
+    }
   });
 
   it('an advisory for a message no longer in the stream, or not an advisory at all, is logged and dropped', async () => {

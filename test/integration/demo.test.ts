@@ -89,6 +89,51 @@ describe('recognition-core demo', () => {
     expect(text).not.toContain('\u001b[');
   });
 
+  it("--trace exports to a receiver of its own and prints one job's trace as a tree, and where to send traces instead", async () => {
+    const r = await runCli(
+      ['demo', '--trace', '--jobs', '6', '--seed', '42', '--database', `${DEMO_DB}_trace`, '--timeout', '40'],
+      { DATABASE_URL: dbUrl('postgres'), NATS_URL: nats.url },
+      60_000,
+    );
+    try {
+      expect(r.code, r.output).toBe(0);
+      const start = r.stdout.findIndex((l) => l.startsWith("One job's trace"));
+      expect(start, r.output).toBeGreaterThan(0);
+      const m = /job ([0-9a-f-]{36}) \(done\), trace id ([0-9a-f]{32})/.exec(r.stdout[start]!);
+      expect(m, r.stdout[start]).not.toBeNull();
+      // The trace id printed is the one stored on the job's row.
+      const db = openDb(dbUrl(`${DEMO_DB}_trace`), { max: 1 });
+      try {
+        const row = await db.db
+          .selectFrom('recognition_job')
+          .select('trace_parent')
+          .where('id', '=', m![1]!)
+          .executeTakeFirstOrThrow();
+        expect(row.trace_parent?.split('-')[1]).toBe(m![2]);
+      } finally {
+        await db.close();
+      }
+      // The tree: the publish, under it the service's work, under that the inbox applying its envelopes.
+      const tree = r.stdout.slice(start + 1).filter((l) => /^\s{2,}\S/.test(l));
+      const depth = (name: string) => {
+        const line = tree.find((l) => l.trimStart().startsWith(name));
+        expect(line, `${name} in\n${tree.join('\n')}`).toBeDefined();
+        return line!.length - line!.trimStart().length;
+      };
+      const create = depth('recognition.job create');
+      expect(depth('send recognition.job.tabular-parser')).toBeGreaterThan(create);
+      expect(depth('process recognition.job.tabular-parser')).toBeGreaterThan(
+        depth('send recognition.job.tabular-parser'),
+      );
+      expect(depth('process recognition.result')).toBeGreaterThan(depth('send recognition.result'));
+      expect(tree.some((l) => l.includes('process recognition.result') && l.includes('to=done'))).toBe(true);
+      expect(tree.some((l) => l.trimStart().startsWith('pg.query'))).toBe(true);
+      expect(r.stdout.join('\n')).toContain('OTEL_EXPORTER_OTLP_ENDPOINT=http://<collector>:4318');
+    } finally {
+      await dropDatabase(dbUrl(`${DEMO_DB}_trace`));
+    }
+  });
+
   it('refuses a database name that does not say demo (it would drop it)', async () => {
     const r = await runCli(['demo', '--database', 'recognition'], {
       DATABASE_URL: dbUrl('postgres'),

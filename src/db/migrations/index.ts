@@ -8,6 +8,7 @@ import * as m0002 from './0002_legal_edges.js';
 import * as m0003 from './0003_step_versions.js';
 import * as m0004 from './0004_edge_check_in_when.js';
 import * as m0005 from './0005_failed_jobs_index.js';
+import * as m0006 from './0006_job_trace_context.js';
 
 export const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
@@ -15,4 +16,5 @@ export const migrations: Record<string, Migration> = {
   '0003_step_versions': m0003,
   '0004_edge_check_in_when': m0004,
   '0005_failed_jobs_index': m0005,
+  '0006_job_trace_context': m0006,
 };
