@@ -133,6 +133,7 @@ export async function measureLatency(
       metrics: createMetrics({}, { defaultMetrics: false }),
       batchSize: cfg.INBOX_BATCH_SIZE,
       concurrency: cfg.INBOX_CONCURRENCY,
+      lingerMs: cfg.INBOX_LINGER_MS,
       maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
       ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
       beforeBatch: dump

@@ -19,7 +19,7 @@ export interface LoggerOptions {
   base?: Record<string, unknown>;
 }
 
-const REDACT_KEYS = [
+const REDACT_KEYS: ReadonlySet<string> = new Set([
   'password',
   'pass',
   'token',
@@ -28,24 +28,47 @@ const REDACT_KEYS = [
   'secret',
   'authorization',
   'auth_token',
-];
+]);
 
+/**
+ * What removes secrets from a line. Both functions return their input itself when nothing in it
+ * needs removing, so a line without secrets (nearly every line) costs no copy.
+ */
 function scrubber(secrets: readonly string[]) {
   const sorted = [...secrets].sort((a, b) => b.length - a.length);
   const scrubString = (s: string) => {
-    let out = redactUrl(s);
+    // A URL with a password has an '@' after it: no '@', nothing for redactUrl to do.
+    let out = s.includes('@') ? redactUrl(s) : s;
     for (const secret of sorted) if (out.includes(secret)) out = out.split(secret).join('[REDACTED]');
     return out;
   };
   const scrub = (value: unknown, depth = 0): unknown => {
     if (typeof value === 'string') return scrubString(value);
     if (depth > 8 || value === null || typeof value !== 'object') return value;
-    if (Array.isArray(value)) return value.map((v) => scrub(v, depth + 1));
-    const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) {
-      out[k] = REDACT_KEYS.includes(k.toLowerCase()) && v ? '[REDACTED]' : scrub(v, depth + 1);
+    if (Array.isArray(value)) {
+      let copy: unknown[] | undefined;
+      for (let i = 0; i < value.length; i++) {
+        const v: unknown = value[i];
+        const clean = scrub(v, depth + 1);
+        if (clean !== v) (copy ??= [...(value as unknown[])])[i] = clean;
+      }
+      return copy ?? value;
     }
-    return out;
+    const proto: unknown = Object.getPrototypeOf(value);
+    const plain = proto === Object.prototype || proto === null;
+    // Anything but a plain object is logged as the plain object of its own enumerable fields.
+    let copy: Record<string, unknown> | undefined = plain ? undefined : {};
+    const entries = Object.entries(value);
+    for (let i = 0; i < entries.length; i++) {
+      const [k, v] = entries[i]!;
+      const clean = REDACT_KEYS.has(k.toLowerCase()) && v ? '[REDACTED]' : scrub(v, depth + 1);
+      if (copy === undefined && clean !== v) {
+        copy = {};
+        for (let j = 0; j < i; j++) copy[entries[j]![0]] = entries[j]![1];
+      }
+      if (copy !== undefined) copy[k] = clean;
+    }
+    return copy ?? value;
   };
   return { scrub, scrubString };
 }
@@ -72,10 +95,11 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
     },
     hooks: {
       logMethod(args, method) {
-        const clean = args.map((a) => (typeof a === 'string' ? scrubString(a) : a)) as Parameters<
-          typeof method
-        >;
-        method.apply(this, clean);
+        for (let i = 0; i < args.length; i++) {
+          const a: unknown = args[i];
+          if (typeof a === 'string') (args as unknown[])[i] = scrubString(a);
+        }
+        method.apply(this, args);
       },
     },
   };

@@ -34,6 +34,8 @@ export interface DaemonOptions {
   routes?: (d: { db: Db; metrics: Metrics }) => Record<string, RouteHandler>;
   /** Test hook passed to the inbox. */
   beforeInboxBatch?: InboxOptions['beforeBatch'];
+  /** Test hook passed to the inbox. */
+  afterInboxCommit?: InboxOptions['afterCommit'];
 }
 
 export interface Daemon {
@@ -132,9 +134,11 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           metrics,
           batchSize: cfg.INBOX_BATCH_SIZE,
           concurrency: cfg.INBOX_CONCURRENCY,
+          lingerMs: cfg.INBOX_LINGER_MS,
           maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
           ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
           beforeBatch: opts.beforeInboxBatch,
+          afterCommit: opts.afterInboxCommit,
         })
       : undefined;
     if (inbox) checks.consumer = () => inbox.isBound();

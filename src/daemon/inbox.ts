@@ -2,12 +2,20 @@
  * The inbox loop: envelopes from `core-inbox` (a durable pull consumer shared by every instance),
  * applied in batches, acked only after commit.
  *
- * Per message: decode (size, JSON, schema, msg id) → route to a lane by job id → the lane applies
- * its batch in one transaction → commit → ack. Lanes give bounded concurrency
- * (INBOX_CONCURRENCY) while keeping the messages of one job in stream order: a job always lands in
- * the same lane, and a lane applies one batch at a time. While a lane applies a batch, the
- * reader keeps pulling the next messages (fetching overlaps applying), in bounded pulls that each
- * run to their end, so a graceful stop leaves no delivery behind unacked.
+ * One `consume()` on the consumer feeds the inbox (several concurrent pulls on one consumer slow
+ * nats-server down; one refilling pull subscription does not). Per message: decode (size, JSON,
+ * schema, msg id) → wait with the others received → a batch of at most INBOX_BATCH_SIZE leaves
+ * when full, or INBOX_LINGER_MS after its first envelope → one transaction → commit → ack. Up to
+ * INBOX_CONCURRENCY batch transactions run at once, each on its own pooled connection.
+ *
+ * Per-job order: a job's envelopes are applied in stream order, never two at once. A batch takes
+ * the waiting envelopes in arrival order, but not those of a job that a running batch holds,
+ * nor any envelope after one it left behind for that reason: a job in flight holds its later
+ * envelopes back until its batch has committed (or failed), and they then leave first.
+ *
+ * Back-pressure: at most `2 × INBOX_BATCH_SIZE × INBOX_CONCURRENCY` envelopes are received and not
+ * yet acked; the reader stops taking messages from the subscription then, and the client sends no
+ * further pull until it takes them again.
  *
  * The hot path runs on the pg pool when one is given: the step's statements are prepared once per
  * connection, and a batch costs four round trips (BEGIN, lock, write, COMMIT) whatever its size.
@@ -17,8 +25,13 @@
  * with a delay that grows with the delivery count — JetStream ignores the consumer's backoff for a
  * plain nak — so it is redelivered as often as it takes. Any other failure of a batch falls back to
  * applying its messages one by one, so a single bad message cannot block its neighbours.
+ *
+ * Stop: the pull subscription is drained — the server stops delivering to it once it has the
+ * unsubscription, and whatever it sent before arrives still — so no pull is left open with
+ * deliveries going nowhere; then everything received is applied and acked.
  */
-import type { Consumer, JetStreamClient, JsMsg } from '@nats-io/jetstream';
+import type { Consumer, ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
+import type { Subscription } from '@nats-io/nats-core';
 import type { Kysely } from 'kysely';
 import type { Counter } from 'prom-client';
 import { QUARANTINE_REASON } from '../../machines/index.js';
@@ -26,12 +39,12 @@ import type { Database } from '../db/schema.js';
 import { isRetryable } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
+import { decodeEnvelope } from '../messages/decodeEnvelope.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
 import { startInboxTrace, type InboxTrace } from '../tracing/jobSpans.js';
-import { runTraced, type TraceLogFields } from '../tracing/tracing.js';
+import { runTraced } from '../tracing/tracing.js';
 import {
   applyInboxBatchTx,
-  decodeItem,
   type InboxItem,
   type InboxOutcome,
   type PgPool,
@@ -48,8 +61,12 @@ export interface InboxOptions {
   js: JetStreamClient;
   logger: Logger;
   metrics?: Metrics | undefined;
+  /** Envelopes per batch transaction, at most. */
   batchSize: number;
+  /** Batch transactions at once, at most. */
   concurrency: number;
+  /** How long a batch that is not full waits for more envelopes, from its first one (ms). */
+  lingerMs?: number | undefined;
   maxEnvelopeBytes: number;
   ackWaitMs: number;
   /** Test hook: called before each batch transaction. */
@@ -73,39 +90,58 @@ export function nakDelayMs(deliveryCount: number): number {
   return Math.min(250 * 2 ** Math.max(0, deliveryCount - 1), 30_000);
 }
 
-function rawOf(m: JsMsg): RawMessage {
-  const headers: Record<string, string[]> = {};
-  if (m.headers) for (const k of m.headers.keys()) headers[k] = m.headers.values(k);
-  return { subject: m.subject, stream: m.info.stream, streamSeq: m.seq, headers, data: m.data };
-}
-
 /**
- * Lane of a job id: FNV-1a over its characters. Cheap (no crypto hash per message) and stable, so a
- * job's envelopes always share a lane; uuids spread evenly.
+ * A JetStream message as {@link RawMessage}: read from the message when asked (only quarantine
+ * and log lines ask), so the usual envelope costs no header copy and no parse of its reply subject.
  */
-export function laneHash(key: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < key.length; i++) {
-    h ^= key.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
+class ReceivedMessage implements RawMessage {
+  readonly data: Uint8Array;
+  #headers: Record<string, string[]> | undefined;
+  constructor(private readonly msg: JsMsg) {
+    this.data = msg.data;
   }
-  return h >>> 0;
+  get subject(): string {
+    return this.msg.subject;
+  }
+  get stream(): string {
+    return this.msg.info.stream;
+  }
+  get streamSeq(): number {
+    return this.msg.seq;
+  }
+  get headers(): Record<string, string[]> {
+    if (this.#headers === undefined) {
+      const headers: Record<string, string[]> = {};
+      const h = this.msg.headers;
+      if (h) for (const k of h.keys()) headers[k] = h.values(k);
+      this.#headers = headers;
+    }
+    return this.#headers;
+  }
 }
 
-/**
- * How long one pull waits on the server for envelopes (the client's minimum): bounds how long
- * stop() waits for the pull in progress, and how often an idle inbox asks again.
- */
-const FETCH_EXPIRES_MS = 1_000;
-/** The smallest pull: below this a pull round trip per message would cost more than applying it. */
-const MIN_FETCH = 64;
-/** Pulls open at once: one being drained while the next is already waiting on the server. */
-const MAX_PULLS = 2;
+const ENTRY = Symbol('entry');
 
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+/** A received message: decoded, with the key its job is ordered by. */
+interface Entry extends InboxItem {
+  msg: JsMsg;
+  /** The job id; for a message naming none, a key of its own. */
+  key: string;
+  [ENTRY]: true;
+}
+
+const isEntry = (w: JsMsg | Entry): w is Entry => ENTRY in w;
+
+/**
+ * How long one pull waits on the server (the client's minimum): an idle inbox asks again this
+ * often, and a stop waits at most about this long for the server to end the pulls in progress.
+ */
+const PULL_EXPIRES_MS = 1_000;
 
 /** Never wait longer than this at start for a dead instance's envelopes (ack wait is the bound). */
 const MAX_ORPHAN_WAIT_MS = 60_000;
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /**
  * After a crash, the envelopes the dead process had received stay unacked until the ack wait
@@ -129,111 +165,216 @@ async function letOrphansComeFirst(consumer: Consumer, ackWaitMs: number, log: L
     { event: 'orphans_wait', ack_pending: info.num_ack_pending, wait_ms: waitMs },
     'unacked envelopes of a stopped instance: letting them be redelivered first, so each job stays in order',
   );
-  await new Promise((r) => setTimeout(r, waitMs));
+  await sleep(waitMs);
 }
 
-interface Entry {
-  msg: JsMsg;
-  item: InboxItem;
+/**
+ * Drain the pull subscription behind `messages`: the client unsubscribes and flushes, the server
+ * delivers nothing to it after the unsubscription (a pull's deliveries go only to a reply subject
+ * with interest) and everything it sent before arrives before the flush returns; the iterator
+ * then yields what is left and ends. `close()` alone would unsubscribe at once and drop the
+ * deliveries already on their way, which would then wait unacked for the ack wait.
+ */
+async function drainPulls(messages: ConsumerMessages): Promise<void> {
+  // The client keeps the subscription of a consume() on `sub` and ends the iterator once it is
+  // drained, but offers no call for it.
+  const sub = (messages as Partial<{ sub: Subscription }>).sub;
+  try {
+    if (sub && !sub.isClosed()) {
+      await sub.drain();
+      return;
+    }
+  } catch {
+    // The connection is closing: nothing more can arrive anyway.
+  }
+  await messages.close();
 }
+
+type CounterName = 'envelopes' | 'quarantine' | 'transitions';
 
 /** Start consuming `core-inbox`. Resolves once the consumer is bound. */
 export async function startInbox(opts: InboxOptions): Promise<Inbox> {
-  const { logger, metrics } = opts;
+  const { logger, metrics, batchSize, concurrency } = opts;
+  const lingerMs = opts.lingerMs ?? 2;
   const log = logger.child({ loop: 'inbox' });
   const consumer = await opts.js.consumers.get(RESULTS_STREAM, INBOX_CONSUMER);
   await letOrphansComeFirst(consumer, opts.ackWaitMs, log);
-  const lanes: Entry[][] = Array.from({ length: opts.concurrency }, () => []);
-  const busy: boolean[] = lanes.map(() => false);
-  const idle: Array<Promise<void>> = lanes.map(() => Promise.resolve());
-  let queued = 0;
+  const target = opts.pool ?? opts.db;
+  // Enough for every batch in flight and as many more gathering; more would only make the
+  // messages live long enough to reach V8's old generation, which costs more to collect.
+  const maxHeld = Math.max(batchSize * concurrency * 2, 64);
+
+  /**
+   * Received and not yet taken by a batch, in arrival order. A message is decoded when a batch
+   * first looks at it: until then it is only the client's message, so the envelopes that wait
+   * keep few objects alive through the young generation's collections.
+   */
+  let waiting: Array<JsMsg | Entry> = [];
+  /** Jobs (keys) a running batch holds. */
+  const running = new Set<string>();
+  /** The running batches. */
+  const active = new Set<Promise<void>>();
+  /** Received and not yet acked or nak'd. */
+  let held = 0;
+  let lingerTimer: NodeJS.Timeout | undefined;
+  /** The oldest waiting envelope has waited for its linger: a batch may leave not full. */
+  let lingered = false;
   let stopping = false;
   let bound = false;
+  let messages: ConsumerMessages | undefined;
   let wakeReader: (() => void) | undefined;
-  // Envelopes asked for per pull: one batch for every lane (a small floor keeps the per-message
-  // mode from paying a pull round trip per handful of messages).
-  const fetchSize = Math.max(opts.batchSize * opts.concurrency, MIN_FETCH);
-  // Back-pressure: at most this many messages wait in the lanes (received, not yet acked) — the
-  // next full pull is requested once half of it is free. Deeper queues are no faster: the
-  // messages then live long enough to be promoted to V8's old generation, costing more GC.
-  const maxQueued = fetchSize * 2;
 
-  const target = opts.pool ?? opts.db;
-
-  const laneOf = (item: InboxItem): number => {
-    if (opts.concurrency === 1) return 0;
-    const key = item.decoded.ok
-      ? item.decoded.envelope.job_id
-      : (item.decoded.jobId ?? String(item.raw.streamSeq));
-    return laneHash(key) % opts.concurrency;
+  const onLinger = () => {
+    lingerTimer = undefined;
+    lingered = true;
+    schedule();
   };
 
-  /** Log one line per decision; count per batch (one counter update per distinct label set). */
-  function report(entries: readonly Entry[], outs: readonly InboxOutcome[], traced?: InboxTrace): void {
-    const counts = new Map<
-      string,
-      { labels: Record<string, string>; counter: 'envelopes' | 'quarantine' | 'transitions'; n: number }
-    >();
-    const count = (counter: 'envelopes' | 'quarantine' | 'transitions', labels: Record<string, string>) => {
-      const key = `${counter}\u0000${Object.values(labels).join('\u0000')}`;
-      const c = counts.get(key);
-      if (c) c.n += 1;
-      else counts.set(key, { labels, counter, n: 1 });
-    };
-    entries.forEach((e, i) => reportOne(e, outs[i]!, count, traced?.logFields(i)));
-    if (metrics) for (const c of counts.values()) (metrics[c.counter] as Counter<string>).inc(c.labels, c.n);
+  /**
+   * The next batch: waiting envelopes in arrival order, up to `batchSize`, leaving behind every
+   * envelope of a job a running batch holds and every later envelope of a job left behind.
+   */
+  function take(): Entry[] {
+    const batch: Entry[] = [];
+    let left: Entry[] | undefined;
+    let leftJobs: Set<string> | undefined;
+    let i = 0;
+    for (; i < waiting.length && batch.length < batchSize; i++) {
+      const w = waiting[i]!;
+      const e = isEntry(w) ? w : entryOf(w);
+      if (running.has(e.key) || leftJobs?.has(e.key) === true) {
+        (leftJobs ??= new Set()).add(e.key);
+        (left ??= []).push(e);
+      } else batch.push(e);
+    }
+    waiting = left ? [...left, ...waiting.slice(i)] : waiting.slice(i);
+    for (const e of batch) running.add(e.key);
+    return batch;
   }
 
-  function reportOne(
-    entry: Entry,
-    out: InboxOutcome,
-    count: (counter: 'envelopes' | 'quarantine' | 'transitions', labels: Record<string, string>) => void,
-    traceFields: TraceLogFields | undefined,
-  ): void {
-    if (out.kind === 'quarantined') {
-      count('envelopes', { outcome: 'quarantined' });
-      count('quarantine', { reason: out.reason });
-      log.warn(
-        {
-          job_id: out.jobId,
-          msg_id: out.msgId,
-          event: 'quarantined',
-          reason: out.reason,
-          stream_seq: entry.msg.seq,
-          details: out.details,
-          ...traceFields,
-        },
-        `envelope quarantined: ${out.reason}`,
-      );
-      return;
+  /**
+   * Start batches while fewer than `concurrency` run and one may leave: a full one, or any once
+   * the oldest envelope has lingered (or the inbox stops). Envelopes that only wait for their
+   * job's batch to settle do not linger: that batch's end schedules them again.
+   */
+  function schedule(): void {
+    let blocked = false;
+    while (
+      active.size < concurrency &&
+      waiting.length > 0 &&
+      (waiting.length >= batchSize || lingered || stopping)
+    ) {
+      const batch = take();
+      if (batch.length === 0) {
+        blocked = true; // every waiting envelope's job is in flight
+        break;
+      }
+      start(batch);
     }
-    const o = out.outcome;
-    count('envelopes', { outcome: o.decision });
-    const line = {
-      job_id: o.jobId,
-      msg_id: out.msgId,
-      stream_seq: entry.msg.seq,
-      event: o.event,
-      from: o.from,
-      to: o.to,
-      decision: o.decision,
-      reason: o.reason,
-      ...traceFields,
+    if (waiting.length === 0 || blocked) {
+      lingered = false;
+      if (lingerTimer) clearTimeout(lingerTimer);
+      lingerTimer = undefined;
+    } else if (!lingered && lingerTimer === undefined) {
+      lingerTimer = setTimeout(onLinger, lingerMs);
+    }
+  }
+
+  function start(batch: Entry[]): void {
+    const p = applyBatch(batch)
+      .catch((err: unknown) => log.error({ err, event: 'batch_failed' }, 'a batch failed unexpectedly'))
+      .finally(() => {
+        for (const e of batch) running.delete(e.key);
+        held -= batch.length;
+        active.delete(p);
+        schedule();
+        wakeReader?.();
+      });
+    active.add(p);
+  }
+
+  function entryOf(msg: JsMsg): Entry {
+    const msgId = msg.headers?.get('Nats-Msg-Id');
+    const decoded = decodeEnvelope({ data: msg.data, msgId, maxBytes: opts.maxEnvelopeBytes });
+    const key = decoded.ok ? decoded.envelope.job_id : (decoded.jobId ?? `seq:${msg.seq}`);
+    return { raw: new ReceivedMessage(msg), decoded, msg, key, [ENTRY]: true };
+  }
+
+  function admit(msg: JsMsg): void {
+    waiting.push(msg);
+    held++;
+    if (waiting.length >= batchSize) schedule();
+    else if (!lingered && lingerTimer === undefined) lingerTimer = setTimeout(onLinger, lingerMs);
+  }
+
+  /** Log one line per decision (only at the levels enabled); count per batch. */
+  function report(entries: readonly Entry[], outs: readonly InboxOutcome[], traced?: InboxTrace): void {
+    const counts = new Map<string, { counter: CounterName; labels: Record<string, string>; n: number }>();
+    const count = (counter: CounterName, key: string, labels: () => Record<string, string>) => {
+      const c = counts.get(key);
+      if (c) c.n += 1;
+      else counts.set(key, { counter, labels: labels(), n: 1 });
     };
-    switch (o.decision) {
-      case 'applied':
-        count('transitions', { from: o.from!, event: o.event, to: o.to! });
-        log.info(line, `job ${o.from} → ${o.to}`);
-        break;
-      case 'duplicate':
-        log.debug(line, 'duplicate envelope: nothing changes');
-        break;
-      case 'late':
-        log.warn(line, `result for a job already ${o.from}: not applied`);
-        break;
-      default:
-        log.info(line, `envelope not accepted in status ${o.from}: nothing changes`);
+    const info = log.isLevelEnabled('info');
+    const warn = info || log.isLevelEnabled('warn');
+    const debug = log.isLevelEnabled('debug');
+    for (let i = 0; i < entries.length; i++) {
+      const out = outs[i]!;
+      if (out.kind === 'quarantined') {
+        count('envelopes', 'e:quarantined', () => ({ outcome: 'quarantined' }));
+        count('quarantine', `q:${out.reason}`, () => ({ reason: out.reason }));
+        if (warn)
+          log.warn(
+            {
+              job_id: out.jobId,
+              msg_id: out.msgId,
+              event: 'quarantined',
+              reason: out.reason,
+              stream_seq: entries[i]!.msg.seq,
+              details: out.details,
+              ...traced?.logFields(i),
+            },
+            `envelope quarantined: ${out.reason}`,
+          );
+        continue;
+      }
+      const o = out.outcome;
+      count('envelopes', `e:${o.decision}`, () => ({ outcome: o.decision }));
+      if (o.decision === 'applied') {
+        count('transitions', `t:${o.from}:${o.event}:${o.to}`, () => ({
+          from: o.from!,
+          event: o.event,
+          to: o.to!,
+        }));
+      }
+      const enabled = o.decision === 'duplicate' ? debug : o.decision === 'late' ? warn : info;
+      if (!enabled) continue;
+      const line = {
+        job_id: o.jobId,
+        msg_id: out.msgId,
+        stream_seq: entries[i]!.msg.seq,
+        event: o.event,
+        from: o.from,
+        to: o.to,
+        decision: o.decision,
+        reason: o.reason,
+        ...traced?.logFields(i),
+      };
+      switch (o.decision) {
+        case 'applied':
+          log.info(line, `job ${o.from} → ${o.to}`);
+          break;
+        case 'duplicate':
+          log.debug(line, 'duplicate envelope: nothing changes');
+          break;
+        case 'late':
+          log.warn(line, `result for a job already ${o.from}: not applied`);
+          break;
+        default:
+          log.info(line, `envelope not accepted in status ${o.from}: nothing changes`);
+      }
     }
+    if (metrics) for (const c of counts.values()) (metrics[c.counter] as Counter<string>).inc(c.labels, c.n);
   }
 
   /** Apply one batch; ack after commit, nak on retryable failure, isolate on any other. */
@@ -245,13 +386,12 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
       Math.max(1000, opts.ackWaitMs / 3),
     );
     try {
-      const items = batch.map((e) => e.item);
-      await opts.beforeBatch?.(items);
+      await opts.beforeBatch?.(batch);
       // One span per envelope, child of the envelope's trace context (none without tracing).
-      const traced = startInboxTrace(items);
-      const outcomes = await runTraced(traced, () => applyInboxBatchTx(target, items));
+      const traced = startInboxTrace(batch);
+      const outcomes = await runTraced(traced, () => applyInboxBatchTx(target, batch));
       traced?.end(outcomes);
-      opts.afterCommit?.(items, outcomes);
+      opts.afterCommit?.(batch, outcomes);
       // Acks are fire-and-forget: the client writes them out with the next flush.
       for (const e of batch) e.msg.ack();
       report(batch, outcomes, traced);
@@ -259,11 +399,8 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
       metrics?.batchSize.observe({ loop: 'inbox' }, batch.length);
     } catch (err) {
       if (isRetryable(err)) {
-        for (const e of batch) {
-          const delay = nakDelayMs(e.msg.info.deliveryCount);
-          e.msg.nak(delay);
-          metrics?.envelopes.inc({ outcome: 'retried' });
-        }
+        for (const e of batch) e.msg.nak(nakDelayMs(e.msg.info.deliveryCount));
+        metrics?.envelopes.inc({ outcome: 'retried' }, batch.length);
         log.warn(
           { err, event: 'batch_retry', size: batch.length },
           'batch failed for a transient cause: nak, will be redelivered',
@@ -286,13 +423,13 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   async function quarantineUnapplicable(entry: Entry, err: unknown): Promise<void> {
     const message = err instanceof Error ? err.message : String(err);
     const item: InboxItem = {
-      raw: entry.item.raw,
+      raw: entry.raw,
       decoded: {
         ok: false,
         reason: QUARANTINE_REASON.SCHEMA_INVALID,
         details: { stage: 'apply', error: message },
-        jobId: entry.item.decoded.ok ? entry.item.decoded.envelope.job_id : undefined,
-        msgId: entry.item.decoded.ok ? entry.item.decoded.msgId : null,
+        jobId: entry.decoded.ok ? entry.decoded.envelope.job_id : undefined,
+        msgId: entry.decoded.ok ? entry.decoded.msgId : null,
       },
     };
     try {
@@ -305,81 +442,30 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     }
   }
 
-  async function runLane(n: number): Promise<void> {
-    busy[n] = true;
-    try {
-      while (lanes[n]!.length > 0) {
-        const batch = lanes[n]!.splice(0, opts.batchSize);
-        await applyBatch(batch);
-        queued -= batch.length;
-        wakeReader?.();
-      }
-    } finally {
-      busy[n] = false;
-    }
-  }
-
-  function dispatch(msg: JsMsg): void {
-    const item = decodeItem(rawOf(msg), opts.maxEnvelopeBytes);
-    const n = laneOf(item);
-    lanes[n]!.push({ msg, item });
-    queued++;
-    if (!busy[n]) {
-      busy[n] = true;
-      // Start on the next turn of the event loop, not now: the other messages of the same read
-      // from the socket are dispatched first and join the batch (started at once, a lane's first
-      // batch would always be a single message).
-      idle[n] = new Promise<void>((resolve) => setImmediate(resolve)).then(() => runLane(n));
-    }
-  }
-
   /**
-   * One bounded pull, run to its end (full, or expired): what it delivers goes to the lanes.
-   * Resolves when it ends; a failure is logged and reported as false.
-   */
-  async function pullOnce(): Promise<boolean> {
-    try {
-      const pulled = await consumer.fetch({ max_messages: fetchSize, expires: FETCH_EXPIRES_MS });
-      bound = true;
-      for await (const msg of pulled) dispatch(msg);
-      return true;
-    } catch (err) {
-      // A pull that saw neither its expiry nor a heartbeat in time ends with "heartbeats
-      // missed"; the server had already expired it, so nothing is lost: simply pull again.
-      if (err instanceof Error && /heartbeats missed/i.test(err.message)) {
-        log.debug({ err, event: 'pull_stalled' }, 'a pull ended without its expiry notice; pulling again');
-        return true;
-      }
-      bound = false;
-      log.warn({ err, event: 'consume_error' }, 'consuming core-inbox failed; retrying');
-      return false;
-    }
-  }
-
-  /**
-   * The reader: bounded pulls, each run to its end, so stop() never leaves a pull open on the
-   * server (a pull abandoned mid-way would have its later deliveries go nowhere and sit unacked
-   * until the ack wait: the orphans a restart would then have to wait for). Pulls overlap — the
-   * next starts when the current one ends or has been open for half its expiry, at most
-   * MAX_PULLS at once — so delivery never pauses while a pull winds down.
+   * The reader: one consume() on the consumer, its messages admitted as they come; taken no
+   * faster than the batches settle them (back-pressure). A failed subscription is consumed again
+   * after a second; a stop drains it and takes what is left.
    */
   async function read(): Promise<void> {
-    const open = new Set<Promise<boolean>>();
     while (!stopping) {
-      // Back-pressure: ask for a full pull only once the lanes have room for it (many small
-      // pulls would cost a round trip each).
-      while (queued + fetchSize > maxQueued && !stopping) {
-        await new Promise<void>((resolve) => (wakeReader = resolve));
+      try {
+        messages = await consumer.consume({ max_messages: maxHeld, expires: PULL_EXPIRES_MS });
+        bound = true;
+        if (stopping) await drainPulls(messages);
+        for await (const msg of messages) {
+          admit(msg);
+          while (held >= maxHeld) await new Promise<void>((resolve) => (wakeReader = resolve));
+        }
+        bound = false;
+        // The client ended the subscription without an error (its connection closed): again.
+        if (!stopping) await sleep(1000);
+      } catch (err) {
+        bound = false;
+        log.warn({ err, event: 'consume_error' }, 'consuming core-inbox failed; retrying');
+        if (!stopping) await sleep(1000);
       }
-      if (stopping) break;
-      const pull = pullOnce();
-      open.add(pull);
-      void pull.then(() => open.delete(pull));
-      const ok = await Promise.race([pull, sleep(FETCH_EXPIRES_MS / 2).then(() => true)]);
-      while (open.size >= MAX_PULLS) await Promise.race(open);
-      if (!ok && !stopping) await sleep(1000);
     }
-    await Promise.all(open);
     bound = false;
   }
 
@@ -387,14 +473,17 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   return {
     async stop() {
       stopping = true;
+      if (messages) await drainPulls(messages);
       wakeReader?.();
-      // The pulls in progress run to their end (about FETCH_EXPIRES_MS): what they deliver is ours.
       await reader;
       // Apply and ack what was received: it is ours until acked.
-      await Promise.all(idle);
-      await Promise.all(lanes.map((l, n) => (l.length > 0 ? runLane(n) : Promise.resolve())));
+      schedule();
+      while (active.size > 0) {
+        await Promise.all(active);
+        schedule();
+      }
     },
     isBound: () => bound,
-    inFlight: () => queued,
+    inFlight: () => held,
   };
 }

@@ -100,7 +100,9 @@ function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
   // S3 limits object keys to 1 024 bytes of UTF-8 (the schema can only count characters), and a
   // longer key would also overflow PostgreSQL's unique index on s3_object (bucket, key).
   if ('result_s3' in envelope && envelope.result_s3) {
-    const bytes = new TextEncoder().encode(envelope.result_s3.key).length;
+    // A UTF-16 code unit is at most 3 bytes of UTF-8: a short key needs no count.
+    const key = envelope.result_s3.key;
+    const bytes = key.length * 3 <= S3_KEY_MAX_BYTES ? 0 : Buffer.byteLength(key, 'utf8');
     if (bytes > S3_KEY_MAX_BYTES) {
       return fail(
         QUARANTINE_REASON.SCHEMA_INVALID,
@@ -140,12 +142,14 @@ const FORBIDDEN_TEXT = /__proto__|constructor|prototype/;
  */
 function mayBeUnsafe(text: string): boolean {
   if (text.includes('\\u') || FORBIDDEN_TEXT.test(text)) return true;
-  let opening = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x7b || c === 0x5b) opening += 1;
-  }
-  return opening >= MAX_JSON_DEPTH;
+  return countUpTo(text, '{', MAX_JSON_DEPTH) + countUpTo(text, '[', MAX_JSON_DEPTH) >= MAX_JSON_DEPTH;
+}
+
+/** How often `c` occurs in `text`, counted up to `limit` (string search, not a loop over every character). */
+function countUpTo(text: string, c: string, limit: number): number {
+  let n = 0;
+  for (let i = text.indexOf(c); i !== -1 && n < limit; i = text.indexOf(c, i + 1)) n += 1;
+  return n;
 }
 
 /** Iterative (no recursion on hostile depth): returns why `root` is unsafe, or `null`. */

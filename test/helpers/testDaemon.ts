@@ -19,6 +19,7 @@ export async function startTestDaemon(opts: {
   env?: Record<string, string>;
   loops?: DaemonOptions['loops'];
   beforeInboxBatch?: DaemonOptions['beforeInboxBatch'];
+  afterInboxCommit?: DaemonOptions['afterInboxCommit'];
 }): Promise<TestDaemon> {
   const config = loadConfig({
     DATABASE_URL: opts.databaseUrl,
@@ -34,6 +35,7 @@ export async function startTestDaemon(opts: {
     logger: logs.logger,
     loops: opts.loops ?? { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: false },
     beforeInboxBatch: opts.beforeInboxBatch,
+    afterInboxCommit: opts.afterInboxCommit,
   });
   return Object.assign(daemon, { logs });
 }
