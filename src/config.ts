@@ -117,11 +117,7 @@ export const CONFIG_VARIABLES = {
   ],
   INBOX_BATCH_SIZE: [int(1, 10000), '100', 'envelopes applied per transaction, at most'],
   INBOX_CONCURRENCY: [int(1, 64), '4', 'batch transactions at once in this instance'],
-  INBOX_LINGER_MS: [
-    int(0, 10000),
-    '2',
-    'how long a batch that is not full waits for more envelopes, from its first one',
-  ],
+  INBOX_LINGER_MS: [int(0, 10000), '2', 'longest wait of a batch that is not full, from its first envelope'],
   INBOX_ACK_WAIT_MS: [int(1000), '30000', 'JetStream redelivers an envelope not acked within this time'],
   INBOX_MAX_ACK_PENDING: [int(1), '20000', 'envelopes in flight across all instances'],
   DB_POOL_SIZE: [int(1, 1000), '10', 'PostgreSQL connections of this instance'],
