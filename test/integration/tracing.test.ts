@@ -120,16 +120,18 @@ describe('one job, one trace', () => {
     expect(job.trace_parent).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`));
 
     await waitFor(async () => (await jobStatus(job.id)) === 'done', 'the job to be done');
-    const spans = (
-      await receiver.waitFor(
-        (all) =>
-          all.filter(
-            (s) =>
-              s.traceId === traceId &&
-              s.name === 'process recognition.result' &&
-              s.parentSpanId !== undefined,
-          ).length >= 2,
-      )
+    const spans = // Each process exports on its own schedule: wait until the core's applies and the service's
+    // work and sends have all arrived.
+    (
+      await receiver.waitFor((all) => {
+        const named = (name: string) =>
+          all.filter((s) => s.traceId === traceId && s.name === name && s.parentSpanId !== undefined).length;
+        return (
+          named('process recognition.result') >= 2 &&
+          named('process recognition.job.tabular-parser') >= 1 &&
+          named('send recognition.result') >= 2
+        );
+      })
     ).filter(inTrace(traceId));
 
     const create = one(spans, (s) => s.name === 'recognition.job create', 'the creation span');
