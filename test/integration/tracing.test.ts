@@ -121,18 +121,19 @@ describe('one job, one trace', () => {
 
     await waitFor(async () => (await jobStatus(job.id)) === 'done', 'the job to be done');
     const spans = // Each process exports on its own schedule: wait until the core's applies and the service's
-    // work and sends have all arrived.
-    (
-      await receiver.waitFor((all) => {
-        const named = (name: string) =>
-          all.filter((s) => s.traceId === traceId && s.name === name && s.parentSpanId !== undefined).length;
-        return (
-          named('process recognition.result') >= 2 &&
-          named('process recognition.job.tabular-parser') >= 1 &&
-          named('send recognition.result') >= 2
-        );
-      })
-    ).filter(inTrace(traceId));
+      // work and sends have all arrived.
+      (
+        await receiver.waitFor((all) => {
+          const named = (name: string) =>
+            all.filter((s) => s.traceId === traceId && s.name === name && s.parentSpanId !== undefined)
+              .length;
+          return (
+            named('process recognition.result') >= 2 &&
+            named('process recognition.job.tabular-parser') >= 1 &&
+            named('send recognition.result') >= 2
+          );
+        })
+      ).filter(inTrace(traceId));
 
     const create = one(spans, (s) => s.name === 'recognition.job create', 'the creation span');
     const publish = one(spans, (s) => s.name === 'send recognition.job.tabular-parser', 'the publish span');
