@@ -24,6 +24,7 @@
 import type { ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type pg from 'pg';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
+import type { ResultEnvelope } from '../src/messages/schemas.js';
 
 /** What {@link startCeiling} needs. */
 export interface CeilingOptions {
@@ -48,15 +49,8 @@ export interface Ceiling {
   stop(): Promise<void>;
 }
 
-interface Result {
-  job_id: string;
-  status: 'done' | 'needs_check' | 'error';
-  service: { name: string; version: string };
-  result_s3?: { bucket: string; key: string };
-  result_schema_version?: string;
-  metrics?: Record<string, unknown>;
-  error?: { code: string; message: string };
-}
+/** The bench publishes results only (`done`, `needs_check`, `error`), never acks. */
+type Result = ResultEnvelope;
 
 /**
  * One batch of results: $1…$11 are arrays with one element per envelope. The detail of the

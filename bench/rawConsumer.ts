@@ -21,6 +21,7 @@ import type { Consumer, JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type pg from 'pg';
 import { inPgTransaction } from '../src/db/pgTransaction.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
+import type { ResultEnvelope } from '../src/messages/schemas.js';
 
 /** What {@link startRawConsumer} needs. */
 export interface RawConsumerOptions {
@@ -39,15 +40,8 @@ export interface RawConsumer {
   stop(): Promise<void>;
 }
 
-interface Envelope {
-  job_id: string;
-  status: 'done' | 'needs_check' | 'error';
-  service: { name: string; version: string };
-  result_s3?: { bucket: string; key: string };
-  result_schema_version?: string;
-  metrics?: Record<string, unknown>;
-  error?: { code: string; message: string };
-}
+/** The bench publishes results only (`done`, `needs_check`, `error`), never acks. */
+type Envelope = ResultEnvelope;
 
 const FINAL = new Set(['done', 'needs_check', 'error', 'timeout', 'dlq']);
 
