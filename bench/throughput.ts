@@ -20,7 +20,7 @@ import pg from 'pg';
 import { startDaemon } from '../src/daemon/daemon.js';
 import { createLogger } from '../src/logger.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
-import { CEILING, CEILING_NAME, startCeiling } from './ceiling.js';
+import { CEILING, CEILING_NAME, REQUIRED_WORK_NAME, startCeiling, type CeilingWork } from './ceiling.js';
 import {
   checkAllDone,
   checkpoint,
@@ -113,7 +113,7 @@ export async function measureRaw(
 export async function measureCeiling(
   env: BenchEnv,
   n: number,
-  opts: { name?: string } = {},
+  opts: { name?: string; work?: CeilingWork } = {},
 ): Promise<ThroughputResult> {
   const last = await prepare(env, n);
   const pool = new pg.Pool({ connectionString: env.databaseUrl, max: 10, application_name: 'bench-ceiling' });
@@ -121,14 +121,14 @@ export async function measureCeiling(
   try {
     const split = startCpuSplit(findPid(env.nats.configFile));
     const started = performance.now();
-    const ceiling = await startCeiling({ pool, js: env.js, ...CEILING });
+    const ceiling = await startCeiling({ pool, js: env.js, ...CEILING, work: opts.work });
     await waitAllAcked(env.jsm, last, timeoutFor(n));
     const seconds = (performance.now() - started) / 1000;
     const cpu = split.end(await backendPids(env.pool, 'bench-ceiling'), n);
     await ceiling.stop();
     await checkAllDone(env.pool, n);
     return {
-      name: opts.name ?? CEILING_NAME,
+      name: opts.name ?? (opts.work === 'required' ? REQUIRED_WORK_NAME : CEILING_NAME),
       envelopes: n,
       seconds,
       perSecond: n / seconds,
