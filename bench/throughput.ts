@@ -55,6 +55,12 @@ export interface ThroughputResult {
   maxRssBytes?: number;
 }
 
+/** Called when a run's clock starts and when it stops (bench/profile.ts profiles in between). */
+export interface TimedHooks {
+  started(): Promise<void>;
+  ended(): Promise<void>;
+}
+
 /** Truncate, seed `n` jobs, recreate the stream, publish `n` results, checkpoint. */
 async function prepare(env: BenchEnv, n: number): Promise<number> {
   await truncateAll(env.pool);
@@ -113,18 +119,20 @@ export async function measureRaw(
 export async function measureCeiling(
   env: BenchEnv,
   n: number,
-  opts: { name?: string; work?: CeilingWork } = {},
+  opts: { name?: string; work?: CeilingWork; timed?: TimedHooks } = {},
 ): Promise<ThroughputResult> {
   const last = await prepare(env, n);
   const pool = new pg.Pool({ connectionString: env.databaseUrl, max: 10, application_name: 'bench-ceiling' });
   pool.on('connect', (client) => client.on('error', () => undefined));
   try {
+    await opts.timed?.started();
     const split = startCpuSplit(findPid(env.nats.configFile));
     const started = performance.now();
     const ceiling = await startCeiling({ pool, js: env.js, ...CEILING, work: opts.work });
     await waitAllAcked(env.jsm, last, timeoutFor(n));
     const seconds = (performance.now() - started) / 1000;
     const cpu = split.end(await backendPids(env.pool, 'bench-ceiling'), n);
+    await opts.timed?.ended();
     await ceiling.stop();
     await checkAllDone(env.pool, n);
     return {
@@ -275,6 +283,7 @@ export interface InboxRunOptions {
   env?: Record<string, string>;
   /** The daemon to start (default the shipped one; the tracing section passes bench/untraced.ts's). */
   start?: typeof startDaemon;
+  timed?: TimedHooks;
 }
 
 /** The daemon's inbox, end to end. */
@@ -293,6 +302,7 @@ export async function measureInbox(
   const dest = pino.destination({ dest: join(dir, 'daemon.log'), sync: true });
   const logger = createLogger({ level: config.LOG_LEVEL, destination: dest });
   try {
+    await run.timed?.started();
     const split = startCpuSplit(findPid(env.nats.configFile));
     const started = performance.now();
     const daemon = await (run.start ?? startDaemon)({
@@ -307,6 +317,7 @@ export async function measureInbox(
       seconds = (performance.now() - started) / 1000;
       // The daemon's pool connects as `recognition-core` (src/db/database.ts).
       cpu = split.end(await backendPids(env.pool, 'recognition-core'), n);
+      await run.timed?.ended();
     } finally {
       await daemon.stop();
     }
