@@ -66,6 +66,23 @@ function tuningFromEnvironment(): Record<string, string> {
   );
 }
 
+/** The daemon's configuration for the bench's database and nats-server, with `overrides`. */
+export function configFor(
+  databaseUrl: string,
+  natsUrl: string,
+): (overrides?: Record<string, string>) => Config {
+  return (overrides = {}) =>
+    loadConfig({
+      DATABASE_URL: databaseUrl,
+      NATS_URL: natsUrl,
+      HTTP_PORT: '0',
+      HTTP_HOST: '127.0.0.1',
+      LOG_PRETTY: 'false',
+      ...tuningFromEnvironment(),
+      ...overrides,
+    });
+}
+
 /** Start nats-server, create and migrate a fresh database. */
 export async function startBenchEnv(): Promise<BenchEnv> {
   const nats = await startNatsServer();
@@ -84,16 +101,7 @@ export async function startBenchEnv(): Promise<BenchEnv> {
     // pool.end() resolves before its connections have closed: one that close()'s DROP DATABASE …
     // FORCE reaches first emits 'error' with nobody listening, which would end the run.
     pool.on('connect', (client) => client.on('error', () => undefined));
-    const config = (overrides: Record<string, string> = {}) =>
-      loadConfig({
-        DATABASE_URL: databaseUrl,
-        NATS_URL: nats.url,
-        HTTP_PORT: '0',
-        HTTP_HOST: '127.0.0.1',
-        LOG_PRETTY: 'false',
-        ...tuningFromEnvironment(),
-        ...overrides,
-      });
+    const config = configFor(databaseUrl, nats.url);
     return {
       databaseUrl,
       natsUrl: nats.url,

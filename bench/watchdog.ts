@@ -26,6 +26,9 @@ import { createLogger } from '../src/logger.js';
 import { createMetrics } from '../src/metrics.js';
 import { createWatchdog } from '../src/daemon/watchdog.js';
 import { checkpoint, truncateAll, type BenchEnv } from './env.js';
+
+/** What the watchdog section needs of the bench's environment. */
+export type WatchdogEnv = Pick<BenchEnv, 'pool' | 'config'>;
 import { backendPids, startCpuSplit, totalCpuMs, type CpuSplit } from './processCpu.js';
 
 /** One timed sweep with due jobs. */
@@ -58,6 +61,13 @@ export interface IdleResult {
   medianMs: number;
   minMs: number;
   maxMs: number;
+}
+
+/** What the watchdog section measures. */
+export interface WatchdogResult {
+  sweeps: SweepResult[];
+  rawSweeps: RawSweepResult[];
+  idle: IdleResult;
 }
 
 /** Jobs in flight (published, deadline ahead): they sit in the watchdog's partial index. */
@@ -166,7 +176,7 @@ async function rawSweep(pool: pg.Pool, due: number): Promise<Omit<RawSweepResult
 }
 
 /** CPU ms of the backends of `applicationName` so far (per pid, summed). */
-async function backendCpuMs(env: BenchEnv, applicationName: string): Promise<number | null> {
+async function backendCpuMs(env: WatchdogEnv, applicationName: string): Promise<number | null> {
   return totalCpuMs(await backendPids(env.pool, applicationName));
 }
 
@@ -180,12 +190,12 @@ async function count(pool: pg.Pool, sql: string): Promise<number> {
  * `dues[1]` made due, swept; then `idleSweeps` sweeps with nothing due.
  */
 export async function measureWatchdog(
-  env: BenchEnv,
+  env: WatchdogEnv,
   rows: number,
   dues: readonly number[],
   idleSweeps: number,
   log: (line: string) => void,
-): Promise<{ sweeps: SweepResult[]; rawSweeps: RawSweepResult[]; idle: IdleResult }> {
+): Promise<WatchdogResult> {
   const cfg = env.config({ LOG_LEVEL: 'warn' });
   const dir = mkdtempSync(join(tmpdir(), 'bench-log-'));
   const dest = pino.destination({ dest: join(dir, 'daemon.log'), sync: true });
