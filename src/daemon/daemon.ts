@@ -11,7 +11,7 @@ import type { Logger } from '../logger.js';
 import { createMetrics, type Metrics } from '../metrics.js';
 import { connectFailureReason, connectNats, type Nats } from '../nats/connection.js';
 import { provisionStreams } from '../nats/provision.js';
-import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
+import { CONTRACT_NAMES, type ExchangeNames } from '../nats/subjects.js';
 import {
   readiness,
   startHttpServer,
@@ -32,6 +32,11 @@ export interface DaemonOptions {
   loops?: { inbox?: boolean; watchdog?: boolean; publisher?: boolean; deadLetters?: boolean; http?: boolean };
   /** Extra HTTP pages (default: the live statechart, /statechart and /statechart.json). */
   routes?: (d: { db: Db; metrics: Metrics }) => Record<string, RouteHandler>;
+  /**
+   * The streams, subjects and inbox consumer to run on: the contract's by default; the demo on
+   * shared servers gives a namespaced set of its own.
+   */
+  names?: ExchangeNames;
   /** Test hook passed to the inbox. */
   beforeInboxBatch?: InboxOptions['beforeBatch'];
   /** Test hook passed to the inbox. */
@@ -66,6 +71,7 @@ async function dbReachable(db: Db): Promise<boolean> {
  */
 export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const { config: cfg, logger } = opts;
+  const names = opts.names ?? CONTRACT_NAMES;
   const loops = {
     inbox: true,
     watchdog: true,
@@ -98,6 +104,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         replicas: cfg.NATS_STREAM_REPLICAS,
         ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
         maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
+        names,
       });
     }
     const js = jetstream(nats.nc);
@@ -119,7 +126,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         return rows.map((r) => ({ status: r.status, count: Number(r.count) }));
       },
       inboxPending: async () => {
-        const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
+        const info = await jsm.consumers.info(names.resultsStream, names.inboxConsumer);
         return { pending: info.num_pending, ackPending: info.num_ack_pending };
       },
     });
@@ -137,6 +144,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           lingerMs: cfg.INBOX_LINGER_MS,
           maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
           ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
+          names,
           beforeBatch: opts.beforeInboxBatch,
           afterCommit: opts.afterInboxCommit,
         })
@@ -164,11 +172,12 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           logger,
           metrics,
           config: cfg,
+          names,
         })
       : undefined;
     await publisher?.start();
     const deadLetters = loops.deadLetters
-      ? createDeadLetters({ db: db.db, nc: nats.nc, jsm, logger, metrics })
+      ? createDeadLetters({ db: db.db, nc: nats.nc, jsm, logger, metrics, stream: names.jobsStream })
       : undefined;
     await deadLetters?.start();
 

@@ -54,7 +54,7 @@ export interface DeadLettersOptions {
   metrics?: Metrics;
   /** Defaults to a manager on `nc` created without a round trip. */
   jsm?: JetStreamManager;
-  /** The stream whose advisories to follow; `RECOGNITION_JOBS` unless a test says otherwise. */
+  /** The stream whose advisories to follow: the daemon's jobs stream, `RECOGNITION_JOBS` by default. */
   stream?: string;
 }
 

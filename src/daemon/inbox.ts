@@ -40,7 +40,7 @@ import { isRetryable } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { decodeEnvelope } from '../messages/decodeEnvelope.js';
-import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
+import { CONTRACT_NAMES, type ExchangeNames } from '../nats/subjects.js';
 import { startInboxTrace, type InboxTrace } from '../tracing/jobSpans.js';
 import { runTraced } from '../tracing/tracing.js';
 import {
@@ -69,6 +69,8 @@ export interface InboxOptions {
   lingerMs?: number | undefined;
   maxEnvelopeBytes: number;
   ackWaitMs: number;
+  /** The results stream and inbox consumer to read (the contract's by default). */
+  names?: ExchangeNames | undefined;
   /** Test hook: called before each batch transaction. */
   beforeBatch?: (items: readonly InboxItem[]) => Promise<void> | void;
   /** Test and bench hook: called as soon as a batch has committed, before its messages are acked. */
@@ -197,7 +199,8 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   const { logger, metrics, batchSize, concurrency } = opts;
   const lingerMs = opts.lingerMs ?? 2;
   const log = logger.child({ loop: 'inbox' });
-  const consumer = await opts.js.consumers.get(RESULTS_STREAM, INBOX_CONSUMER);
+  const names = opts.names ?? CONTRACT_NAMES;
+  const consumer = await opts.js.consumers.get(names.resultsStream, names.inboxConsumer);
   await letOrphansComeFirst(consumer, opts.ackWaitMs, log);
   const target = opts.pool ?? opts.db;
   // Enough for every batch in flight and as many more gathering; more would only make the

@@ -39,7 +39,7 @@ import { isRetryable } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { checkJobMessage, type JobMessage } from '../messages/schemas.js';
 import type { Metrics } from '../metrics.js';
-import { jobMsgId, jobSubject, RESULT_SUBJECT } from '../nats/subjects.js';
+import { jobMsgId, jobSubject, RESULT_SUBJECT, type ExchangeNames } from '../nats/subjects.js';
 import {
   endPublishTrace,
   publishLogFields,
@@ -94,6 +94,8 @@ export interface PublisherOptions {
   logger: Logger;
   metrics?: Metrics;
   config: PublisherConfig;
+  /** The job subjects to publish on (the contract's by default). */
+  names?: ExchangeNames | undefined;
   /** Replaces the step's `applyEvents`; for fault injection in tests only. */
   applyEvents?: typeof applyEvents;
 }
@@ -228,7 +230,7 @@ export function createPublisher(opts: PublisherOptions): Publisher {
 
   async function publishOne(row: DueJobRow): Promise<Attempt> {
     const msgId = jobMsgId(row.job_id, row.attempt);
-    const subject = jobSubject(row.target_service);
+    const subject = jobSubject(row.target_service, opts.names);
     const message = buildJobMessage(row, {
       resultsBucket: cfg.RESULTS_BUCKET,
       replyTimeoutMs: cfg.REPLY_TIMEOUT_MS,

@@ -4,11 +4,12 @@
  * `done`, `needs_check`, `error` and silence, N files and jobs, live progress, and a summary read
  * from the database.
  *
- * Fresh stream state: the demo *purges* `RECOGNITION_JOBS` and `RECOGNITION_RESULTS` at start
- * (after creating them if missing), rather than deleting and recreating the consumers. Purging
- * keeps the consumers' configuration exactly as the daemon provisions it, and a recreated
- * `core-inbox` (deliver policy `all`) would replay every old envelope into the new database as
- * `UNKNOWN_JOB` quarantine. It is meant for a development NATS: it says so on its first lines.
+ * Never a daemon's state: by default the demo runs on a private PostgreSQL and nats-server it
+ * starts and removes (`demoServers.ts`), on the contract's names. With `servers: 'existing'` it
+ * shares servers with whatever runs there, so it keeps to its own database (the name must contain
+ * `demo`) and its own exchange (`demoNames`: streams, subjects and inbox consumer no daemon on the
+ * contract's names uses), and deletes those streams at the end. It never purges, consumes from or
+ * changes a stream, consumer or database it did not create.
  */
 import { randomUUID } from 'node:crypto';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -20,10 +21,9 @@ import { createDatabaseIfMissing, dropDatabase, migrateToLatest, openDb, type Db
 import { addFile, createJob } from '../db/jobs.js';
 import { UsageError } from '../errors.js';
 import { createLogger, type Logger } from '../logger.js';
-import { provideDemoServers, type DemoServers } from './demoServers.js';
+import { provideDemoServers, type DemoServerChoice, type DemoServers } from './demoServers.js';
 import { connectNats, type Nats } from '../nats/connection.js';
-import { provisionStreams } from '../nats/provision.js';
-import { JOBS_STREAM, RESULTS_STREAM } from '../nats/subjects.js';
+import { CONTRACT_NAMES, demoNames, type ExchangeNames } from '../nats/subjects.js';
 import {
   DEFAULT_WEIGHTS,
   startTabularParser,
@@ -65,13 +65,18 @@ const PLAIN_LINE_EVERY_MS = 1_000;
 const CREATE_CONCURRENCY = 8;
 
 export interface DemoOptions {
-  /** Environment to read DATABASE_URL, NATS_URL and NATS credentials from. */
+  /** Environment to read DATABASE_URL, NATS_URL and NATS credentials from (`servers: 'existing'`). */
   env?: NodeJS.ProcessEnv;
+  /**
+   * `private` (default): a PostgreSQL and a nats-server of the demo's own, removed at the end.
+   * `existing`: DATABASE_URL's and NATS_URL's servers, with a database and streams of its own.
+   */
+  servers?: DemoServerChoice;
   /** Number of files (one job each). */
   jobs: number;
   /** Seed of the service's mix. */
   seed: number;
-  /** Demo database on DATABASE_URL's server; dropped and recreated. Must contain `demo`. */
+  /** Demo database on the PostgreSQL used; dropped and recreated. Must contain `demo`. */
   database: string;
   /** Give up waiting for final statuses after this long. */
   timeoutMs: number;
@@ -237,16 +242,18 @@ export function formatSummary(counts: DemoResult['counts']): string {
 /**
  * Run the demo end to end and print as it goes. Resolves with the final counts (read from the
  * database after everything stopped) whether or not every job became final in time.
- *   1. servers: DATABASE_URL's and NATS_URL's, or private ones (`provideDemoServers`), removed
- *      at the end whatever happens;
- *   2. configuration: that PostgreSQL with the demo database, that NATS, demo overrides;
+ *   1. servers: private ones, removed at the end whatever happens, or the existing ones
+ *      (`provideDemoServers`);
+ *   2. configuration: that PostgreSQL with the demo database, that NATS, demo overrides; the
+ *      exchange's names: the contract's on private servers, the demo's own on existing ones;
  *   3. database: drop, create, migrate;
- *   4. NATS: create the streams if missing, then purge both;
+ *   4. NATS: connect (the daemon creates the streams and the inbox consumer of those names);
  *   5. the daemon, in-process;
  *   6. the reference service, on its own NATS connection as a separate process would be;
  *   7. files and jobs;
  *   8. progress until every job is final (bounded);
- *   9. stop the service and the daemon; read and print the summary.
+ *   9. stop the service and the daemon, delete the demo's own streams on existing servers; read
+ *      and print the summary.
  */
 export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
   const started = Date.now();
@@ -263,15 +270,47 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
 
   say(`recognition-core demo: ${opts.jobs} jobs, seed ${opts.seed}`);
 
-  // 1. Servers: the configured ones, or private ones where an unset address answers nothing.
-  const servers = await provideDemoServers({ env: opts.env ?? process.env, say });
+  // 1. Servers: private ones unless asked for the existing ones.
+  const servers = await provideDemoServers({
+    env: opts.env ?? process.env,
+    say,
+    servers: opts.servers ?? 'private',
+  });
   try {
     return await runOn(servers, opts, { started, out, say });
   } finally {
     await servers.close();
-    if (servers.privateServers.length > 0)
-      say(`Stopped and removed the private ${servers.privateServers.join(' and ')}.`);
+    if (servers.privateServers) say('Stopped and removed the private PostgreSQL and nats-server.');
   }
+}
+
+/**
+ * Delete the streams of this run's own exchange on shared servers; their consumers go with them.
+ * Only names of `demoNames` (streams `DEMO_…`) are deleted, never another stream. A failure is
+ * reported with the command that finishes the job, and does not fail the demo.
+ */
+async function deleteOwnStreams(
+  admin: Nats,
+  names: ExchangeNames,
+  logger: Logger,
+  say: (line?: string) => void,
+): Promise<void> {
+  const streams = [names.jobsStream, names.resultsStream];
+  if (streams.some((s) => !s.startsWith('DEMO_')))
+    throw new Error(`not a demo's streams: ${streams.join(', ')}`);
+  const left: string[] = [];
+  for (const stream of streams) {
+    try {
+      const jsm = await jetstreamManager(admin.nc, { checkAPI: false });
+      await jsm.streams.delete(stream);
+    } catch (err) {
+      if (/stream not found/i.test((err as Error).message)) continue;
+      logger.error({ err, stream }, 'deleting a stream of the demo failed');
+      left.push(stream);
+    }
+  }
+  if (left.length === 0) say(`Deleted this run's streams ${streams.join(' and ')} (and their consumers).`);
+  else say(`Could not delete this run's ${left.join(' and ')}: nats stream rm -f ${left.join(' ')}`);
 }
 
 /** Steps 2 to 9 of {@link runDemo}, on the servers chosen. */
@@ -297,9 +336,15 @@ async function runOn(
   });
   const weights = opts.weights ?? DEFAULT_WEIGHTS;
   const shownDb = redactUrl(config.DATABASE_URL);
+  // One id names this run's exchange on shared servers (and its files' keys): its streams cannot
+  // overlap a daemon's or another demo's.
+  const run = randomUUID().replace(/-/g, '').slice(0, 8);
+  const names: ExchangeNames = servers.privateServers ? CONTRACT_NAMES : demoNames(run);
   say(`  database  ${shownDb} (dropped and recreated)`);
   say(
-    `  NATS      ${redactUrl(config.NATS_URL)} (streams ${JOBS_STREAM} and ${RESULTS_STREAM} purged: use a development NATS)`,
+    servers.privateServers
+      ? `  NATS      ${redactUrl(config.NATS_URL)} (streams ${names.jobsStream} and ${names.resultsStream})`
+      : `  NATS      ${redactUrl(config.NATS_URL)} (streams ${names.jobsStream} and ${names.resultsStream} of this run's own, deleted at the end; no other stream is touched)`,
   );
 
   // 3. Database.
@@ -322,24 +367,15 @@ async function runOn(
     try {
       await migrateToLatest(db.db);
 
-      // 4. NATS: streams exist and are empty.
+      // 4. NATS: reachable (the daemon provisions the streams of `names`).
       admin = await connectNats(config, logger, { name: 'recognition-core-demo' }).catch((err: unknown) => {
         throw new Error(`NATS at ${redactUrl(config.NATS_URL)} (NATS_URL): ${(err as Error).message}`, {
           cause: err,
         });
       });
-      const jsm = await jetstreamManager(admin.nc);
-      await provisionStreams(jsm, {
-        duplicateWindowMs: config.NATS_DUPLICATE_WINDOW_MS,
-        replicas: config.NATS_STREAM_REPLICAS,
-        ackWaitMs: config.INBOX_ACK_WAIT_MS,
-        maxAckPending: config.INBOX_MAX_ACK_PENDING,
-      });
-      await jsm.streams.purge(JOBS_STREAM);
-      await jsm.streams.purge(RESULTS_STREAM);
 
       // 5. The daemon.
-      daemon = await startDaemon({ config, logger });
+      daemon = await startDaemon({ config, logger, names });
       say(
         `  daemon    reply timeout ${config.REPLY_TIMEOUT_MS} ms, watchdog every ${config.WATCHDOG_INTERVAL_MS} ms, metrics http://127.0.0.1:${daemon.http?.port}/metrics`,
       );
@@ -352,6 +388,7 @@ async function runOn(
         weights,
         replyDelayMs: 300,
         logger,
+        names,
       });
       const mix = Object.entries(weights)
         .map(([k, v]) => `${k === 'silent' ? 'never answers' : k} ${v}`)
@@ -360,7 +397,6 @@ async function runOn(
       say();
 
       // 7. Files and jobs.
-      const run = randomUUID().slice(0, 8);
       const indexes = Array.from({ length: opts.jobs }, (_, i) => i + 1);
       const progress = createProgress(out, opts.jobs);
       let createFailed: unknown;
@@ -418,6 +454,7 @@ async function runOn(
       await service?.stop().catch((err: unknown) => logger.error({ err }, 'stopping the service failed'));
       await serviceNats?.nc.drain().catch(() => undefined);
       await daemon?.stop().catch((err: unknown) => logger.error({ err }, 'stopping the daemon failed'));
+      if (admin && names !== CONTRACT_NAMES) await deleteOwnStreams(admin, names, logger, say);
       await admin?.nc.close().catch(() => undefined);
     }
     const rows = await countByStatus(db);
@@ -446,9 +483,9 @@ async function runOn(
     say(`Finished in ${(wallMs / 1000).toFixed(1)} s.`);
     say();
     say(`The job lifecycle as statecharts: ${STATECHARTS_PATH}`);
-    if (servers.privateDatabase) {
+    if (servers.privateServers) {
       say('The demo database lived on the private PostgreSQL and is removed with it. To inspect jobs');
-      say('after a demo (jobs show, jobs history), run it against a PostgreSQL of your own (DATABASE_URL).');
+      say("after a demo (jobs show, jobs history), run it on DATABASE_URL's server: --servers existing.");
     } else {
       say('Inspect a job (the demo database stays until the next demo):');
       say(`  export DATABASE_URL=${shownDb}`);

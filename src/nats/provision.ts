@@ -11,13 +11,7 @@ import {
   type JetStreamManager,
   type StreamConfig,
 } from '@nats-io/jetstream';
-import {
-  INBOX_CONSUMER,
-  JOBS_STREAM,
-  JOB_SUBJECT_PREFIX,
-  RESULTS_STREAM,
-  RESULT_SUBJECT,
-} from './subjects.js';
+import { CONTRACT_NAMES, type ExchangeNames } from './subjects.js';
 
 export interface ProvisionOptions {
   duplicateWindowMs: number;
@@ -26,6 +20,8 @@ export interface ProvisionOptions {
   ackWaitMs: number;
   /** Envelopes delivered and not yet acked, across every instance sharing core-inbox. */
   maxAckPending: number;
+  /** The streams, subjects and inbox consumer to create (the contract's by default). */
+  names?: ExchangeNames;
 }
 
 /** How long the streams keep messages: a week, so operators can inspect and replay. */
@@ -55,8 +51,9 @@ async function ensureStream(
   }
 }
 
-/** Create or update both streams and the durable pull consumer `core-inbox`. */
+/** Create or update both streams and the durable pull consumer `core-inbox` (of `opts.names`). */
 export async function provisionStreams(jsm: JetStreamManager, opts: ProvisionOptions): Promise<void> {
+  const names = opts.names ?? CONTRACT_NAMES;
   const common = {
     storage: StorageType.File,
     retention: RetentionPolicy.Limits,
@@ -64,27 +61,27 @@ export async function provisionStreams(jsm: JetStreamManager, opts: ProvisionOpt
     num_replicas: opts.replicas,
     max_age: nanos(MAX_AGE_MS),
   };
-  await ensureStream(jsm, { name: RESULTS_STREAM, subjects: [RESULT_SUBJECT], ...common });
-  await ensureStream(jsm, { name: JOBS_STREAM, subjects: [`${JOB_SUBJECT_PREFIX}>`], ...common });
+  await ensureStream(jsm, { name: names.resultsStream, subjects: [names.resultSubject], ...common });
+  await ensureStream(jsm, { name: names.jobsStream, subjects: [`${names.jobSubjectPrefix}>`], ...common });
   const consumer = {
-    durable_name: INBOX_CONSUMER,
+    durable_name: names.inboxConsumer,
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.All,
-    filter_subject: RESULT_SUBJECT,
+    filter_subject: names.resultSubject,
     ack_wait: nanos(opts.ackWaitMs),
     // Never give up on an envelope: transient failures are retried as long as it takes.
     max_deliver: -1,
     max_ack_pending: opts.maxAckPending,
   };
   try {
-    await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
-    await jsm.consumers.update(RESULTS_STREAM, INBOX_CONSUMER, {
+    await jsm.consumers.info(names.resultsStream, names.inboxConsumer);
+    await jsm.consumers.update(names.resultsStream, names.inboxConsumer, {
       ack_wait: consumer.ack_wait,
       max_deliver: consumer.max_deliver,
       max_ack_pending: consumer.max_ack_pending,
     });
   } catch (err) {
     if (!/consumer not found/i.test((err as Error).message)) throw err;
-    await jsm.consumers.add(RESULTS_STREAM, consumer);
+    await jsm.consumers.add(names.resultsStream, consumer);
   }
 }

@@ -35,7 +35,7 @@ import {
 import { headers as natsHeaders, nanos, type NatsConnection } from '@nats-io/nats-core';
 import type { Logger } from '../logger.js';
 import { checkJobMessage, type JobMessage } from '../messages/schemas.js';
-import { JOBS_STREAM, RESULT_SUBJECT, jobSubject } from '../nats/subjects.js';
+import { CONTRACT_NAMES, jobSubject, type ExchangeNames } from '../nats/subjects.js';
 import { startServiceJobTrace, type ServiceJobTrace } from '../tracing/jobSpans.js';
 import { headerFieldsOf } from '../tracing/tracing.js';
 
@@ -114,6 +114,11 @@ export interface TabularParserOptions {
   logger: Logger;
   /** Jobs handled at once; more stay in the consumer. */
   maxInFlight?: number;
+  /**
+   * The exchange to serve: its jobs stream and subject, and the subject envelopes go to (the
+   * contract's by default; the demo on shared servers passes its own).
+   */
+  names?: ExchangeNames;
 }
 
 /** What the service did so far. */
@@ -145,26 +150,26 @@ const ACK_WAIT_MS = 30_000;
 const MAX_DELIVER = 5;
 
 /** Create the durable consumer if it does not exist yet (idempotent; several copies may race). */
-async function ensureConsumer(nc: NatsConnection, name: string): Promise<void> {
+async function ensureConsumer(nc: NatsConnection, name: string, names: ExchangeNames): Promise<void> {
   const jsm = await jetstreamManager(nc);
   try {
-    await jsm.streams.info(JOBS_STREAM);
+    await jsm.streams.info(names.jobsStream);
   } catch (err) {
     if (/stream not found/i.test((err as Error).message)) {
       throw new Error(
-        `stream ${JOBS_STREAM} not found: start recognition-core first (it creates the streams)`,
+        `stream ${names.jobsStream} not found: start recognition-core first (it creates the streams)`,
         { cause: err },
       );
     }
     throw err;
   }
   try {
-    await jsm.consumers.info(JOBS_STREAM, name);
+    await jsm.consumers.info(names.jobsStream, name);
   } catch (err) {
     if (!/consumer not found/i.test((err as Error).message)) throw err;
-    await jsm.consumers.add(JOBS_STREAM, {
+    await jsm.consumers.add(names.jobsStream, {
       durable_name: name,
-      filter_subject: jobSubject(name),
+      filter_subject: jobSubject(name, names),
       ack_policy: AckPolicy.Explicit,
       deliver_policy: DeliverPolicy.All,
       ack_wait: nanos(ACK_WAIT_MS),
@@ -183,6 +188,7 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
   const weights = opts.weights ?? DEFAULT_WEIGHTS;
   const replyDelayMs = opts.replyDelayMs ?? 400;
   const maxInFlight = opts.maxInFlight ?? 256;
+  const names = opts.names ?? CONTRACT_NAMES;
   const log = opts.logger.child({ component: name });
   const random = mulberry32(opts.seed);
   const service = { name, version };
@@ -198,9 +204,9 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
     inFlight: 0,
   };
 
-  await ensureConsumer(opts.nc, name);
+  await ensureConsumer(opts.nc, name, names);
   const js = jetstream(opts.nc);
-  const consumer = await js.consumers.get(JOBS_STREAM, name);
+  const consumer = await js.consumers.get(names.jobsStream, name);
   const inFlight = new Set<Promise<void>>();
   let stopping = false;
   let messages: ConsumerMessages | undefined;
@@ -216,7 +222,7 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
     if (h && send?.headers) for (const [k, v] of Object.entries(headerFieldsOf(send.headers))) h.set(k, v);
     try {
       await js.publish(
-        RESULT_SUBJECT,
+        names.resultSubject,
         JSON.stringify({ job_id: job.job_id, service, ...body, sent_at: new Date().toISOString() }),
         h ? { msgID: msgId, headers: h } : { msgID: msgId },
       );
@@ -340,7 +346,7 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
   const reader = read();
   log.info(
     { event: 'service_started', seed: opts.seed, weights },
-    `${name} listening on ${jobSubject(name)}`,
+    `${name} listening on ${jobSubject(name, names)}`,
   );
   return {
     async stop() {

@@ -1,21 +1,40 @@
 /**
  * `recognition-core demo`, as a newcomer runs it (the real CLI, stdout not a terminal), with a
- * small job count, its own demo database and a private nats-server. The summary it prints equals
- * `select status, count(*) from recognition_job group by status`, and every status the reference
- * service can cause appears: done, needs_check, error and timeout.
+ * small job count. On existing servers (`--servers existing`: the test's PostgreSQL and a
+ * nats-server of the test) the summary it prints equals `select status, count(*) from
+ * recognition_job group by status`, and every status the reference service can cause appears:
+ * done, needs_check, error and timeout.
+ *
+ * Next to a daemon (the contract's streams, `core-inbox` and a database with unapplied envelopes
+ * on the addresses the demo is given) the demo changes nothing of it: by default it runs on
+ * private servers; with `--servers existing` on a database and streams of its own, deleted after.
  *
  * Where nothing answers (the CLI in a fresh network namespace: its own loopback, no server on
- * 5432 or 4222), the demo brings its own PostgreSQL and nats-server for unset variables, removes
- * them at the end, and never replaces a server named explicitly.
+ * 5432 or 4222), the demo brings its own PostgreSQL and nats-server, removes them at the end, and
+ * with `--servers existing` never replaces the servers it was told to use.
  */
 import { execFileSync } from 'node:child_process';
 import { chmod, mkdtemp, readdir, readlink, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
+import { AckPolicy, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { FINAL_JOB_STATUSES } from '../../machines/index.js';
 import { dropDatabase, openDb } from '../../src/db/database.js';
+import { provisionStreams } from '../../src/nats/provision.js';
+import {
+  INBOX_CONSUMER,
+  JOBS_STREAM,
+  RESULTS_STREAM,
+  jobMsgId,
+  jobSubject,
+} from '../../src/nats/subjects.js';
 import { runCli, spawnCli } from '../helpers/cliProcess.js';
+import { insertJob, snapshotTables } from '../helpers/fixtures.js';
+import { createServiceClient } from '../helpers/serviceClient.js';
+import { useTestDatabase } from '../helpers/withDatabase.js';
 import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
 import { dbUrl } from '../helpers/pgUrls.js';
 
@@ -49,7 +68,19 @@ describe('recognition-core demo', () => {
   it('ends with a summary that matches the database and shows every status the service causes', async () => {
     const started = Date.now();
     const r = await runCli(
-      ['demo', '--jobs', String(JOBS), '--seed', '42', '--database', DEMO_DB, '--timeout', '40'],
+      [
+        'demo',
+        '--servers',
+        'existing',
+        '--jobs',
+        String(JOBS),
+        '--seed',
+        '42',
+        '--database',
+        DEMO_DB,
+        '--timeout',
+        '40',
+      ],
       // DATABASE_URL names the server; the demo uses its own database on it.
       { DATABASE_URL: dbUrl('postgres'), NATS_URL: nats.url },
       60_000,
@@ -91,7 +122,20 @@ describe('recognition-core demo', () => {
 
   it("--trace exports to a receiver of its own and prints one job's trace as a tree, and where to send traces instead", async () => {
     const r = await runCli(
-      ['demo', '--trace', '--jobs', '6', '--seed', '42', '--database', `${DEMO_DB}_trace`, '--timeout', '40'],
+      [
+        'demo',
+        '--servers',
+        'existing',
+        '--trace',
+        '--jobs',
+        '6',
+        '--seed',
+        '42',
+        '--database',
+        `${DEMO_DB}_trace`,
+        '--timeout',
+        '40',
+      ],
       { DATABASE_URL: dbUrl('postgres'), NATS_URL: nats.url },
       60_000,
     );
@@ -120,13 +164,23 @@ describe('recognition-core demo', () => {
         expect(line, `${name} in\n${tree.join('\n')}`).toBeDefined();
         return line!.length - line!.trimStart().length;
       };
+      // On existing servers the job subject is the run's own: demo_<id>.recognition.job.<service>.
+      const jobSubjectShown = /(?:send|process) (demo_[0-9a-f]{8}\.recognition\.job\.tabular-parser)/.exec(
+        tree.join('\n'),
+      )?.[1];
+      expect(jobSubjectShown, tree.join('\n')).toBeDefined();
       const create = depth('recognition.job create');
-      expect(depth('send recognition.job.tabular-parser')).toBeGreaterThan(create);
-      expect(depth('process recognition.job.tabular-parser')).toBeGreaterThan(
-        depth('send recognition.job.tabular-parser'),
+      expect(depth(`send ${jobSubjectShown}`)).toBeGreaterThan(create);
+      expect(depth(`process ${jobSubjectShown}`)).toBeGreaterThan(depth(`send ${jobSubjectShown}`));
+      // The inbox's span names the subject it read (the run's own); the service's send span the contract's.
+      const resultSubjectShown = jobSubjectShown!.replace(
+        /recognition\.job\.tabular-parser$/,
+        'recognition.result',
       );
-      expect(depth('process recognition.result')).toBeGreaterThan(depth('send recognition.result'));
-      expect(tree.some((l) => l.includes('process recognition.result') && l.includes('to=done'))).toBe(true);
+      expect(depth(`process ${resultSubjectShown}`)).toBeGreaterThan(depth('send recognition.result'));
+      expect(tree.some((l) => l.includes(`process ${resultSubjectShown}`) && l.includes('to=done'))).toBe(
+        true,
+      );
       expect(tree.some((l) => l.trimStart().startsWith('pg.query'))).toBe(true);
       expect(r.stdout.join('\n')).toContain('OTEL_EXPORTER_OTLP_ENDPOINT=http://<collector>:4318');
     } finally {
@@ -142,6 +196,174 @@ describe('recognition-core demo', () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toHaveLength(1);
     expect(r.stderr[0]).toMatch(/--database must .*"demo"/);
+  });
+});
+
+/** Every stream of a NATS and every consumer on it, with the state a demo must leave as it is. */
+async function natsState(jsm: JetStreamManager) {
+  const streams = [];
+  for await (const s of jsm.streams.list()) {
+    const consumers = [];
+    for await (const c of jsm.consumers.list(s.config.name)) {
+      consumers.push({
+        name: c.name,
+        filter_subject: c.config.filter_subject,
+        num_pending: c.num_pending,
+        num_ack_pending: c.num_ack_pending,
+        num_redelivered: c.num_redelivered,
+        delivered: { consumer_seq: c.delivered.consumer_seq, stream_seq: c.delivered.stream_seq },
+        ack_floor: { consumer_seq: c.ack_floor.consumer_seq, stream_seq: c.ack_floor.stream_seq },
+      });
+    }
+    streams.push({
+      name: s.config.name,
+      subjects: s.config.subjects,
+      messages: s.state.messages,
+      first_seq: s.state.first_seq,
+      last_seq: s.state.last_seq,
+      consumers: consumers.sort((a, b) => a.name.localeCompare(b.name)),
+    });
+  }
+  return streams.sort((a, b) => a.name.localeCompare(b.name));
+}
+
+describe('recognition-core demo next to a daemon on the addresses it is given', () => {
+  /** The daemon's database: jobs whose envelopes wait, unapplied, in RECOGNITION_RESULTS. */
+  const daemonDb = useTestDatabase();
+  let daemonNats: NatsServerHandle;
+  let nc: NatsConnection;
+  let jsm: JetStreamManager;
+  let natsBefore: Awaited<ReturnType<typeof natsState>>;
+  let rowsBefore: Awaited<ReturnType<typeof snapshotTables>>;
+
+  beforeAll(async () => {
+    daemonNats = await startNatsServer();
+    nc = await connect({ servers: daemonNats.url });
+    jsm = await jetstreamManager(nc);
+    // What a daemon provisions (a long ack wait: envelopes it took stay in hand), and a service's
+    // durable consumer on the jobs stream.
+    await provisionStreams(jsm, {
+      duplicateWindowMs: 120_000,
+      replicas: 1,
+      ackWaitMs: 600_000,
+      maxAckPending: 1_000,
+    });
+    await jsm.consumers.add(JOBS_STREAM, {
+      durable_name: 'tabular-parser',
+      filter_subject: jobSubject('tabular-parser'),
+      ack_policy: AckPolicy.Explicit,
+    });
+    // Five published jobs, their job messages, and the service's ack and result for each.
+    const js = jetstream(nc);
+    const svc = createServiceClient(nc);
+    for (let i = 0; i < 5; i++) {
+      const job = await insertJob(daemonDb.db);
+      await js.publish(jobSubject('tabular-parser'), JSON.stringify({ job_id: job.jobId }), {
+        msgID: jobMsgId(job.jobId, 1),
+      });
+      await svc.ack(job);
+      await svc.done(job);
+    }
+    // The daemon had taken three envelopes when it stopped: delivered, never acked.
+    const inbox = await js.consumers.get(RESULTS_STREAM, INBOX_CONSUMER);
+    const taken: number[] = [];
+    while (taken.length < 3) {
+      const batch = await inbox.fetch({ max_messages: 3 - taken.length, expires: 2_000 });
+      for await (const m of batch) taken.push(m.seq);
+    }
+    natsBefore = await natsState(jsm);
+    rowsBefore = await snapshotTables(daemonDb.db);
+    expect(natsBefore.map((x) => x.name)).toEqual([JOBS_STREAM, RESULTS_STREAM]);
+    expect(natsBefore[1]).toMatchObject({ messages: 10, first_seq: 1, last_seq: 10 });
+    expect(natsBefore[1]!.consumers).toEqual([
+      expect.objectContaining({ name: INBOX_CONSUMER, num_pending: 7, num_ack_pending: 3 }),
+    ]);
+    expect(rowsBefore.jobs.map((j) => j.status)).toEqual(Array(5).fill('published'));
+  });
+
+  afterAll(async () => {
+    await nc?.close();
+    await daemonNats?.cleanup();
+  });
+
+  /** The daemon's streams, consumers and rows are exactly as recorded, and no other stream is left. */
+  async function expectDaemonUntouched(): Promise<void> {
+    expect(await natsState(jsm)).toEqual(natsBefore);
+    expect(await snapshotTables(daemonDb.db)).toEqual(rowsBefore);
+  }
+
+  it("by default runs on private servers of its own, whatever NATS_URL and DATABASE_URL say: the daemon's streams, consumers and database stay as they were", async () => {
+    const r = await runCli(
+      ['demo', '--jobs', '20', '--seed', '7', '--timeout', '30'],
+      { DATABASE_URL: daemonDb.url, NATS_URL: daemonNats.url },
+      90_000,
+    );
+    expect(r.code, r.output).toBe(0);
+    expect(r.stdout).toContain(
+      '  servers   private: starting a PostgreSQL and a nats-server of its own for this run',
+    );
+    const natsLine = r.stdout.find((l) => l.startsWith('  NATS ')) ?? '';
+    expect(natsLine).toMatch(
+      /nats:\/\/127\.0\.0\.1:\d+ \(streams RECOGNITION_JOBS and RECOGNITION_RESULTS\)/,
+    );
+    expect(natsLine).not.toContain(daemonNats.url);
+    const dbLine = r.stdout.find((l) => l.startsWith('  database ')) ?? '';
+    expect(dbLine).toMatch(/postgres:\/\/postgres@127\.0\.0\.1:\d+\/recognition_demo/);
+    expect(dbLine).not.toContain(`@${new URL(daemonDb.url).host}/`);
+    const printed = parseSummary(r.stdout);
+    expect(printed.get('total')).toBe(20);
+    printed.delete('total');
+    for (const status of printed.keys()) expect(FINAL_JOB_STATUSES).toContain(status);
+    expect(r.stdout.at(-1)).toBe('Stopped and removed the private PostgreSQL and nats-server.');
+    await expectDaemonUntouched();
+  });
+
+  it("with --servers existing runs on a database and streams of its own there, deletes its streams, and leaves the daemon's as they were", async () => {
+    const demoDb = `rc_test_${process.pid}_${Date.now()}_demo_existing`;
+    try {
+      const r = await runCli(
+        [
+          'demo',
+          '--servers',
+          'existing',
+          '--jobs',
+          '20',
+          '--seed',
+          '7',
+          '--timeout',
+          '30',
+          '--database',
+          demoDb,
+        ],
+        { DATABASE_URL: daemonDb.url, NATS_URL: daemonNats.url },
+        90_000,
+      );
+      expect(r.code, r.output).toBe(0);
+      const text = r.stdout.join('\n');
+      expect(text).not.toContain('private');
+      expect(text).toContain(`  database  ${dbUrl(demoDb)} (dropped and recreated)`);
+      const own =
+        /NATS {6}(\S+) \(streams (DEMO_([0-9A-F]{8})_RECOGNITION_JOBS) and (DEMO_\3_RECOGNITION_RESULTS) of this run's own/.exec(
+          text,
+        );
+      expect(own, text).not.toBeNull();
+      expect(own![1]).toBe(daemonNats.url);
+      expect(text).toContain(`Deleted this run's streams ${own![2]} and ${own![4]} (and their consumers).`);
+
+      // Every demo job is final, in the demo's database.
+      const db = openDb(dbUrl(demoDb), { max: 1 });
+      try {
+        const jobs = await db.db.selectFrom('recognition_job').select('status').execute();
+        expect(jobs).toHaveLength(20);
+        for (const { status } of jobs) expect(FINAL_JOB_STATUSES).toContain(status);
+      } finally {
+        await db.close();
+      }
+      // The daemon's streams, core-inbox and rows are as they were, and the demo's streams are gone.
+      await expectDaemonUntouched();
+    } finally {
+      await dropDatabase(dbUrl(demoDb));
+    }
   });
 });
 
@@ -222,25 +444,21 @@ describe.skipIf(unavailable !== undefined)(
       expect(await processesUnder(tmp)).toEqual([]);
     }
 
-    it('starts a private PostgreSQL and nats-server for unset (empty) variables, finishes, and removes them', async () => {
+    it('on a machine where nothing runs, starts a private PostgreSQL and nats-server, finishes, and removes them', async () => {
       const r = await runCli(
         ['demo', '--jobs', '20', '--seed', '7', '--timeout', '40'],
         { DATABASE_URL: '', NATS_URL: '', TMPDIR: tmp },
         { wrapper: ISOLATED, timeoutMs: 90_000 },
       );
       expect(r.code, r.output).toBe(0);
-      const text = r.stdout.join('\n');
-      expect(text).toMatch(
-        /nothing answers at 127\.0\.0\.1:5432 and DATABASE_URL is unset: starting a private PostgreSQL/,
-      );
-      expect(text).toMatch(
-        /nothing answers at 127\.0\.0\.1:4222 and NATS_URL is unset: starting a private nats-server/,
+      expect(r.stdout).toContain(
+        '  servers   private: starting a PostgreSQL and a nats-server of its own for this run',
       );
       const pgLine = r.stdout.find((l) => l.includes('private PostgreSQL  postgres://')) ?? '';
       expect(pgLine).toContain(tmp);
       expect(pgLine).not.toContain(':5432/');
       expect(parseSummary(r.stdout).get('total')).toBe(20);
-      expect(text).toMatch(/Finished in [\d.]+ s\./);
+      expect(r.stdout.join('\n')).toMatch(/Finished in [\d.]+ s\./);
       expect(r.stdout.at(-1)).toBe('Stopped and removed the private PostgreSQL and nats-server.');
       expect(r.stderr).toEqual([]);
       await expectNothingLeft();
@@ -275,37 +493,18 @@ describe.skipIf(unavailable !== undefined)(
       await expectNothingLeft();
     });
 
-    it('never replaces a server named explicitly: one line naming the variable, nothing started', async () => {
+    it('--servers existing never replaces the servers it was told to use: one line naming the variable, nothing started', async () => {
       const r = await runCli(
-        ['demo', '--jobs', '5'],
-        {
-          DATABASE_URL: 'postgres://postgres@127.0.0.1:5432/recognition',
-          NATS_URL: 'nats://127.0.0.1:4222',
-          TMPDIR: tmp,
-        },
+        ['demo', '--servers', 'existing', '--jobs', '5'],
+        { DATABASE_URL: '', NATS_URL: '', TMPDIR: tmp },
         { wrapper: ISOLATED },
       );
       expect(r.code).toBe(1);
       expect(r.stderr).toHaveLength(1);
       expect(r.stderr[0]).toMatch(
-        /^recognition-core: PostgreSQL at postgres:\/\/postgres@127\.0\.0\.1:5432\/\S+ \(DATABASE_URL\): .*ECONNREFUSED/,
+        /^recognition-core: PostgreSQL at postgres:\/\/postgres@127\.0\.0\.1:5432\/recognition_demo \(DATABASE_URL\): .*ECONNREFUSED/,
       );
       expect(r.stdout.join('\n')).not.toContain('private');
-      await expectNothingLeft();
-    });
-
-    it('an explicit NATS_URL that does not answer fails on it, and the private PostgreSQL started for the unset DATABASE_URL is removed', async () => {
-      const r = await runCli(
-        ['demo', '--jobs', '5'],
-        { NATS_URL: 'nats://127.0.0.1:4222', TMPDIR: tmp },
-        { wrapper: ISOLATED, timeoutMs: 60_000 },
-      );
-      expect(r.code, r.output).toBe(1);
-      expect(r.stdout.join('\n')).toContain('starting a private PostgreSQL');
-      expect(r.stdout.join('\n')).not.toContain('private nats-server');
-      expect(r.stdout.at(-1)).toBe('Stopped and removed the private PostgreSQL.');
-      expect(r.stderr).toHaveLength(1);
-      expect(r.stderr[0]).toMatch(/^recognition-core: NATS at nats:\/\/127\.0\.0\.1:4222 \(NATS_URL\): /);
       await expectNothingLeft();
     });
 
@@ -318,7 +517,7 @@ describe.skipIf(unavailable !== undefined)(
       expect(r.code, r.output).toBe(1);
       expect(r.stderr).toHaveLength(1);
       expect(r.stderr[0]).toMatch(
-        /PostgreSQL \(127\.0\.0\.1:5432, DATABASE_URL unset\) and NATS \(127\.0\.0\.1:4222, NATS_URL unset\) do not answer/,
+        /a private PostgreSQL and nats-server of its own, but postgresql and nats-server are not installed \(or run it on your servers with --servers existing\)/,
       );
       expect(r.stderr[0]).toMatch(/Install with: apt-get install -y postgresql nats-server$/);
       await expectNothingLeft();
