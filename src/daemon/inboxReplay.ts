@@ -263,6 +263,19 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
       opts.onProgress?.(summary);
     };
 
+    /** Where a stopped replay resumes: after the last message applied, else at its start. */
+    const resumeSeq = () =>
+      summary.lastSeq !== null ? summary.lastSeq + 1 : 'seq' in opts.from ? opts.from.seq : null;
+    const stopped = (cause: unknown): Error => {
+      const resume = resumeSeq();
+      if (resume === null)
+        return new Error(
+          `replay stopped before delivering anything: ${cause instanceof Error ? cause.message : String(cause)}`,
+          { cause },
+        );
+      return new InboxReplayStoppedError(resume, summary, { cause });
+    };
+
     // 4. Until the end.
     const messages = await consumer.consume({ max_messages: Math.max(opts.batchSize * 2, 64) });
     let reachedEnd = false;
@@ -273,7 +286,7 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
           break;
         }
         batch.push(decodeItem(rawOf(msg), opts.maxEnvelopeBytes));
-        // Nothing after this message in the stream: the messages up to the end were deleted.
+        // The end, or nothing after this message in the stream (those up to the end were deleted).
         const last = msg.seq >= endSeq || msg.info.pending === 0;
         if (batch.length >= opts.batchSize || last) await flush();
         if (last) {
@@ -282,16 +295,14 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
         }
       }
       await flush();
+    } catch (err) {
+      // A batch that could not be applied says where to resume; the consumer failing does not.
+      throw err instanceof InboxReplayStoppedError ? err : stopped(err);
     } finally {
       await messages.close().catch(() => undefined);
     }
-    if (!reachedEnd) {
-      const cause = new Error('its consumer ended before the end sequence (the NATS connection closed?)');
-      const resume =
-        summary.lastSeq !== null ? summary.lastSeq + 1 : 'seq' in opts.from ? opts.from.seq : null;
-      if (resume === null) throw new Error(`replay stopped before delivering anything: ${cause.message}`);
-      throw new InboxReplayStoppedError(resume, summary, { cause });
-    }
+    if (!reachedEnd)
+      throw stopped(new Error('its consumer ended before the end sequence (the NATS connection closed?)'));
     return summary;
   } finally {
     await consumer.delete().catch(() => undefined);
