@@ -79,6 +79,16 @@ export const CONFIG_VARIABLES = {
   NATS_DUPLICATE_WINDOW_MS: [int(1000), '120000', 'JetStream duplicate window of both streams'],
   HTTP_HOST: [z.string().trim().min(1), '0.0.0.0', 'address of the health/metrics server'],
   HTTP_PORT: [int(0, 65535), '8080', 'port of /healthz, /readyz, /metrics, /statechart (0 = any free port)'],
+  READINESS_COMMIT_INTERVAL_MS: [
+    int(100),
+    '5000',
+    'how often the commits check of /readyz commits a write transaction (every second after a failure)',
+  ],
+  READINESS_COMMIT_TIMEOUT_MS: [
+    int(100),
+    '10000',
+    'the commits check of /readyz is red while its write transaction has waited longer than this',
+  ],
   LOG_LEVEL: [
     z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
       message: 'must be one of fatal, error, warn, info, debug, trace, silent',

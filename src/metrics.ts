@@ -19,6 +19,7 @@ export interface Metrics {
   jobsByStatus: Gauge<'status'>;
   inboxPending: Gauge<'kind'>;
   ready: Gauge<'check'>;
+  commitProbeDuration: Histogram<'result'>;
 }
 
 /** `recognition_inbox_envelopes_total`'s outcomes. */
@@ -160,12 +161,19 @@ export function createMetrics(
     }),
     ready: new Gauge({
       name: 'recognition_ready',
-      help: 'Readiness checks of /readyz: 1 when that part works (database, nats, consumer), 0 when not',
+      help: 'Readiness checks of /readyz: 1 when that part works (database, commits, nats, consumer), 0 when not',
       labelNames: ['check'],
       registers,
       collect: readOnScrape(sources.readiness, (gauge, checks) => {
         for (const [check, ok] of Object.entries(checks)) gauge.set({ check }, ok ? 1 : 0);
       }),
+    }),
+    commitProbeDuration: new Histogram({
+      name: 'recognition_commit_probe_duration_seconds',
+      help: 'Duration of the write transaction of the commits readiness check, by result (committed, failed)',
+      labelNames: ['result'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
     }),
   };
   for (const outcome of ENVELOPE_OUTCOMES) metrics.envelopes.inc({ outcome }, 0);

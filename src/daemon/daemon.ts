@@ -20,6 +20,7 @@ import {
   type RouteHandler,
 } from '../http/server.js';
 import { startInbox, type Inbox, type InboxOptions } from './inbox.js';
+import { startCommitProbe, type CommitProbe } from './commitProbe.js';
 import { createStatechartRoutes } from '../statecharts/livePage.js';
 import { createDeadLetters, type DeadLetters } from './deadLetters.js';
 import { createPublisher, type Publisher } from './publisher.js';
@@ -87,6 +88,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     onIdleError: (err) => logger.warn({ err, event: 'db_idle_error' }, 'idle PostgreSQL connection failed'),
   });
   let nats: Nats | undefined;
+  let commitProbe: CommitProbe | undefined;
   try {
     const pending = await pendingMigrations(db.db).catch((err: unknown) => {
       throw new Error(`PostgreSQL (DATABASE_URL) is not usable: ${(err as Error).message}`, { cause: err });
@@ -130,6 +132,19 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         return { pending: info.num_pending, ackPending: info.num_ack_pending };
       },
     });
+    // Readiness follows progress too: `commits` is red while a write transaction cannot commit.
+    if (loops.http) {
+      const probe = startCommitProbe({
+        pool: db.pool,
+        intervalMs: cfg.READINESS_COMMIT_INTERVAL_MS,
+        timeoutMs: cfg.READINESS_COMMIT_TIMEOUT_MS,
+        logger,
+        observe: (seconds, ok) =>
+          metrics.commitProbeDuration.observe({ result: ok ? 'committed' : 'failed' }, seconds),
+      });
+      commitProbe = probe;
+      checks.commits = () => probe.check();
+    }
 
     // 3. Loops.
     const inbox = loops.inbox
@@ -210,7 +225,13 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       stop() {
         stopped ??= (async () => {
           logger.info({ event: 'stopping' }, 'stopping: finishing in-flight work');
-          await Promise.all([inbox?.stop(), watchdog?.stop(), publisher?.stop(), deadLetters?.stop()]);
+          await Promise.all([
+            inbox?.stop(),
+            watchdog?.stop(),
+            publisher?.stop(),
+            deadLetters?.stop(),
+            commitProbe?.stop(),
+          ]);
           await n.nc.drain().catch(() => undefined);
           await http?.close();
           await db.close();
@@ -220,6 +241,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       },
     };
   } catch (err) {
+    await commitProbe?.stop();
     await nats?.nc.close().catch(() => undefined);
     await db.close().catch(() => undefined);
     throw err;

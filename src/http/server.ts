@@ -1,15 +1,30 @@
 /**
  * The daemon's HTTP endpoints: `/healthz` (the process is alive), `/readyz` (database reachable,
- * NATS connected, consumer bound; a JSON body says which part is not), `/metrics` (Prometheus
- * text format) and any extra pages the daemon mounts (the live statechart).
+ * commits completing, NATS connected, consumer bound; a JSON body says which part is not and why),
+ * `/metrics` (Prometheus text format) and any extra pages the daemon mounts (the live statechart).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { redactUrl } from '../config.js';
 import type { Logger } from '../logger.js';
 
-/** Each readiness check: true when that part works. */
-export type ReadinessChecks = Record<string, () => Promise<boolean> | boolean>;
+/**
+ * What a readiness check answers: `true` when that part works; `false`, or `{ ok: false, reason }`
+ * to say why, when it does not.
+ */
+export type CheckAnswer = boolean | { ok: boolean; reason?: string | undefined };
+
+/** Each readiness check, by name. A check that throws counts as failed, its error as the reason. */
+export type ReadinessChecks = Record<string, () => Promise<CheckAnswer> | CheckAnswer>;
+
+/** The answer of {@link readiness}: every check's verdict, and a reason for each failed one that gave one. */
+export interface ReadinessReport {
+  ready: boolean;
+  checks: Record<string, boolean>;
+  /** Only when a check failed: why, by check name. */
+  reasons?: Record<string, string>;
+}
 
 export type RouteHandler = (req: IncomingMessage, res: ServerResponse) => Promise<void> | void;
 
@@ -31,31 +46,42 @@ export interface HttpServer {
 /** A check that does not answer within this time counts as failed, so /readyz never hangs. */
 const CHECK_TIMEOUT_MS = 2_000;
 
-async function runCheck(check: () => Promise<boolean> | boolean): Promise<boolean> {
+async function runCheck(
+  check: () => Promise<CheckAnswer> | CheckAnswer,
+): Promise<{ ok: boolean; reason?: string | undefined }> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([
+    const answer = await Promise.race([
       Promise.resolve().then(check),
-      new Promise<boolean>((resolve) => {
-        timer = setTimeout(() => resolve(false), CHECK_TIMEOUT_MS);
+      new Promise<CheckAnswer>((resolve) => {
+        timer = setTimeout(
+          () => resolve({ ok: false, reason: `no answer within ${CHECK_TIMEOUT_MS / 1000} s` }),
+          CHECK_TIMEOUT_MS,
+        );
       }),
     ]);
-  } catch {
-    return false;
+    return typeof answer === 'boolean' ? { ok: answer } : answer;
+  } catch (err) {
+    return { ok: false, reason: err instanceof Error ? err.message : String(err) };
   } finally {
     clearTimeout(timer);
   }
 }
 
 /** Evaluate every readiness check concurrently. */
-export async function readiness(
-  checks: ReadinessChecks,
-): Promise<{ ready: boolean; checks: Record<string, boolean> }> {
+export async function readiness(checks: ReadinessChecks): Promise<ReadinessReport> {
   const entries = await Promise.all(
     Object.entries(checks).map(async ([name, c]) => [name, await runCheck(c)] as const),
   );
-  const result = Object.fromEntries(entries);
-  return { ready: entries.every(([, ok]) => ok), checks: result };
+  const report: ReadinessReport = {
+    ready: entries.every(([, r]) => r.ok),
+    checks: Object.fromEntries(entries.map(([name, r]) => [name, r.ok])),
+  };
+  const reasons = entries.filter(([, r]) => !r.ok && r.reason !== undefined);
+  // The body is served without authentication: a reason never carries a password.
+  if (reasons.length > 0)
+    report.reasons = Object.fromEntries(reasons.map(([name, r]) => [name, redactUrl(r.reason!)]));
+  return report;
 }
 
 function send(res: ServerResponse, status: number, type: string, body: string): void {

@@ -48,7 +48,7 @@ afterAll(async () => {
 
 interface Readiness {
   status: number;
-  body: { ready: boolean; checks: Record<string, boolean> };
+  body: { ready: boolean; checks: Record<string, boolean>; reasons?: Record<string, string> };
 }
 
 async function readyz(): Promise<Readiness> {
@@ -82,8 +82,11 @@ async function readyGauge(): Promise<Record<string, number>> {
 describe('/readyz', () => {
   it('is ready when the database, NATS and the consumer are', async () => {
     const r = await readinessUntil((x) => x.status === 200, 'ready at start');
-    expect(r.body).toMatchObject({ ready: true, checks: { database: true, nats: true, consumer: true } });
-    expect(await readyGauge()).toEqual({ database: 1, nats: 1, consumer: 1 });
+    expect(r.body).toEqual({
+      ready: true,
+      checks: { database: true, nats: true, commits: true, consumer: true },
+    });
+    expect(await readyGauge()).toEqual({ database: 1, nats: 1, commits: 1, consumer: 1 });
   });
 
   it('says database false within seconds when PostgreSQL becomes unreachable, and recovers', async () => {
@@ -93,6 +96,7 @@ describe('/readyz', () => {
     expect(Date.now() - cutAt).toBeLessThan(WITHIN_MS);
     expect(red.body.ready).toBe(false);
     expect(red.body.checks.database).toBe(false);
+    expect(red.body.reasons?.database).toBeTruthy();
     expect(red.body.checks.nats).toBe(true);
     const gauge = await waitFor(
       async () => {
