@@ -24,6 +24,7 @@ export function switchDecide(job: JobState, event: JobEvent): JobDecision {
   const c = job.context;
   switch (event.type) {
     case 'ENVELOPE_PROCESSING': {
+      if (event.service.name !== c.targetService) return noChange(job, 'rejected', 'service_mismatch');
       if (job.status === 'processing') return noChange(job, 'duplicate', 'repeated_ack');
       if (job.status !== 'published') return noChange(job, 'ignored', 'ack_not_accepted');
       const context = {
@@ -42,6 +43,7 @@ export function switchDecide(job: JobState, event: JobEvent): JobDecision {
       return { decision: 'applied', from: job.status, to: 'processing', context, effects, reason: null };
     }
     case 'ENVELOPE_RESULT': {
+      if (event.service.name !== c.targetService) return noChange(job, 'rejected', 'service_mismatch');
       if (c.resultMsgId !== null && c.resultMsgId === event.msgId)
         return noChange(job, 'duplicate', 'same_msg_id');
       if (FINAL.has(job.status)) return noChange(job, 'late', 'result_after_final');

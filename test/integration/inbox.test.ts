@@ -206,6 +206,42 @@ describe('SPEC §3.2: results applied idempotently', () => {
   });
 });
 
+describe('a contract that can grow: fields the core does not know are ignored (docs/contract.md)', () => {
+  it('an ack and a result with extra top-level fields are applied as without them', async () => {
+    const job = await insertJob(t.db, { status: 'published' });
+    const service = { name: 'tabular-parser', version: '2.4.0' };
+    const extra = { priority: 'high', worker: { host: 'w-7', pool: ['a', 'b'] }, retry_hint: null };
+    await svc.envelope({ job_id: job.jobId, status: 'processing', service, ...extra }, `ack:${job.jobId}:1`);
+    await svc.envelope(
+      {
+        job_id: job.jobId,
+        status: 'done',
+        service,
+        result_s3: { bucket: 'arm-ka', key: `results/${job.fileId}/${job.jobId}/result.json` },
+        metrics: { pages: 2 },
+        ...extra,
+        confidence: 0.97,
+      },
+      `result:${job.jobId}:1`,
+    );
+    await drained();
+    const { job: row, transitions } = await loadAll(t.db, job.jobId);
+    expect(row).toMatchObject({
+      status: 'done',
+      service_version: '2.4.0',
+      metrics: { pages: 2 },
+      result_msg_id: `result:${job.jobId}:1`,
+    });
+    expect(transitions.map((r) => r.to_status)).toEqual(['processing', 'done']);
+    const quarantined = await t.db
+      .selectFrom('inbox_quarantine')
+      .select('id')
+      .where('job_id', '=', job.jobId)
+      .execute();
+    expect(quarantined).toEqual([]);
+  });
+});
+
 describe('hostile input: one quarantine row each, acked, the inbox keeps consuming', () => {
   const svcInfo = { name: 'tabular-parser', version: '1' };
   const cases: Array<[string, () => Promise<unknown>, string]> = [
