@@ -10,7 +10,7 @@ import { MigrationsPendingError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { createMetrics, type Metrics } from '../metrics.js';
 import { connectFailureReason, connectNats, type Nats } from '../nats/connection.js';
-import { provisionStreams } from '../nats/provision.js';
+import { oneAtATime, provisionStreams } from '../nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../nats/subjects.js';
 import {
   readiness,
@@ -92,14 +92,18 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       throw new Error(`NATS (NATS_URL) is not usable: ${connectFailureReason(cfg, err)}`, { cause: err });
     });
     const jsm = await jetstreamManager(nats.nc);
-    if (cfg.NATS_PROVISION) {
-      await provisionStreams(jsm, {
-        duplicateWindowMs: cfg.NATS_DUPLICATE_WINDOW_MS,
-        replicas: cfg.NATS_STREAM_REPLICAS,
-        ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
-        maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
-      });
-    }
+    // Provisioning again is how the loops heal a stream or consumer that disappears under them.
+    const provision = cfg.NATS_PROVISION
+      ? oneAtATime(() =>
+          provisionStreams(jsm, {
+            duplicateWindowMs: cfg.NATS_DUPLICATE_WINDOW_MS,
+            replicas: cfg.NATS_STREAM_REPLICAS,
+            ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
+            maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
+          }),
+        )
+      : undefined;
+    await provision?.();
     const js = jetstream(nats.nc);
     // The checks of /readyz, also exported as `recognition_ready{check}`; the consumer's is added
     // once the inbox runs.
@@ -161,12 +165,17 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           pool: db.pool,
           js,
           isConnected: nats.isConnected,
+          onReconnect: nats.onReconnect,
+          provision,
           logger,
           metrics,
           config: cfg,
         })
       : undefined;
     await publisher?.start();
+    // NATS is red too while the publisher waits out an outage the connection does not show
+    // (a frozen server, JetStream unavailable).
+    if (publisher) checks.nats = () => n.isConnected() && publisher.isNatsAvailable();
     const deadLetters = loops.deadLetters
       ? createDeadLetters({ db: db.db, nc: nats.nc, jsm, logger, metrics })
       : undefined;
