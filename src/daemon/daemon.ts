@@ -141,6 +141,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           lingerMs: cfg.INBOX_LINGER_MS,
           maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
           ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
+          provision,
           beforeBatch: opts.beforeInboxBatch,
           afterCommit: opts.afterInboxCommit,
         })
