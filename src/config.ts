@@ -109,8 +109,16 @@ export const CONFIG_VARIABLES = {
     'watchdog transactions at once while a backlog drains (the first from the oldest deadline, the second from the newest)',
   ],
   REPLY_TIMEOUT_MS: [int(1), '600000', 'how long a service has to answer after publication'],
-  MAX_PUBLISH_ATTEMPTS: [int(1, 1000), '5', 'publish attempts before a job goes to dlq'],
-  PUBLISH_BACKOFF_BASE_MS: [int(1), '1000', 'delay after the first failed publish (doubles each time)'],
+  MAX_PUBLISH_ATTEMPTS: [
+    int(1, 1000),
+    '5',
+    'publishes JetStream refuses before a job goes to dlq (a NATS outage spends none)',
+  ],
+  PUBLISH_BACKOFF_BASE_MS: [
+    int(1),
+    '1000',
+    'delay after the first refused publish (doubles each time); the first pause of an outage',
+  ],
   PUBLISH_BACKOFF_MAX_MS: [int(1), '60000', 'the longest delay between publish attempts'],
   PUBLISH_TIMEOUT_MS: [int(1), '5000', 'how long to wait for JetStream to ack a job message'],
   PUBLISHER_POLL_INTERVAL_MS: [

@@ -15,6 +15,8 @@ export interface Metrics {
   watchdogSweepDuration: Histogram;
   watchdogTimeouts: Counter;
   publisherResults: Counter<'result'>;
+  publisherNatsUnavailable: Gauge;
+  publisherOutageWaits: Counter;
   deadLetters: Counter<'reason'>;
   jobsByStatus: Gauge<'status'>;
   inboxPending: Gauge<'kind'>;
@@ -130,6 +132,16 @@ export function createMetrics(
       name: 'recognition_publisher_results_total',
       help: 'Publish attempts by result (published, failed, dlq)',
       labelNames: ['result'],
+      registers,
+    }),
+    publisherNatsUnavailable: new Gauge({
+      name: 'recognition_publisher_nats_unavailable',
+      help: '1 while the publisher waits for NATS or JetStream to take messages again (jobs stay pending, their attempts unspent), 0 otherwise',
+      registers,
+    }),
+    publisherOutageWaits: new Counter({
+      name: 'recognition_publisher_outage_waits_total',
+      help: 'Job publishes put off because NATS or JetStream was unavailable; they spend no publish attempt',
       registers,
     }),
     deadLetters: new Counter({

@@ -10,7 +10,7 @@ import { MigrationsPendingError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { createMetrics, type Metrics } from '../metrics.js';
 import { connectFailureReason, connectNats, type Nats } from '../nats/connection.js';
-import { provisionStreams } from '../nats/provision.js';
+import { oneAtATime, provisionStreams } from '../nats/provision.js';
 import { CONTRACT_NAMES, type ExchangeNames } from '../nats/subjects.js';
 import {
   readiness,
@@ -100,15 +100,19 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       throw new Error(`NATS (NATS_URL) is not usable: ${connectFailureReason(cfg, err)}`, { cause: err });
     });
     const jsm = await jetstreamManager(nats.nc);
-    if (cfg.NATS_PROVISION) {
-      await provisionStreams(jsm, {
-        duplicateWindowMs: cfg.NATS_DUPLICATE_WINDOW_MS,
-        replicas: cfg.NATS_STREAM_REPLICAS,
-        ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
-        maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
-        names,
-      });
-    }
+    // Provisioning again is how the loops heal a stream or consumer that disappears under them.
+    const provision = cfg.NATS_PROVISION
+      ? oneAtATime(() =>
+          provisionStreams(jsm, {
+            duplicateWindowMs: cfg.NATS_DUPLICATE_WINDOW_MS,
+            replicas: cfg.NATS_STREAM_REPLICAS,
+            ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
+            maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
+            names,
+          }),
+        )
+      : undefined;
+    await provision?.();
     const js = jetstream(nats.nc);
     // The checks of /readyz, also exported as `recognition_ready{check}`; the consumer's is added
     // once the inbox runs.
@@ -160,6 +164,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
           ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
           names,
+          provision,
           beforeBatch: opts.beforeInboxBatch,
           afterCommit: opts.afterInboxCommit,
         })
@@ -184,6 +189,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           pool: db.pool,
           js,
           isConnected: nats.isConnected,
+          onReconnect: nats.onReconnect,
+          provision,
           logger,
           metrics,
           config: cfg,
@@ -191,6 +198,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         })
       : undefined;
     await publisher?.start();
+    // NATS is red too while the publisher waits out an outage the connection does not show
+    // (a frozen server, JetStream unavailable).
+    if (publisher) checks.nats = () => n.isConnected() && publisher.isNatsAvailable();
     const deadLetters = loops.deadLetters
       ? createDeadLetters({ db: db.db, nc: nats.nc, jsm, logger, metrics, stream: names.jobsStream })
       : undefined;

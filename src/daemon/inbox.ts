@@ -26,11 +26,29 @@
  * plain nak — so it is redelivered as often as it takes. Any other failure of a batch falls back to
  * applying its messages one by one, so a single bad message cannot block its neighbours.
  *
+ * A consumer that disappears (deleted, its stream deleted or re-created, a cluster that lost it):
+ * the pull subscription runs with `abort_on_missing_resource`, so the client ends it as soon as
+ * JetStream says the consumer was deleted or, after missed heartbeats, that the consumer or the
+ * stream is not found. The inbox is then not bound (/readyz `consumer: false`) and says which is
+ * missing; it looks again with a growing pause until the consumer is there and consumes again.
+ * Where the core provisions the streams, it creates them again if they are still missing after
+ * the first pause; otherwise it waits for an operator to.
+ * A re-created `core-inbox` delivers the stream from its start: what was applied before is a
+ * duplicate that changes nothing.
+ *
  * Stop: the pull subscription is drained — the server stops delivering to it once it has the
  * unsubscription, and whatever it sent before arrives still — so no pull is left open with
  * deliveries going nowhere; then everything received is applied and acked.
  */
-import type { Consumer, ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
+import {
+  JetStreamApiCodes,
+  JetStreamApiError,
+  JetStreamError,
+  type Consumer,
+  type ConsumerMessages,
+  type JetStreamClient,
+  type JsMsg,
+} from '@nats-io/jetstream';
 import type { Subscription } from '@nats-io/nats-core';
 import type { Kysely } from 'kysely';
 import type { Counter } from 'prom-client';
@@ -40,6 +58,7 @@ import { isRetryable } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { decodeEnvelope } from '../messages/decodeEnvelope.js';
+import { PROVISION_AGAIN_AFTER_MS } from '../nats/provision.js';
 import { CONTRACT_NAMES, type ExchangeNames } from '../nats/subjects.js';
 import { startInboxTrace, type InboxTrace } from '../tracing/jobSpans.js';
 import { runTraced } from '../tracing/tracing.js';
@@ -71,6 +90,12 @@ export interface InboxOptions {
   ackWaitMs: number;
   /** The results stream and inbox consumer to read (the contract's by default). */
   names?: ExchangeNames | undefined;
+  /**
+   * Create or update the streams and `core-inbox` (`provisionStreams`), where the core provisions
+   * them (`NATS_PROVISION=true`): called when the consumer or its stream is missing. Without it
+   * the inbox waits for them to be created.
+   */
+  provision?: (() => Promise<void>) | undefined;
   /** Test hook: called before each batch transaction. */
   beforeBatch?: (items: readonly InboxItem[]) => Promise<void> | void;
   /** Test and bench hook: called as soon as a batch has committed, before its messages are acked. */
@@ -140,6 +165,30 @@ const isEntry = (w: JsMsg | Entry): w is Entry => ENTRY in w;
  */
 const PULL_EXPIRES_MS = 1_000;
 
+/**
+ * Pauses before looking again for a missing consumer, doubling from the first to the last: a
+ * consumer re-created by an operator or other code is found within seconds, and a long absence
+ * costs one JetStream request every few seconds. The first is the time other code gets to
+ * re-create what it deleted before the core provisions it.
+ */
+const MISSING_PAUSE_FIRST_MS = PROVISION_AGAIN_AFTER_MS;
+const MISSING_PAUSE_MAX_MS = 4_000;
+/** A consumer still missing is logged again at warn this often (each look in between at debug). */
+const MISSING_LOG_EVERY_MS = 30_000;
+
+/** What an error of the consumer says is missing: the stream, the consumer, or neither. */
+export function missingResource(err: unknown): 'stream' | 'consumer' | undefined {
+  if (err instanceof JetStreamApiError) {
+    if (err.code === JetStreamApiCodes.StreamNotFound) return 'stream';
+    if (err.code === JetStreamApiCodes.ConsumerNotFound) return 'consumer';
+    return undefined;
+  }
+  // A pull open when the consumer is deleted ends with the status 409 "consumer deleted".
+  if (err instanceof JetStreamError && /consumer deleted/i.test(err.message)) return 'consumer';
+  if (err instanceof JetStreamError && /stream deleted/i.test(err.message)) return 'stream';
+  return undefined;
+}
+
 /** Never wait longer than this at start for a dead instance's envelopes (ack wait is the bound). */
 const MAX_ORPHAN_WAIT_MS = 60_000;
 
@@ -200,7 +249,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   const lingerMs = opts.lingerMs ?? 2;
   const log = logger.child({ loop: 'inbox' });
   const names = opts.names ?? CONTRACT_NAMES;
-  const consumer = await opts.js.consumers.get(names.resultsStream, names.inboxConsumer);
+  let consumer: Consumer | undefined = await opts.js.consumers.get(names.resultsStream, names.inboxConsumer);
   await letOrphansComeFirst(consumer, opts.ackWaitMs, log);
   const target = opts.pool ?? opts.db;
   // Enough for every batch in flight and as many more gathering; more would only make the
@@ -226,6 +275,16 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   let bound = false;
   let messages: ConsumerMessages | undefined;
   let wakeReader: (() => void) | undefined;
+  /** Ends the reader's pause early (on stop). */
+  let endPause: (() => void) | undefined;
+  const pause = (ms: number) =>
+    new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, ms);
+      endPause = () => {
+        clearTimeout(t);
+        resolve();
+      };
+    });
 
   const onLinger = () => {
     lingerTimer = undefined;
@@ -445,16 +504,90 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     }
   }
 
+  /** What is missing, since when, when it was last logged at warn, and how often it was looked for. */
+  let missing: { what: 'stream' | 'consumer'; since: number; loggedAt: number; looks: number } | undefined;
+
+  /**
+   * The consumer (or its stream) is missing: say so; where the core provisions, and it is still
+   * missing after a first pause, provision it again. Resolves true once it provisioned.
+   */
+  async function onMissing(what: 'stream' | 'consumer', err: unknown): Promise<boolean> {
+    const now = Date.now();
+    const changed = missing?.what !== what;
+    missing = {
+      what,
+      since: missing?.since ?? now,
+      loggedAt: changed ? now : missing!.loggedAt,
+      looks: (missing?.looks ?? 0) + 1,
+    };
+    const loud = changed || now - missing.loggedAt >= MISSING_LOG_EVERY_MS;
+    if (loud) missing.loggedAt = now;
+    const fields = {
+      event: 'inbox_consumer_missing',
+      missing: what,
+      stream: names.resultsStream,
+      consumer: names.inboxConsumer,
+      provision: opts.provision !== undefined,
+      missing_ms: now - missing.since,
+      error: err instanceof Error ? err.message : String(err),
+    };
+    const name =
+      what === 'stream'
+        ? `stream ${names.resultsStream}`
+        : `consumer ${names.inboxConsumer} of ${names.resultsStream}`;
+    if (!opts.provision) {
+      log[loud ? 'warn' : 'debug'](
+        fields,
+        `the ${name} is missing and NATS_PROVISION=false: waiting for it to be created`,
+      );
+      return false;
+    }
+    if (missing.looks === 1) {
+      log.warn(fields, `the ${name} is missing: provisioning it again unless it is back shortly`);
+      return false;
+    }
+    log[loud ? 'warn' : 'debug'](fields, `the ${name} is still missing: provisioning it again`);
+    try {
+      await opts.provision();
+      log.info(
+        { event: 'inbox_provisioned', missing: what },
+        `provisioned the streams and ${names.inboxConsumer} again`,
+      );
+      return true;
+    } catch (perr) {
+      log.warn(
+        { err: perr, event: 'inbox_provision_failed' },
+        'provisioning core-inbox again failed; retrying',
+      );
+      return false;
+    }
+  }
+
   /**
    * The reader: one consume() on the consumer, its messages admitted as they come; taken no
    * faster than the batches settle them (back-pressure). A failed subscription is consumed again
-   * after a second; a stop drains it and takes what is left.
+   * after a pause; a missing consumer is looked up again (and provisioned where the core does)
+   * until it is there; a stop drains the subscription and takes what is left.
    */
   async function read(): Promise<void> {
     while (!stopping) {
       try {
-        messages = await consumer.consume({ max_messages: maxHeld, expires: PULL_EXPIRES_MS });
+        consumer ??= await opts.js.consumers.get(names.resultsStream, names.inboxConsumer);
+        messages = await consumer.consume({
+          max_messages: maxHeld,
+          expires: PULL_EXPIRES_MS,
+          // End the iterator with an error when the consumer or its stream is gone, instead of
+          // looking for it forever behind a subscription that stays open.
+          abort_on_missing_resource: true,
+        });
         bound = true;
+        if (missing) {
+          log.info(
+            { event: 'inbox_consumer_back', missing: missing.what, missing_ms: Date.now() - missing.since },
+            `${names.inboxConsumer} is back: consuming again`,
+          );
+          missing = undefined;
+        }
         if (stopping) await drainPulls(messages);
         for await (const msg of messages) {
           admit(msg);
@@ -462,11 +595,20 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
         }
         bound = false;
         // The client ended the subscription without an error (its connection closed): again.
-        if (!stopping) await sleep(1000);
+        if (!stopping) await pause(1000);
       } catch (err) {
         bound = false;
-        log.warn({ err, event: 'consume_error' }, 'consuming core-inbox failed; retrying');
-        if (!stopping) await sleep(1000);
+        const what = missingResource(err);
+        if (what) {
+          consumer = undefined;
+          const provisioned = await onMissing(what, err);
+          const looks = missing?.looks ?? 1;
+          if (!stopping && !provisioned)
+            await pause(Math.min(MISSING_PAUSE_FIRST_MS * 2 ** (looks - 1), MISSING_PAUSE_MAX_MS));
+        } else {
+          log.warn({ err, event: 'consume_error' }, 'consuming core-inbox failed; retrying');
+          if (!stopping) await pause(1000);
+        }
       }
     }
     bound = false;
@@ -476,6 +618,7 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   return {
     async stop() {
       stopping = true;
+      endPause?.();
       if (messages) await drainPulls(messages);
       wakeReader?.();
       await reader;
