@@ -3,9 +3,7 @@
  * none answers (`src/demo/demoServers.ts`). Exit 0 when every job reached a final status, 1 otherwise.
  */
 import type { Command } from 'commander';
-import { runDemo } from '../demo/runDemo.js';
 import { demoTraceReceiver, flushTracing } from '../tracing/bootstrap.js';
-import { withStopSignals } from '../process/stopSignals.js';
 import { wholeNumber } from './plumbing.js';
 
 /** How the demo finds its servers (`src/demo/demoServers.ts`), for `demo --help`. */
@@ -42,6 +40,10 @@ export function registerDemoCommand(program: Command): void {
     )
     .addHelpText('after', SERVERS_HELP)
     .action(async (o: { jobs: number; seed: number; database: string; timeout: number; trace?: boolean }) => {
+      const { nameEnvTypos } = await import('./commandConfig.js');
+      const { runDemo } = await import('../demo/runDemo.js');
+      const { withStopSignals } = await import('../process/stopSignals.js');
+      nameEnvTypos();
       // Ctrl-C once: stop waiting, shut down cleanly and print the summary; twice: exit now.
       await withStopSignals({}, async (stop) => {
         const result = await runDemo({

@@ -1,10 +1,8 @@
 /** `quarantine list|replay`: inspect and re-apply messages the inbox could not apply. */
 import { InvalidArgumentError, type Command } from 'commander';
-import { QUARANTINE_REASONS, type QuarantineReason } from '../../machines/index.js';
-import { loadConfig } from '../config.js';
-import { replayQuarantine } from '../daemon/quarantineReplay.js';
+import { QUARANTINE_REASONS, type QuarantineReason } from '../../machines/statuses.js';
 import { UsageError } from '../errors.js';
-import { wholeNumber, withDb } from './plumbing.js';
+import { wholeNumber } from './plumbing.js';
 
 function reason(value: string): QuarantineReason {
   if (!(QUARANTINE_REASONS as readonly string[]).includes(value)) {
@@ -20,6 +18,7 @@ export function registerQuarantineCommands(program: Command): void {
     .option('--reason <reason>', `only this reason (${QUARANTINE_REASONS.join(', ')})`, reason)
     .option('--limit <n>', 'at most this many', wholeNumber(1), 100)
     .action(async (o: { reason?: QuarantineReason; limit: number }) => {
+      const { withDb } = await import('./withDb.js');
       const rows = await withDb(({ db }) => {
         let query = db.selectFrom('inbox_quarantine').selectAll().orderBy('id', 'desc').limit(o.limit);
         if (o.reason) query = query.where('reason', '=', o.reason);
@@ -46,7 +45,10 @@ export function registerQuarantineCommands(program: Command): void {
         throw new UsageError('give either a quarantine id or --reason');
       if (id !== undefined && !/^\d+$/.test(id))
         throw new UsageError(`quarantine id must be a number: ${JSON.stringify(id)}`);
-      const cfg = loadConfig();
+      const { commandConfig } = await import('./commandConfig.js');
+      const { replayQuarantine } = await import('../daemon/quarantineReplay.js');
+      const { withDb } = await import('./withDb.js');
+      const cfg = commandConfig();
       const results = await withDb(({ db }) =>
         replayQuarantine(db, id !== undefined ? { id } : { reason: o.reason! }, cfg.MAX_ENVELOPE_BYTES),
       );
