@@ -8,7 +8,8 @@
  * - the variables read are the configuration's, the `_FILE` forms of its secrets, and the
  *   `OTEL_*` variables of the tracing rule; names are compared in upper case, so `database_url`
  *   is caught too;
- * - a variable is named when its distance to one of them is at most 2 (at most 1 for a name
+ * - a variable is named when it is one of them without its unit (`REPLY_TIMEOUT` for
+ *   `REPLY_TIMEOUT_MS`), or when its distance to one of them is at most 2 (at most 1 for a name
  *   shorter than 8), where an insertion, a deletion, a substitution and a swap of two adjacent
  *   characters count one edit each (the optimal string alignment distance): `DATABSE` and
  *   `DATABASE` are one edit apart, `NATS_UESR` and `NATS_USER` too;
@@ -141,7 +142,8 @@ export function findEnvTypos(env: NodeJS.ProcessEnv, known: readonly string[]): 
   for (const name of Object.keys(env).sort()) {
     const upper = name.toUpperCase();
     if (exact.has(name) || elsewhere.has(upper)) continue;
-    let best: { known: string; distance: number } | undefined;
+    let best: { known: string; distance: number } | undefined =
+      exact.has(`${upper}_MS`) && !exact.has(upper) ? { known: `${upper}_MS`, distance: 0 } : undefined;
     for (const k of known) {
       if (Math.abs(k.length - upper.length) > allowedEdits(k)) continue;
       const distance = editDistance(upper, k);
