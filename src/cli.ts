@@ -20,6 +20,16 @@ async function fail(err: unknown): Promise<never> {
   process.exit(code);
 }
 
+// A reader that stops early (`jobs list | head -1`) closes the pipe: what is left to write has
+// nowhere to go and nothing went wrong, so the command ends at once, quietly, with exit code 0.
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EPIPE' || err.code === 'ERR_STREAM_DESTROYED') process.exit(0);
+    process.stderr.write(`recognition-core: cannot write the output: ${err.message}\n`);
+    process.exit(1);
+  });
+}
+
 try {
   await buildProgram().parseAsync(process.argv);
   // Export the spans still buffered before the process ends (no-op without tracing).

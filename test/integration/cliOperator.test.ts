@@ -4,8 +4,11 @@
  * `quarantine replay` says what stayed quarantined, `--version`, `migrate --status`, and a
  * database migrated by a newer version.
  */
-import { describe, expect, it } from 'vitest';
-import { runCli, spawnCli } from '../helpers/cliProcess.js';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { sql } from 'kysely';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { CLI_BIN, cliEnv, runCli, spawnCli } from '../helpers/cliProcess.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 
 const t = useTestDatabase();
@@ -64,5 +67,48 @@ describe('misspelt variables', () => {
     const r = await runCli(['jobs', 'list', '--help'], { DATABSE_URL: 'x' });
     expect(r.code).toBe(0);
     expect(r.stderr).toEqual([]);
+  });
+});
+
+describe('a closed output pipe', () => {
+  /** Jobs enough that `jobs list` prints far more than a pipe holds. */
+  const JOBS = 1000;
+  beforeAll(async () => {
+    await sql`
+      WITH o AS (
+        INSERT INTO s3_object (bucket, key, bucket_role, created_by)
+        SELECT 'arm-ka', 'uploads/pipe-' || g || '.xlsx', 'uploads', 'test' FROM generate_series(1, ${JOBS}) g
+        RETURNING id
+      ), f AS (
+        INSERT INTO stored_file (s3_object_id, original_name, status)
+        SELECT id, 'report.xlsx', 'QUEUED' FROM o RETURNING id
+      )
+      INSERT INTO recognition_job (id, file_id, attempt, target_service, status, next_publish_at)
+      SELECT gen_random_uuid(), id, 1, 'tabular-parser', 'pending', now() FROM f
+    `.execute(t.db);
+  });
+
+  /** `recognition-core ARGS | head -1` in bash with pipefail: the CLI's exit code is the pipeline's. */
+  async function throughHead(args: string[]) {
+    const line = `set -o pipefail; "$NODE" "$CLI" ${args.join(' ')} | head -1`;
+    try {
+      const { stdout, stderr } = await promisify(execFile)('bash', ['-c', line], {
+        env: cliEnv({ DATABASE_URL: t.url, NODE: process.execPath, CLI: CLI_BIN }),
+      });
+      return { code: 0, stdout, stderr };
+    } catch (err) {
+      const e = err as { code: number; stdout: string; stderr: string };
+      return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+    }
+  }
+
+  it.each([
+    ['JSON lines', ['jobs', 'list', '--limit', String(JOBS)]],
+    ['a table', ['jobs', 'list', '--table', '--limit', String(JOBS)]],
+    ['help', ['jobs', 'list', '--help']],
+  ])('ends a command that prints %s quietly, exit code 0', async (_what, args) => {
+    const r = await throughHead(args);
+    expect(r).toMatchObject({ code: 0, stderr: '' });
+    expect(r.stdout.split('\n').filter(Boolean)).toHaveLength(1);
   });
 });
