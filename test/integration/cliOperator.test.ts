@@ -5,10 +5,12 @@
  * database migrated by a newer version.
  */
 import { execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { promisify } from 'node:util';
 import { sql } from 'kysely';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { CLI_BIN, cliEnv, runCli, spawnCli } from '../helpers/cliProcess.js';
+import { insertJob } from '../helpers/fixtures.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 
 const t = useTestDatabase();
@@ -110,5 +112,69 @@ describe('a closed output pipe', () => {
     const r = await throughHead(args);
     expect(r).toMatchObject({ code: 0, stderr: '' });
     expect(r.stdout.split('\n').filter(Boolean)).toHaveLength(1);
+  });
+});
+
+describe('quarantine replay', () => {
+  let seq = 990_000;
+  /** A quarantined ack envelope for `jobId` (UNKNOWN_JOB), or a payload that is not JSON. */
+  async function quarantined(jobId: string, reason: 'UNKNOWN_JOB' | 'INVALID_JSON' = 'UNKNOWN_JOB') {
+    const payload =
+      reason === 'INVALID_JSON'
+        ? '{"job_id": '
+        : JSON.stringify({
+            job_id: jobId,
+            status: 'processing',
+            service: { name: 'tabular-parser', version: '1' },
+          });
+    const row = await t.db
+      .insertInto('inbox_quarantine')
+      .values({
+        stream: 'RECOGNITION_RESULTS',
+        stream_seq: seq++,
+        subject: 'recognition.result',
+        msg_id: `ack:${jobId}:1`,
+        job_id: jobId,
+        reason,
+        details: JSON.stringify({ message: reason }),
+        payload: Buffer.from(payload),
+        headers: JSON.stringify({ 'Nats-Msg-Id': [`ack:${jobId}:1`] }),
+      })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    return row.id;
+  }
+
+  it('exits 1 and sums up, by reason, when a message stays quarantined', async () => {
+    const known = randomUUID();
+    await insertJob(t.db, { status: 'published', jobId: known });
+    const applied = await quarantined(known);
+    const stuck = await quarantined(randomUUID());
+    const r = await runCli(['quarantine', 'replay', '--reason', 'UNKNOWN_JOB'], { DATABASE_URL: t.url });
+    expect(r.code, r.output).toBe(1);
+    expect(r.stdout.map((l) => JSON.parse(l) as { id: string; outcome: string })).toMatchObject([
+      { id: applied, outcome: 'applied: published -> processing' },
+      { id: stuck, outcome: 'still quarantined: UNKNOWN_JOB' },
+    ]);
+    expect(r.stderr).toEqual([
+      'recognition-core: replayed 2: 1 applied, 1 still quarantined (UNKNOWN_JOB: 1)',
+    ]);
+
+    // Replayed rows are not picked again by --reason: nothing left, exit 0.
+    const again = await runCli(['quarantine', 'replay', '--reason', 'UNKNOWN_JOB'], { DATABASE_URL: t.url });
+    expect(again).toMatchObject({ code: 0, stdout: [], stderr: ['nothing to replay'] });
+  });
+
+  it('exits 1 for one message that stays quarantined, 0 when everything applied', async () => {
+    const bad = await quarantined(randomUUID(), 'INVALID_JSON');
+    const r = await runCli(['quarantine', 'replay', bad], { DATABASE_URL: t.url });
+    expect(r.code, r.output).toBe(1);
+    expect(r.stderr).toEqual(['recognition-core: replayed 1: 1 still quarantined (INVALID_JSON: 1)']);
+
+    const jobId = randomUUID();
+    await insertJob(t.db, { status: 'published', jobId });
+    const good = await quarantined(jobId);
+    const ok = await runCli(['quarantine', 'replay', good], { DATABASE_URL: t.url });
+    expect(ok).toMatchObject({ code: 0, stderr: ['replayed 1: 1 applied'] });
   });
 });
