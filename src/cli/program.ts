@@ -5,6 +5,7 @@
  * runs, so that `--help`, `--version` and a mistyped option answer at once.
  */
 import { Command } from 'commander';
+import { packageVersion } from '../packageInfo.js';
 import { registerDbCommands } from './db.js';
 import { registerDemoCommand } from './demo.js';
 import { registerJobsCommands } from './jobs.js';
@@ -22,6 +23,7 @@ export function buildProgram(): Command {
     .description(
       'Core of the document-recognition job exchange: NATS JetStream ⇄ PostgreSQL, one XState machine per job',
     )
+    .version(packageVersion(), '-V, --version', "print recognition-core's version")
     .showHelpAfterError('(run with --help for usage)')
     .exitOverride();
 

@@ -6,11 +6,16 @@
  */
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { sql } from 'kysely';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dropDatabase, openDb } from '../../src/db/database.js';
+import { migrations } from '../../src/db/migrations/index.js';
+import { startNatsServer } from '../../src/localServers/natsServer.js';
 import { CLI_BIN, cliEnv, runCli, spawnCli } from '../helpers/cliProcess.js';
 import { insertJob } from '../helpers/fixtures.js';
+import { dbUrl } from '../helpers/pgUrls.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 
 const t = useTestDatabase();
@@ -176,5 +181,148 @@ describe('quarantine replay', () => {
     const good = await quarantined(jobId);
     const ok = await runCli(['quarantine', 'replay', good], { DATABASE_URL: t.url });
     expect(ok).toMatchObject({ code: 0, stderr: ['replayed 1: 1 applied'] });
+  });
+});
+
+describe('--version', () => {
+  it("prints package.json's version and nothing else", async () => {
+    const { version } = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string };
+    for (const flag of ['--version', '-V']) {
+      const r = await runCli([flag], {});
+      expect(r).toMatchObject({ code: 0, stdout: [version], stderr: [] });
+    }
+  });
+});
+
+describe('migrations of another version', () => {
+  const known = Object.keys(migrations).sort();
+  const url = dbUrl(`${t.name}_versions`);
+  const FUTURE = '9999_from_a_newer_version';
+  afterAll(() => dropDatabase(url));
+
+  /** `migrate --status --json` as rows. */
+  async function status() {
+    const r = await runCli(['migrate', '--status', '--json'], { DATABASE_URL: url });
+    const rows = r.stdout.map(
+      (l) => JSON.parse(l) as { migration: string; state: string; applied_at: string | null },
+    );
+    return { ...r, rows };
+  }
+
+  it('migrate --status creates no database: one that does not exist is an error', async () => {
+    const r = await status();
+    expect(r.code).toBe(1);
+    expect(r.stderr).toEqual([expect.stringMatching(/database ".*_versions" does not exist/)]);
+    const admin = openDb(dbUrl('postgres'), { max: 1 });
+    try {
+      const found = await admin.db
+        .selectFrom('pg_database' as never)
+        .select('datname' as never)
+        .where('datname' as never, '=', `${t.name}_versions` as never)
+        .execute();
+      expect(found).toEqual([]);
+    } finally {
+      await admin.close();
+    }
+  });
+
+  it('migrate --status lists applied and pending migrations', async () => {
+    await runCli(['migrate'], { DATABASE_URL: url });
+    const db = openDb(url, { max: 1 });
+    try {
+      await db.db
+        .deleteFrom('kysely_migration' as never)
+        .where('name' as never, '=', known.at(-1)! as never)
+        .execute();
+    } finally {
+      await db.close();
+    }
+    const r = await status();
+    expect(r.code, r.output).toBe(0);
+    expect(r.rows.map((m) => [m.migration, m.state])).toEqual(
+      known.map((name, i) => [name, i < known.length - 1 ? 'applied' : 'pending']),
+    );
+    expect(r.rows.at(-1)!.applied_at).toBeNull();
+    expect(r.stderr).toEqual([`${known.length - 1} applied, 1 pending, 0 unknown to this version`]);
+  });
+
+  it('migrate refuses migrations of a newer version while some of its own are missing', async () => {
+    const db = openDb(url, { max: 1 });
+    try {
+      await db.db
+        .insertInto('kysely_migration' as never)
+        .values({ name: FUTURE, timestamp: new Date().toISOString() } as never)
+        .execute();
+    } finally {
+      await db.close();
+    }
+    const r = await runCli(['migrate'], { DATABASE_URL: url });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toEqual([
+      expect.stringContaining(`does not know (${FUTURE}) and lacks some it knows (${known.at(-1)!})`),
+    ]);
+  });
+
+  it('with its own all applied: migrate changes nothing, --status names the unknown one', async () => {
+    const db = openDb(url, { max: 1 });
+    try {
+      await db.db
+        .insertInto('kysely_migration' as never)
+        .values({ name: known.at(-1)!, timestamp: new Date().toISOString() } as never)
+        .execute();
+    } finally {
+      await db.close();
+    }
+    const r = await runCli(['migrate'], { DATABASE_URL: url });
+    expect(r, r.output).toMatchObject({ code: 0, stdout: ['migrations are up to date'] });
+    expect(r.stderr).toEqual([
+      expect.stringContaining(`1 migration(s) this version does not know (${FUTURE})`),
+    ]);
+
+    const s = await status();
+    expect(s.rows.map((m) => [m.migration, m.state])).toEqual([
+      ...known.map((name) => [name, 'applied']),
+      [FUTURE, 'unknown'],
+    ]);
+    expect(s.stderr).toEqual([`${known.length} applied, 0 pending, 1 unknown to this version`]);
+  });
+
+  it('start runs on, logs the unknown migrations once and exports their count', async () => {
+    const nats = await startNatsServer();
+    const cli = spawnCli(['start'], {
+      DATABASE_URL: url,
+      NATS_URL: nats.url,
+      HTTP_HOST: '127.0.0.1',
+      HTTP_PORT: '0',
+    });
+    try {
+      const warned = await cli.waitForLog((l) => l['event'] === 'db_unknown_migrations');
+      expect(warned).toMatchObject({ level: 'warn', migrations: [FUTURE] });
+      const started = await cli.waitForLog((l) => l['event'] === 'started');
+      const text = await (await fetch(`http://127.0.0.1:${String(started['http_port'])}/metrics`)).text();
+      expect(text).toMatch(/^recognition_db_unknown_migrations 1$/m);
+      const { version } = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string };
+      expect(text).toContain(`recognition_build_info{version="${version}",node="${process.version}"} 1`);
+      expect(cli.logs().filter((l) => l['event'] === 'db_unknown_migrations')).toHaveLength(1);
+    } finally {
+      cli.child.kill('SIGTERM');
+      await cli.exited;
+      await nats.cleanup();
+    }
+  });
+
+  it('start still refuses a database whose own migrations are behind', async () => {
+    const db = openDb(url, { max: 1 });
+    try {
+      await db.db
+        .deleteFrom('kysely_migration' as never)
+        .where('name' as never, '=', known[0]! as never)
+        .execute();
+    } finally {
+      await db.close();
+    }
+    const r = await runCli(['start'], { DATABASE_URL: url, NATS_URL: NO_NATS, HTTP_PORT: '0' });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toEqual([expect.stringMatching(/pending migration.*recognition-core migrate/)]);
   });
 });
