@@ -119,11 +119,8 @@ async function retryInBatches(
 }
 
 async function retryCommand(db: Db, id: string | undefined, o: RetryOptions): Promise<void> {
+  // Either an id or --status: checked when the command line is parsed (./jobs.ts).
   const bulk = o.status !== undefined;
-  if (id !== undefined && (bulk || o.service !== undefined || o.since !== undefined))
-    throw new UsageError('give either a job id or --status (with --service, --since), not both');
-  if (id === undefined && !bulk)
-    throw new UsageError('give a job id, or --status to retry failed jobs in bulk');
   const target = o.toService !== undefined ? { targetService: o.toService } : {};
   let requests: RetryRequest[];
   if (id !== undefined) {

@@ -18,6 +18,7 @@ import {
   type JobStatus,
 } from '../../machines/statuses.js';
 import type { Since } from '../db/jobs.js';
+import { UsageError } from '../errors.js';
 import { inspectOptions, oneOrMoreOf, sinceTime, wholeNumber, type InspectOptions } from './plumbing.js';
 import { outputOptions, type OutputOptions } from './rows.js';
 
@@ -130,7 +131,15 @@ function registerJobsAtScaleCommands(jobs: Command): void {
       'publish the new attempts to this service instead of the failed jobs’ own',
       serviceName,
     )
-    .option('--dry-run', 'print what would be retried; write nothing');
+    .option('--dry-run', 'print what would be retried; write nothing')
+    .hook('preAction', (_self, cmd) => {
+      const id = cmd.processedArgs[0] as string | undefined;
+      const o = cmd.opts<RetryOptions>();
+      if (id !== undefined && (o.status !== undefined || o.service !== undefined || o.since !== undefined))
+        throw new UsageError('give either a job id or --status (with --service, --since), not both');
+      if (id === undefined && o.status === undefined)
+        throw new UsageError('give a job id, or --status to retry failed jobs in bulk');
+    });
   outputOptions(retry).action(async (id: string | undefined, o: RetryOptions) =>
     (await import('./jobActions.js')).retryAction(id, o),
   );
