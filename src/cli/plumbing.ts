@@ -2,8 +2,9 @@
  * What the commands of `src/cli/` share when they are registered, so that no command imports from
  * another: option parsers, the inspector options, printing a result. Light on purpose: it is
  * loaded for every command, `--help` and `--version` included, so it imports commander and
- * nothing heavy; what an action needs at run time (configuration, database, logger, inspector)
- * is in `./runtime.ts`, which actions import when they run.
+ * nothing heavy. What an action needs at run time is in modules the action imports when it runs:
+ * `./commandConfig.ts` (the configuration), `./withDb.ts` (the database), `./commandLogger.ts`
+ * (the logger), `./inspect.ts` (the inspector).
  */
 import { InvalidArgumentError, type Command } from 'commander';
 import type { Since } from '../db/jobs.js';
