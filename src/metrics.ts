@@ -4,6 +4,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { CORE_ERROR_CODE, QUARANTINE_REASONS } from '../machines/index.js';
+import { packageVersion } from './packageInfo.js';
 
 export interface Metrics {
   registry: Registry;
@@ -22,6 +23,8 @@ export interface Metrics {
   inboxPending: Gauge<'kind'>;
   ready: Gauge<'check'>;
   commitProbeDuration: Histogram<'result'>;
+  buildInfo: Gauge<'version' | 'node'>;
+  unknownMigrations: Gauge;
 }
 
 /** `recognition_inbox_envelopes_total`'s outcomes. */
@@ -187,7 +190,20 @@ export function createMetrics(
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
     }),
+    buildInfo: new Gauge({
+      name: 'recognition_build_info',
+      help: 'Always 1; the labels say which build runs: version (package.json) and node (the Node.js version)',
+      labelNames: ['version', 'node'],
+      registers,
+    }),
+    unknownMigrations: new Gauge({
+      name: 'recognition_db_unknown_migrations',
+      help: 'Migrations the database carries that this build does not know (applied by a newer version), counted at start',
+      registers,
+    }),
   };
+  metrics.buildInfo.set({ version: packageVersion(), node: process.version }, 1);
+  metrics.unknownMigrations.set(0);
   for (const outcome of ENVELOPE_OUTCOMES) metrics.envelopes.inc({ outcome }, 0);
   for (const reason of QUARANTINE_REASONS) metrics.quarantine.inc({ reason }, 0);
   for (const result of PUBLISHER_RESULTS) metrics.publisherResults.inc({ result }, 0);

@@ -5,7 +5,7 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { sql } from 'kysely';
 import type { Config } from '../config.js';
-import { openDb, pendingMigrations, type Db } from '../db/database.js';
+import { migrationStatus, openDb, type Db } from '../db/database.js';
 import { MigrationsPendingError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { createMetrics, type Metrics } from '../metrics.js';
@@ -65,7 +65,8 @@ async function dbReachable(db: Db): Promise<boolean> {
 
 /**
  * Start the daemon:
- *   1. open the pool; the database must answer and its migrations be current (else refuse);
+ *   1. open the pool; the database must answer and carry every migration of this build (else
+ *      refuse); migrations it carries that this build does not know are logged and counted;
  *   2. connect to NATS; create or update the streams and core-inbox (unless NATS_PROVISION=false);
  *   3. start the loops;
  *   4. serve /healthz, /readyz, /metrics.
@@ -90,10 +91,19 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   let nats: Nats | undefined;
   let commitProbe: CommitProbe | undefined;
   try {
-    const pending = await pendingMigrations(db.db).catch((err: unknown) => {
+    const migrations = await migrationStatus(db.db).catch((err: unknown) => {
       throw new Error(`PostgreSQL (DATABASE_URL) is not usable: ${(err as Error).message}`, { cause: err });
     });
+    const pending = migrations.filter((m) => m.state === 'pending').map((m) => m.name);
     if (pending.length > 0) throw new MigrationsPendingError(pending);
+    // Migrations of a newer version: it runs on (an older version tolerates additive migrations,
+    // and only those are allowed, docs/operations.md), and says so once.
+    const unknown = migrations.filter((m) => m.state === 'unknown').map((m) => m.name);
+    if (unknown.length > 0)
+      logger.warn(
+        { event: 'db_unknown_migrations', migrations: unknown },
+        `the database carries ${unknown.length} migration(s) this version does not know (${unknown.join(', ')}): a newer version migrated it; running on`,
+      );
 
     // 2. NATS.
     nats = await connectNats(cfg, logger).catch((err: unknown) => {
@@ -149,6 +159,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       commitProbe = probe;
       checks.commits = () => probe.check();
     }
+
+    metrics.unknownMigrations.set(unknown.length);
 
     // 3. Loops.
     const inbox = loops.inbox

@@ -2,7 +2,14 @@
  * Connections to PostgreSQL: the pool, the typed Kysely handle, creating the database and
  * running migrations. Everything that knows about `pg` lives under `src/db/`.
  */
-import { Kysely, Migrator, PostgresDialect, sql, type MigrationResult } from 'kysely';
+import {
+  DEFAULT_MIGRATION_TABLE,
+  Kysely,
+  Migrator,
+  PostgresDialect,
+  sql,
+  type MigrationResult,
+} from 'kysely';
 import pg from 'pg';
 import { migrations } from './migrations/index.js';
 import type { Database } from './schema.js';
@@ -148,6 +155,41 @@ export async function migrateToLatest(db: Kysely<Database>): Promise<MigrationRe
 export async function pendingMigrations(db: Kysely<Database>): Promise<string[]> {
   const infos = await migrator(db).getMigrations();
   return infos.filter((m) => !m.executedAt).map((m) => m.name);
+}
+
+/**
+ * One migration as this build and the database see it: `applied` (known here, applied there),
+ * `pending` (known here, not applied there), `unknown` (applied there, not known here: a newer
+ * version of recognition-core applied it).
+ */
+export interface MigrationState {
+  name: string;
+  state: 'applied' | 'pending' | 'unknown';
+  /** When the database applied it; null while pending. */
+  appliedAt: Date | null;
+}
+
+/**
+ * Every migration this build knows and every one the database has applied, by name. Reads the
+ * migration table directly (absent on a database never migrated: every migration is pending), so
+ * that migrations unknown to this build are listed instead of refused.
+ */
+export async function migrationStatus(db: Kysely<Database>): Promise<MigrationState[]> {
+  let applied: Array<{ name: string; timestamp: string }> = [];
+  try {
+    ({ rows: applied } = await sql<{ name: string; timestamp: string }>`
+      SELECT name, timestamp FROM ${sql.table(DEFAULT_MIGRATION_TABLE)}`.execute(db));
+  } catch (err) {
+    // 42P01: undefined_table.
+    if ((err as { code?: string }).code !== '42P01') throw err;
+  }
+  const appliedAt = new Map(applied.map((m) => [m.name, new Date(m.timestamp)]));
+  const names = [...new Set([...Object.keys(migrations), ...appliedAt.keys()])].sort();
+  return names.map((name) => ({
+    name,
+    state: !(name in migrations) ? 'unknown' : appliedAt.has(name) ? 'applied' : 'pending',
+    appliedAt: appliedAt.get(name) ?? null,
+  }));
 }
 
 /** The database clock; every timestamp the project writes comes from it. */

@@ -8,7 +8,7 @@ import {
   FILE_STATUS,
   type FailedJobStatus,
   type JobStatus,
-} from '../../machines/index.js';
+} from '../../machines/statuses.js';
 import { UsageError } from '../errors.js';
 import type { Database, FileRow, JobRow, S3ObjectRow, TransitionRow } from './schema.js';
 
