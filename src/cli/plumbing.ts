@@ -7,7 +7,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { loadConfig, secretsOf, type Config } from '../config.js';
 import { openDb, type Db } from '../db/database.js';
 import type { Since } from '../db/jobs.js';
-import { createLogger, type Logger } from '../logger.js';
+import { createLogger, routeProcessWarnings, type Logger } from '../logger.js';
 import { withStopSignals } from '../process/stopSignals.js';
 import {
   DEFAULT_INSPECT_PORT,
@@ -35,11 +35,14 @@ export function port(value: string): number {
 
 /**
  * The root logger of a long-running command: LOG_LEVEL, pretty when LOG_PRETTY says so (`auto`:
- * when stdout is a terminal), the configured secrets scrubbed from every line.
+ * when stdout is a terminal), the configured secrets scrubbed from every line. The process's
+ * warnings go to it too, as JSON lines.
  */
 export function commandLogger(cfg: Config, opts: { base?: Record<string, unknown> } = {}): Logger {
   const pretty = cfg.LOG_PRETTY === 'true' || (cfg.LOG_PRETTY === 'auto' && process.stdout.isTTY === true);
-  return createLogger({ level: cfg.LOG_LEVEL, pretty, secrets: secretsOf(cfg), ...opts });
+  const logger = createLogger({ level: cfg.LOG_LEVEL, pretty, secrets: secretsOf(cfg), ...opts });
+  routeProcessWarnings(logger);
+  return logger;
 }
 
 /** Open the configured database for one command and close it after. */
