@@ -32,14 +32,19 @@ beforeAll(async () => {
     ssl: { cert: pki.server.cert, key: pki.server.key, ca: pki.ca },
     settings: { listen_addresses: '127.0.0.1,127.0.0.2' },
     // TLS only (no hostnossl line: a plain connection matches nothing), a password and a client
-    // certificate signed by the CA.
-    hba: ['hostssl all all 127.0.0.0/8 scram-sha-256 clientcert=verify-ca'],
+    // certificate signed by the CA; in the database cert_test, the certificate alone (its common
+    // name is the role's name).
+    hba: [
+      'hostssl cert_test all 127.0.0.0/8 cert',
+      'hostssl all all 127.0.0.0/8 scram-sha-256 clientcert=verify-ca',
+    ],
   });
   const admin = new pg.Client(cluster.socket());
   await admin.connect();
   try {
     await admin.query(`CREATE ROLE ${ROLE} LOGIN PASSWORD '${PASSWORD}'`);
     await admin.query(`CREATE DATABASE ${DB} OWNER ${ROLE}`);
+    await admin.query(`CREATE DATABASE cert_test OWNER ${ROLE}`);
   } finally {
     await admin.end();
   }
@@ -123,6 +128,13 @@ describe('sslmode with libpq’s meaning, against a server that takes TLS only',
     await expect(connect(url('localhost', { sslmode: 'verify-full', sslrootcert: pki.ca }))).rejects.toThrow(
       /certificate/i,
     );
+  });
+
+  it('the client certificate alone logs in where pg_hba.conf says cert', async () => {
+    const u = new URL(url('localhost', { sslmode: 'verify-full', sslrootcert: pki.ca, ...clientCert() }));
+    u.password = '';
+    u.pathname = '/cert_test';
+    expect(await connect(u.toString())).toEqual({ ssl: true });
   });
 
   it('the DATABASE_SSL* variables say the same as the URL parameters', async () => {
