@@ -24,7 +24,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDb, type Db } from '../../src/db/database.js';
 import { pgConnection } from '../../src/db/pgTls.js';
 import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
-import { startPgCluster, type PgClusterHandle } from '../../src/localServers/pgCluster.js';
+import { findPgBinDir, startPgCluster, type PgClusterHandle } from '../../src/localServers/pgCluster.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { runCli, spawnCli, type CliProcess } from '../helpers/cliProcess.js';
 import { insertJob } from '../helpers/fixtures.js';
@@ -93,7 +93,7 @@ async function psql(file: string, vars: Record<string, string>, opts: { db?: str
   // As the migration role: the script runs as it would when that role logs in.
   if (opts.role) args.push('-c', `SET ROLE ${opts.role}`);
   args.push('-f', deployFile(file));
-  return run('psql', args, { env: { ...process.env, PGCONNECT_TIMEOUT: '10' } });
+  return run(join(findPgBinDir(), 'psql'), args, { env: { ...process.env, PGCONNECT_TIMEOUT: '10' } });
 }
 
 let env: { migrator: Record<string, string>; runtime: Record<string, string> };

@@ -6,13 +6,14 @@
  * reads and writes the existing rows but deletes nothing.
  */
 import { execFile } from 'node:child_process';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing, migrateToLatest, openDb, type Db } from '../../src/db/database.js';
-import { startPgCluster, type PgClusterHandle } from '../../src/localServers/pgCluster.js';
+import { findPgBinDir, startPgCluster, type PgClusterHandle } from '../../src/localServers/pgCluster.js';
 import { runCli } from '../helpers/cliProcess.js';
 import { insertJob, type JobFixture } from '../helpers/fixtures.js';
 
@@ -41,7 +42,7 @@ async function psql(file: string, vars: Record<string, string>, role?: string) {
   args.push('-d', DB);
   if (role) args.push('-c', `SET ROLE ${role}`);
   args.push('-f', deployFile(file));
-  await run('psql', args);
+  await run(join(findPgBinDir(), 'psql'), args);
 }
 
 /** A client logged in as `role` (the cluster trusts local TCP connections). */
