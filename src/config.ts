@@ -271,9 +271,9 @@ export function secretsOf(cfg: Config): string[] {
   try {
     const db = new URL(cfg.DATABASE_URL);
     if (db.password) secrets.push(db.password, decodeURIComponent(db.password));
-    // pg also takes the password as a URL parameter.
-    const param = db.searchParams.get('password');
-    if (param) secrets.push(param, encodeURIComponent(param));
+    // pg also takes the password as a URL parameter: as written in the URL, and decoded.
+    const param = /[?&]password=([^&#]*)/.exec(db.search)?.[1];
+    if (param) secrets.push(param, db.searchParams.get('password') ?? param);
   } catch {
     // loadConfig validated it; nothing to add otherwise.
   }
