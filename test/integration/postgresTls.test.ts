@@ -164,7 +164,19 @@ describe('sslmode with libpq’s meaning, against a server that takes TLS only',
 });
 
 describe('the CLI', () => {
-  it('refuses a host name the certificate does not carry with one line, exit 1', async () => {
+  it('start refuses a host name the certificate does not carry with one line, exit 1', async () => {
+    const r = await runCli(['start'], {
+      DATABASE_URL: url('127.0.0.2', { sslmode: 'verify-full', sslrootcert: pki.ca, ...clientCert() }),
+      HTTP_PORT: '0',
+    });
+    expect(r.code, r.output).toBe(1);
+    expect(r.stdout, r.output).toEqual([]);
+    expect(r.stderr, r.output).toEqual([
+      "recognition-core: PostgreSQL (DATABASE_URL) is not usable: Hostname/IP does not match certificate's altnames: IP: 127.0.0.2 is not in the cert's list: 127.0.0.1",
+    ]);
+  });
+
+  it('a command refuses it the same way', async () => {
     const r = await runCli(['jobs', 'list', '--status', 'done'], {
       DATABASE_URL: url('127.0.0.2', { sslmode: 'verify-full', sslrootcert: pki.ca, ...clientCert() }),
     });
