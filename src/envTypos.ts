@@ -17,13 +17,10 @@
  *   OpenTelemetry variables this process does not read (the log and metric signals, `OTEL_BLRP_*`,
  *   …) and the variables of the local servers the demo and the tests start.
  *
- * Pure and free of imports but the two lists of names, so that the CLI can load it with the
+ * Pure and free of imports but the list of tracing names, so that the CLI can load it with the
  * configuration only.
  */
 import { OTEL_VARIABLES } from './tracing/env.js';
-
-/** The secrets that may also come from a file named by `<NAME>_FILE`. */
-export const SECRET_FILE_VARIABLES = ['DATABASE_URL_FILE', 'NATS_PASSWORD_FILE', 'NATS_TOKEN_FILE'] as const;
 
 /**
  * Variables other programs read: never taken for a misspelling of ours. The standard
@@ -123,11 +120,11 @@ function allowedEdits(known: string): number {
 }
 
 /**
- * The variables of the process `configVariables` (the configuration's names) are checked against:
- * those, the `_FILE` forms of the secrets and the `OTEL_*` variables of the tracing rule.
+ * The variables of the process `configVariables` (every name the configuration reads, `_FILE`
+ * forms included) are checked against: those and the `OTEL_*` variables of the tracing rule.
  */
 export function knownVariables(configVariables: Iterable<string>): string[] {
-  return [...new Set([...configVariables, ...SECRET_FILE_VARIABLES, ...OTEL_VARIABLES])];
+  return [...new Set([...configVariables, ...OTEL_VARIABLES])];
 }
 
 /**

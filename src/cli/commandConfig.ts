@@ -4,12 +4,12 @@
  * JSON log lines) in one warn line of its logger. Imported by actions when they run: it loads the
  * configuration's validation (zod).
  */
-import { CONFIG_VARIABLES, loadConfig, type Config } from '../config.js';
+import { configVariableNames, loadConfig, type Config } from '../config.js';
 import { envTypoMessage, findEnvTypos, knownVariables, type EnvTypo } from '../envTypos.js';
 
 /** The misspelt variables of `env` (see `../envTypos.ts`). */
 export function envTypos(env: NodeJS.ProcessEnv = process.env): EnvTypo[] {
-  return findEnvTypos(env, knownVariables(Object.keys(CONFIG_VARIABLES)));
+  return findEnvTypos(env, knownVariables(configVariableNames()));
 }
 
 let named = false;

@@ -12,6 +12,7 @@ import {
 } from 'kysely';
 import pg from 'pg';
 import { migrations } from './migrations/index.js';
+import { pgConnection } from './pgTls.js';
 import type { Database } from './schema.js';
 
 /** A typed database handle and the pool behind it. */
@@ -67,10 +68,15 @@ const types = {
       : pg.types.getTypeParser(oid, format ?? 'text')) as typeof pg.types.getTypeParser,
 };
 
-/** Open a pool and a Kysely handle on `url`. The caller closes it. */
+/**
+ * Open a pool and a Kysely handle on `url`. The caller closes it. TLS follows the URL's `sslmode`,
+ * `sslrootcert`, `sslcert` and `sslkey` with libpq's meaning (see `pgTls.ts`); their files are
+ * read now, and one that cannot be read is a ConfigError. Every connection of the pool, and the
+ * LISTEN connection that copies the pool's settings, uses the same TLS.
+ */
 export function openDb(url: string, opts: DbOptions = {}): Db {
   const pool = new pg.Pool({
-    connectionString: url,
+    ...pgConnection(url),
     max: opts.max ?? 10,
     connectionTimeoutMillis: opts.connectionTimeoutMillis ?? 5_000,
     // A dead server must not hang a step forever: fail the statement and let the loop nak.
@@ -97,16 +103,29 @@ export function databaseName(url: string): string {
 
 /**
  * Create the database named in `url` when it does not exist, through the server's `postgres`
- * database; as a copy of `template` when given. Resolves with whether it created it.
+ * database; as a copy of `template` when given. Resolves with whether it created it. An existing
+ * database is found by connecting to it, so a role that may connect to its own database only (and
+ * has no CREATEDB) can run this.
  */
 export async function createDatabaseIfMissing(
   url: string,
   { template }: { template?: string | undefined } = {},
 ): Promise<boolean> {
   const name = databaseName(url);
+  const own = new pg.Client(pgConnection(url));
+  own.on('error', () => undefined);
+  try {
+    await own.connect();
+    return false;
+  } catch (err) {
+    // 3D000: the database does not exist. Anything else (refused, TLS, password) is the answer.
+    if ((err as { code?: string }).code !== '3D000') throw err;
+  } finally {
+    await own.end().catch(() => undefined);
+  }
   const admin = new URL(url);
   admin.pathname = '/postgres';
-  const client = new pg.Client({ connectionString: admin.toString() });
+  const client = new pg.Client(pgConnection(admin.toString()));
   await client.connect();
   try {
     const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
@@ -131,7 +150,7 @@ export async function dropDatabase(url: string): Promise<void> {
   const admin = new URL(url);
   const name = databaseName(url);
   admin.pathname = '/postgres';
-  const client = new pg.Client({ connectionString: admin.toString() });
+  const client = new pg.Client(pgConnection(admin.toString()));
   await client.connect();
   try {
     await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(name)} WITH (FORCE)`);

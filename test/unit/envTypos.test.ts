@@ -4,17 +4,11 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { CONFIG_VARIABLES } from '../../src/config.js';
-import {
-  editDistance,
-  envTypoMessage,
-  findEnvTypos,
-  knownVariables,
-  SECRET_FILE_VARIABLES,
-} from '../../src/envTypos.js';
+import { configVariableNames } from '../../src/config.js';
+import { editDistance, envTypoMessage, findEnvTypos, knownVariables } from '../../src/envTypos.js';
 import { OTEL_VARIABLES } from '../../src/tracing/env.js';
 
-const known = knownVariables(Object.keys(CONFIG_VARIABLES));
+const known = knownVariables(configVariableNames());
 const typosOf = (names: string[]) => findEnvTypos(Object.fromEntries(names.map((n) => [n, 'x'])), known);
 
 describe('editDistance', () => {
@@ -78,7 +72,7 @@ describe('findEnvTypos', () => {
   });
 
   it('never names a variable it reads', () => {
-    const all = [...Object.keys(CONFIG_VARIABLES), ...SECRET_FILE_VARIABLES, ...OTEL_VARIABLES];
+    const all = [...configVariableNames(), ...OTEL_VARIABLES];
     expect(typosOf(all)).toEqual([]);
   });
 
