@@ -266,12 +266,16 @@ describe('the runtime role', () => {
       ['jobs', 'history', jobId],
       ['jobs', 'list', '--json'],
       ['quarantine', 'list'],
-      ['quarantine', 'replay', '--reason', 'INVALID_JSON'],
       ['jobs', 'retry', late.jobId],
     ]) {
       const r = await cli(args);
       expect(r.code, `${args.join(' ')}\n${r.output}`).toBe(0);
     }
+    // Replaying invalid JSON runs the inbox's path as the runtime role; the message stays
+    // quarantined, which the command reports with exit code 1.
+    const replay = await cli(['quarantine', 'replay', '--reason', 'INVALID_JSON']);
+    expect(replay.code, replay.output).toBe(1);
+    expect(replay.output).toContain('1 still quarantined (INVALID_JSON: 1)');
     const retried = await admin.db
       .selectFrom('recognition_job')
       .select(['id', 'attempt'])
