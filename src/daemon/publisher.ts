@@ -1,5 +1,5 @@
 /**
- * The publisher (SPEC §6): a transactional outbox from `recognition_job` rows in `pending` to the
+ * The publisher (docs/lifecycle.md, "The loops"): a transactional outbox from `recognition_job` rows in `pending` to the
  * `RECOGNITION_JOBS` stream.
  *
  * A round locks due `pending` jobs (`FOR UPDATE OF j SKIP LOCKED`), publishes each job message
@@ -210,7 +210,7 @@ function nextDueQuery() {
 }
 
 /**
- * The job message for a due job (SPEC §5). Pure. `reply_deadline` is `db_now + replyTimeoutMs`,
+ * The job message for a due job (docs/contract.md). Pure. `reply_deadline` is `db_now + replyTimeoutMs`,
  * exactly what `PUBLISHED` stores: the step computes it from the same transaction's clock.
  */
 export function buildJobMessage(

@@ -1,5 +1,5 @@
 /**
- * Creating or updating the streams and the inbox consumer (SPEC §5). Idempotent: doing it again at
+ * Creating or updating the streams and the inbox consumer (docs/contract.md). Idempotent: doing it again at
  * every start is harmless. Operators who provision streams themselves set NATS_PROVISION=false.
  */
 import { nanos } from '@nats-io/nats-core';

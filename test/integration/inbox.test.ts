@@ -1,5 +1,5 @@
 /**
- * The inbox over a real NATS JetStream and real PostgreSQL: the scenarios of SPEC §3.1 and §3.2
+ * The inbox over a real NATS JetStream and real PostgreSQL: the rules of docs/lifecycle.md ("A service's ack", "Results, applied idempotently")
  * driven by publishing real messages to `recognition.result`, duplicates, hostile input, and a
  * database outage in the middle of a stream.
  */
@@ -46,7 +46,7 @@ async function consumerIdle(): Promise<boolean> {
 /** Wait until core-inbox has acked everything published so far. */
 const drained = () => inboxDrained(nc);
 
-describe('SPEC §3.1: the service confirmed', () => {
+describe("a service's ack: the service confirmed", () => {
   it('an ack moves a published job to processing, with started_at, service and the file PROCESSING', async () => {
     const job = await insertJob(t.db, { status: 'published' });
     await svc.ack(job);
@@ -89,7 +89,7 @@ describe('SPEC §3.1: the service confirmed', () => {
   });
 });
 
-describe('SPEC §3.2: results applied idempotently', () => {
+describe('results, applied idempotently', () => {
   it('success: done, result object registered, file stays PROCESSING; one info line naming the envelope', async () => {
     const job = await insertJob(t.db, { status: 'processing' });
     const { seq } = await svc.done(job);

@@ -1,5 +1,5 @@
 /**
- * The lifecycle of a recognition job, as a table: what every event does in every state (SPEC §2–§3).
+ * The lifecycle of a recognition job, as a table: what every event does in every state (docs/lifecycle.md).
  *
  * Each row names a state and an event variant and states the whole outcome: the decision, the next
  * status, the context fields the transition writes (the next context must equal the state's sample
@@ -309,7 +309,7 @@ const TABLE: Row[] = [
   ],
   [
     'published',
-    'ENVELOPE_PROCESSING', // SPEC §3.1: the service confirmed
+    'ENVELOPE_PROCESSING', // the service confirmed
     applied('processing', { startedAt: NOW, serviceName: SERVICE.name, serviceVersion: SERVICE.version }, [
       fileStatus('PROCESSING'),
       logged('ENVELOPE_PROCESSING', ACK_MSG_ID, { service: SERVICE.name }),
@@ -330,17 +330,17 @@ const TABLE: Row[] = [
   ['processing', 'PUBLISH_FAILED, attempts left', stays('ignored', 'not_accepted')],
   ['processing', 'PUBLISH_FAILED, last attempt', stays('ignored', 'not_accepted')],
   ['processing', 'DELIVERY_EXHAUSTED', stays('ignored', 'not_accepted')],
-  ['processing', 'ENVELOPE_PROCESSING', stays('duplicate', 'repeated_ack')], // SPEC §3.1: a repeated ack
-  ['processing', 'ENVELOPE_RESULT done, with result_s3', done], // SPEC §3.2: success
+  ['processing', 'ENVELOPE_PROCESSING', stays('duplicate', 'repeated_ack')], // a repeated ack
+  ['processing', 'ENVELOPE_RESULT done, with result_s3', done], // success
   ['processing', 'ENVELOPE_RESULT needs_check, without result_s3', needsCheck],
-  ['processing', 'ENVELOPE_RESULT error', serviceError], // SPEC §3.2: service error
+  ['processing', 'ENVELOPE_RESULT error', serviceError], // service error
   ['processing', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')], // redelivery
   ...fromAnotherServiceRows('processing'),
-  ['processing', 'DEADLINE_PASSED, deadline passed', timedOut], // SPEC §3.3: taken but never answered
+  ['processing', 'DEADLINE_PASSED, deadline passed', timedOut], // taken but never answered
   ['processing', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'deadline_not_passed')],
   ['processing', 'RETRY_REQUESTED', stays('ignored', 'not_failed')],
 
-  // Final statuses are never left (SPEC §2); a result after one is logged, not applied (§3.2); a
+  // Final statuses are never left (docs/lifecycle.md); a result after one is logged, not applied; a
   // failed one may start the next attempt, a new job, and keeps its own status.
   ...FINAL_JOB_STATUSES.flatMap(finalRows),
 ];

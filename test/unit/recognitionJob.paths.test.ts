@@ -94,7 +94,7 @@ describe('model-based paths of the job lifecycle', () => {
     expect([...reached].sort()).toEqual([...JOB_STATUSES].sort());
   });
 
-  it('the recorded edges of the machine are exactly the lifecycle of SPEC §2', () => {
+  it('the recorded edges of the machine are exactly the lifecycle of docs/lifecycle.md', () => {
     expect([...RECORDED_EDGES].sort()).toEqual(
       [
         edge('pending', 'PUBLISHED', 'published'),

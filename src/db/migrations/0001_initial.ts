@@ -1,5 +1,5 @@
 /**
- * The tables of SPEC §4. Status lists come from the machine's `as const` vocabularies, so a CHECK
+ * The tables of docs/lifecycle.md, "The data model". Status lists come from the machine's `as const` vocabularies, so a CHECK
  * constraint can never disagree with the lifecycle; changing a list means a new migration.
  */
 import { sql, type Kysely } from 'kysely';
