@@ -39,6 +39,7 @@ export interface InboxSchedulerPorts<E> {
   cancelLinger(): void;
 }
 
+/** The limits of an {@link InboxScheduler}, and how it makes a received item an entry. */
 export interface InboxSchedulerOptions<R, E> {
   /** Envelopes per batch, at most (≥ 1). */
   batchSize: number;
