@@ -20,23 +20,11 @@
  * It assumes what the bench publishes: well-formed results, one per job. It keeps no per-job
  * order across batches in flight, which the inbox must (a job's envelopes always in stream
  * order): a ceiling need not pay for guarantees, so the inbox can be read against it.
- *
- * With `work: 'required'` the same consumer also does the per-envelope work the inbox cannot
- * leave out, each part with the inbox's own code, and nothing else: the decode and validation of
- * every envelope (`decodeEnvelope`), the read of the batch's rows under lock that the machine is
- * hydrated from (the step's `LOCK`, one more statement per batch), and the machine's decision for
- * every envelope (`decide()`). Its write is still the ceiling's statement. What it reaches is the
- * most an inbox of this architecture can reach on the run's machine.
  */
 import type { ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type pg from 'pg';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
 import type { ResultEnvelope } from '../src/messages/schemas.js';
-import { decide, type JobEvent } from '../machines/index.js';
-import { rowToJobState } from '../src/db/jobRow.js';
-import { decodeEnvelope } from '../src/messages/decodeEnvelope.js';
-import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
-import { LOCK, type LockedRow } from '../src/step/statements.js';
 
 /** What {@link startCeiling} needs. */
 export interface CeilingOptions {
@@ -48,20 +36,12 @@ export interface CeilingOptions {
   lingerMs: number;
   /** Batch transactions in flight, at most. */
   inFlight: number;
-  /** The database work alone (default), or with the inbox's required per-envelope work too. */
-  work?: CeilingWork;
 }
-
-/** What the ceiling does besides the database work: nothing, or what the inbox cannot leave out. */
-export type CeilingWork = 'database' | 'required';
 
 /** The design's parameters, as measured by the bench. */
 export const CEILING = { batchSize: 100, lingerMs: 2, inFlight: 4 } as const;
 /** The ceiling's row in the bench's report. */
 export const CEILING_NAME = `ceiling: one consume(), batches of ≤ ${CEILING.batchSize} or ${CEILING.lingerMs} ms, ${CEILING.inFlight} in flight`;
-/** The row of the ceiling doing the inbox's required work too. */
-export const REQUIRED_WORK_NAME =
-  'the ceiling with the required work (decode and validate, read under lock, decide())';
 
 /** A running ceiling consumer. */
 export interface Ceiling {
@@ -129,29 +109,6 @@ export const CEILING_SQL = `
 /** The statement's name: prepared once per connection. */
 const STATEMENT_NAME = 'bench_ceiling_batch';
 
-/** The envelopes of a batch: parsed (the ceiling), or decoded and validated as the inbox does. */
-function envelopesOf(msgs: readonly JsMsg[], work: CeilingWork): Result[] {
-  if (work === 'database') return msgs.map((m) => m.json<Result>());
-  return msgs.map((m) => {
-    const d = decodeEnvelope({ data: m.data, msgId: m.headers?.get('Nats-Msg-Id'), maxBytes: 1 << 20 });
-    if (!d.ok) throw new Error(`the bench published an invalid envelope: ${d.reason}`);
-    return d.envelope;
-  });
-}
-
-/** The required work's read and decisions, inside the batch's transaction (decisions unused). */
-async function readAndDecide(client: pg.PoolClient, msgs: readonly JsMsg[], envelopes: Result[]) {
-  const ids = [...new Set(envelopes.map((e) => e.job_id))];
-  const { rows } = await client.query<LockedRow>({ name: LOCK.name, text: LOCK.text, values: [ids] });
-  const byId = new Map(rows.map((r) => [r.id, r]));
-  envelopes.forEach((e, i) => {
-    const row = byId.get(e.job_id);
-    if (!row) throw new Error(`no job ${e.job_id}`);
-    const { event } = envelopeToJobEvent(e, msgs[i]!.headers?.get('Nats-Msg-Id') ?? null);
-    decide(rowToJobState(row, row.file_is_current), { ...event, now: row.db_now } as JobEvent);
-  });
-}
-
 function parametersOf(msgs: readonly JsMsg[], envelopes: readonly Result[]): unknown[] {
   const columns: unknown[][] = Array.from({ length: 11 }, () => []);
   for (const [i, m] of msgs.entries()) {
@@ -175,12 +132,11 @@ function parametersOf(msgs: readonly JsMsg[], envelopes: readonly Result[]): unk
 }
 
 /** BEGIN, the statement, COMMIT; then ack. A failed batch is nak'd. */
-async function applyBatch(pool: pg.Pool, msgs: readonly JsMsg[], work: CeilingWork): Promise<void> {
-  const envelopes = envelopesOf(msgs, work);
+async function applyBatch(pool: pg.Pool, msgs: readonly JsMsg[]): Promise<void> {
+  const envelopes = msgs.map((m) => m.json<Result>());
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
-    if (work === 'required') await readAndDecide(client, msgs, envelopes);
     const values = parametersOf(msgs, envelopes);
     await client.query({ name: STATEMENT_NAME, text: CEILING_SQL, values });
     await client.query('COMMIT');
@@ -210,7 +166,7 @@ export async function startCeiling(opts: CeilingOptions): Promise<Ceiling> {
   const pump = () => {
     while (ready.length > 0 && running.size < opts.inFlight) {
       const batch = ready.shift()!;
-      const p = applyBatch(opts.pool, batch, opts.work ?? 'database')
+      const p = applyBatch(opts.pool, batch)
         .catch(() => batch.forEach((m) => m.nak(250)))
         .finally(() => {
           running.delete(p);

@@ -5,7 +5,7 @@
 import type { CpuResult } from './cpu.js';
 import type { LatencyResult } from './latency.js';
 import type { MemoryResult } from './memory.js';
-import { CEILING_NAME, REQUIRED_WORK_NAME } from './ceiling.js';
+import { CEILING_NAME } from './ceiling.js';
 import type { ThroughputResult } from './throughput.js';
 import type { IdleResult, RawSweepResult, SweepResult } from './watchdog.js';
 
@@ -82,7 +82,6 @@ function rowsOf(r: BenchReport) {
   const target = 100_000 * r.scale;
   return {
     ceiling: r.throughput.find((t) => t.name === CEILING_NAME),
-    required: r.throughput.find((t) => t.name === REQUIRED_WORK_NAME),
     coldCeiling: find(`${CEILING_NAME}, backlog`),
     cold: find('daemon process, cold start'),
     rawMessage: find('raw, one tx per message'),
@@ -127,9 +126,6 @@ export function headlines(r: BenchReport): Headlines {
   };
   ratio('inbox_batched_warn', x.inbox('batched', 'warn'), x.ceiling);
   ratio('inbox_batched_info', x.inbox('batched', 'info'), x.ceiling);
-  // The bound of the architecture, and how close the inbox comes to it.
-  ratio('required_work', x.required, x.ceiling);
-  ratio('inbox_batched_warn_of_required_work', x.inbox('batched', 'warn'), x.required);
   ratio('inbox_cold_start', x.cold, x.coldCeiling);
   if (x.cold?.startupSeconds !== undefined)
     h.context['cold_start_to_first_delivery_s'] = x.cold.startupSeconds;
@@ -178,25 +174,16 @@ export function renderTable(r: BenchReport): string {
   const rows: string[][] = [];
   const x = rowsOf(r);
   const h = headlines(r);
-  const ofBound = (r: number | undefined) =>
-    r === undefined ? '' : `, ${r.toFixed(2)}× the required-work bound`;
   const vs = (key: string, what: string) =>
     h.ratios[key] !== undefined ? ` = ${h.ratios[key].toFixed(2)}× ${what}` : '';
   if (x.ceiling) rows.push([x.ceiling.name, rate(x.ceiling), 'ceiling', '']);
-  if (x.required)
-    rows.push([
-      x.required.name,
-      `${rate(x.required)}${vs('required_work', 'the ceiling: the bound of an inbox that validates, reads and decides')}`,
-      '(reported)',
-      '',
-    ]);
   for (const level of ['warn', 'info'] as const) {
     const b = x.inbox('batched', level);
     const key = `inbox_batched_${level}`;
     if (b)
       rows.push([
         `inbox, batched (batch ${b.batchSize}, concurrency ${b.concurrency}), LOG_LEVEL=${level}`,
-        `${rate(b)}${vs(key, 'the ceiling')}${level === 'warn' ? ofBound(h.ratios['inbox_batched_warn_of_required_work']) : ''}`,
+        `${rate(b)}${vs(key, 'the ceiling')}`,
         h.targets[key] ?? '',
         ok(h.met[key]),
       ]);
@@ -370,7 +357,6 @@ export function renderTable(r: BenchReport): string {
   // The daemon and its ceiling first, side by side, with what the daemon spends above it.
   const sideBySide = [
     x.ceiling,
-    x.required,
     x.inbox('batched', 'warn'),
     x.inbox('batched', 'info'),
     x.coldCeiling,
@@ -382,24 +368,18 @@ export function renderTable(r: BenchReport): string {
   const shown = (ts: Array<ThroughputResult | undefined>) =>
     ts.filter((t): t is ThroughputResult => t !== undefined).map(cpuRow);
   const cpuRows = [
-    ...shown(sideBySide.slice(0, 4)),
-    ...[
-      ['_inbox batched (warn) above the ceiling_', x.ceiling] as const,
-      ['_of which the required work_', x.ceiling, x.required] as const,
-      ['_inbox batched (warn) above the required work_', x.required] as const,
-    ].flatMap(([label, base, top = inboxWarn]) =>
-      base && top
-        ? [
-            [
-              label,
-              above(top.cpu.nodeUs, base.cpu.nodeUs),
-              above(top.cpu.postgresUs, base.cpu.postgresUs),
-              above(top.cpu.natsUs, base.cpu.natsUs),
-            ],
-          ]
-        : [],
-    ),
-    ...shown(sideBySide.slice(4)),
+    ...shown(sideBySide.slice(0, 3)),
+    ...(x.ceiling && inboxWarn
+      ? [
+          [
+            '_inbox batched (warn) above the ceiling_',
+            above(inboxWarn.cpu.nodeUs, x.ceiling.cpu.nodeUs),
+            above(inboxWarn.cpu.postgresUs, x.ceiling.cpu.postgresUs),
+            above(inboxWarn.cpu.natsUs, x.ceiling.cpu.natsUs),
+          ],
+        ]
+      : []),
+    ...shown(sideBySide.slice(3)),
     ...r.throughput.filter((t) => !sideBySide.includes(t)).map(cpuRow),
     ...(r.drain ? [cpuRow(r.drain)] : []),
     ...(r.watchdog?.sweeps ?? []).map((w) => [

@@ -20,7 +20,7 @@ import pg from 'pg';
 import { startDaemon } from '../src/daemon/daemon.js';
 import { createLogger } from '../src/logger.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
-import { CEILING, CEILING_NAME, REQUIRED_WORK_NAME, startCeiling, type CeilingWork } from './ceiling.js';
+import { CEILING, CEILING_NAME, startCeiling } from './ceiling.js';
 import {
   checkAllDone,
   checkpoint,
@@ -119,7 +119,7 @@ export async function measureRaw(
 export async function measureCeiling(
   env: BenchEnv,
   n: number,
-  opts: { name?: string; work?: CeilingWork; timed?: TimedHooks } = {},
+  opts: { name?: string; timed?: TimedHooks } = {},
 ): Promise<ThroughputResult> {
   const last = await prepare(env, n);
   const pool = new pg.Pool({ connectionString: env.databaseUrl, max: 10, application_name: 'bench-ceiling' });
@@ -128,7 +128,7 @@ export async function measureCeiling(
     await opts.timed?.started();
     const split = startCpuSplit(findPid(env.nats.configFile));
     const started = performance.now();
-    const ceiling = await startCeiling({ pool, js: env.js, ...CEILING, work: opts.work });
+    const ceiling = await startCeiling({ pool, js: env.js, ...CEILING });
     await waitAllAcked(env.jsm, last, timeoutFor(n));
     const seconds = (performance.now() - started) / 1000;
     const cpu = split.end(await backendPids(env.pool, 'bench-ceiling'), n);
@@ -136,7 +136,7 @@ export async function measureCeiling(
     await ceiling.stop();
     await checkAllDone(env.pool, n);
     return {
-      name: opts.name ?? (opts.work === 'required' ? REQUIRED_WORK_NAME : CEILING_NAME),
+      name: opts.name ?? CEILING_NAME,
       envelopes: n,
       seconds,
       perSecond: n / seconds,
