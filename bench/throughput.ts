@@ -281,8 +281,6 @@ export interface InboxRunOptions {
   batchSize?: number;
   concurrency?: number;
   env?: Record<string, string>;
-  /** The daemon to start (default the shipped one; the tracing section passes bench/untraced.ts's). */
-  start?: typeof startDaemon;
   timed?: TimedHooks;
 }
 
@@ -305,7 +303,7 @@ export async function measureInbox(
     await run.timed?.started();
     const split = startCpuSplit(findPid(env.nats.configFile));
     const started = performance.now();
-    const daemon = await (run.start ?? startDaemon)({
+    const daemon = await startDaemon({
       config,
       logger,
       loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: false },
