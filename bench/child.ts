@@ -1,11 +1,10 @@
 /**
  * Entry point of the bench's child processes: what is measured alone in a fresh process, as the
  * daemon runs it, rather than in the bench's own process with what earlier sections left in its
- * heap. `node dist/bench/child.js cpu <events>`, `… memory <n1,n2,…>` or `… watchdog <json>`;
+ * heap. `node dist/bench/child.js memory <n1,n2,…>` or `… watchdog <json>`;
  * prints one JSON line on stdout (progress on stderr).
  */
 import pg from 'pg';
-import { measureCpu } from './cpu.js';
 import { configFor } from './env.js';
 import { measureMemory } from './memory.js';
 import { measureWatchdog } from './watchdog.js';
@@ -32,13 +31,11 @@ async function watchdog(args: WatchdogChildArgs) {
 }
 
 const [what, arg] = process.argv.slice(2);
-if (what === 'cpu') {
-  process.stdout.write(JSON.stringify(measureCpu(Number(arg))) + '\n');
-} else if (what === 'memory') {
+if (what === 'memory') {
   process.stdout.write(JSON.stringify(measureMemory(String(arg).split(',').map(Number))) + '\n');
 } else if (what === 'watchdog') {
   process.stdout.write(JSON.stringify(await watchdog(JSON.parse(String(arg)) as WatchdogChildArgs)) + '\n');
 } else {
-  process.stderr.write('usage: child.js cpu <events> | memory <n1,n2,...> | watchdog <json>\n');
+  process.stderr.write('usage: child.js memory <n1,n2,...> | watchdog <json>\n');
   process.exit(2);
 }

@@ -2,7 +2,6 @@
  * The bench's report: everything measured in one run (written as JSON), the markdown table made
  * from it with each target and whether this run met it, and the run's headline ratios.
  */
-import type { CpuResult } from './cpu.js';
 import type { LatencyResult } from './latency.js';
 import type { MemoryResult } from './memory.js';
 import { CEILING_NAME } from './ceiling.js';
@@ -37,7 +36,6 @@ export interface BenchReport {
   /** A daemon process draining a large backlog, its RSS sampled. */
   drain?: ThroughputResult;
   watchdog?: { sweeps: SweepResult[]; rawSweeps?: RawSweepResult[]; idle: IdleResult };
-  cpu?: CpuResult;
   memory?: MemoryResult;
   /** What the OTLP receiver of the tracing section got from the daemon process with tracing on. */
   tracing?: { spansReceived: number; exportRequests: number; runs?: number };
@@ -284,14 +282,6 @@ export function renderTable(r: BenchReport): string {
     rows.push([
       `watchdog idle sweep (nothing due) at ${n0(i.rows)} rows, median of ${i.sweeps}`,
       `${i.medianMs.toFixed(2)} ms (min ${i.minMs.toFixed(2)}, max ${i.maxMs.toFixed(2)})`,
-      '(reported)',
-      '',
-    ]);
-  }
-  if (r.cpu) {
-    rows.push([
-      'CPU per event: hydrate + decide() + row diff',
-      `${r.cpu.machineUs.toFixed(2)} µs${r.cpu.runsUs ? ` (median of ${r.cpu.runsUs.map((u) => u.toFixed(1)).join(' / ')})` : ''}; plain switch: ${r.cpu.switchUs.toFixed(2)} µs`,
       '(reported)',
       '',
     ]);

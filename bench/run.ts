@@ -12,7 +12,7 @@
  *      with the same process with tracing off;
  *   6. latency publish → commit at half the daemon's batched maximum, over its rounds;
  *   7. watchdog: due jobs among 1 000 000 rows, against one SQL statement, then idle sweeps;
- *   8. CPU per event and memory over 1 000 000 events (child processes);
+ *   8. memory over 1 000 000 events (a child process);
  *   9. print the markdown table; a full run records itself (bench/record.ts).
  *
  * Flags (`--help`): `--scale N` multiplies every size (default 1: a few minutes); `--only a,b`
@@ -24,7 +24,6 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError } from 'commander';
 import { findNatsServerBinary } from '../src/localServers/natsServer.js';
-import type { CpuResult } from './cpu.js';
 import { startBenchEnv, type BenchEnv } from './env.js';
 import { measureLatency, type LatencyResult } from './latency.js';
 import type { MemoryResult } from './memory.js';
@@ -44,17 +43,7 @@ import type { WatchdogChildArgs } from './child.js';
 import type { WatchdogResult } from './watchdog.js';
 import { startOtlpReceiver } from '../src/tracing/otlpReceiver.js';
 
-const SECTIONS = [
-  'raw',
-  'inbox',
-  'cold',
-  'tracing',
-  'latency',
-  'watchdog',
-  'cpu',
-  'memory',
-  'drain',
-] as const;
+const SECTIONS = ['raw', 'inbox', 'cold', 'tracing', 'latency', 'watchdog', 'memory', 'drain'] as const;
 /** The sections of a full run; `drain` takes several minutes and runs with `--drain`. */
 const FULL_RUN: readonly Section[] = SECTIONS.filter((s) => s !== 'drain');
 type Section = (typeof SECTIONS)[number];
@@ -188,7 +177,6 @@ async function main(): Promise<void> {
     watchdogRows: Math.round(1_000_000 * s),
     watchdogDue: [Math.round(10_000 * s), Math.round(100_000 * s)],
     idleSweeps: 25,
-    cpuEvents: Math.round(300_000 * s),
     memory: [Math.round(100_000 * s), Math.round(1_000_000 * s)],
   };
   const started = Date.now();
@@ -439,19 +427,6 @@ async function main(): Promise<void> {
       }
       log(`  idle sweep: median ${w.idle.medianMs.toFixed(2)} ms`);
       report.watchdog = w;
-    }
-    if (args.only.has('cpu')) {
-      // Three fresh processes, the median one reported: V8's young-generation sizing makes a
-      // single process land in a fast or a slow regime (several times apart for the same code).
-      log('cpu per event (3 child processes)');
-      const runs = [0, 1, 2]
-        .map(() => child<CpuResult>(['cpu', String(sizes.cpuEvents)]))
-        .sort((a, b) => a.machineUs - b.machineUs);
-      const c = { ...runs[1]!, runsUs: runs.map((r) => r.machineUs) };
-      log(
-        `  decide()+diff ${c.machineUs.toFixed(2)} µs (runs: ${c.runsUs.map((u) => u.toFixed(1)).join(', ')}), switch+diff ${c.switchUs.toFixed(2)} µs`,
-      );
-      report.cpu = c;
     }
     if (args.only.has('memory')) {
       log('memory (child process)');

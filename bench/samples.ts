@@ -1,5 +1,5 @@
 /**
- * Inputs of the CPU and memory measurements: job rows as the step reads them (`SELECT j.*`) and the
+ * Inputs of the memory measurement: job rows as the step reads them (`SELECT j.*`) and the
  * events the daemon sends, in the mix an inbox sees (acks, results, a duplicate, a late result)
  * plus the watchdog's deadline. Each call builds fresh objects, as each message would.
  */
