@@ -79,9 +79,7 @@ function rowsOf(r: BenchReport) {
     ceiling: r.throughput.find((t) => t.name === CEILING_NAME),
     coldCeiling: find(`${CEILING_NAME}, backlog`),
     cold: find('daemon process, cold start'),
-    rawMessage: find('raw, one tx per message'),
-    rawBatch: find('raw, one tx per fetched batch'),
-    inbox: (kind: 'batched' | 'per message', level: 'warn' | 'info') => find(`inbox, ${kind}`, level),
+    inbox: (kind: 'batched', level: 'warn' | 'info') => find(`inbox, ${kind}`, level),
     tracingOff: r.throughput.find((t) => t.name === TRACING_ROWS.off),
     tracingOn: r.throughput.find((t) => t.name === TRACING_ROWS.on),
     sweep: median(r.watchdog?.sweeps.filter((s) => s.due === target) ?? [], (s) => s.seconds),
@@ -100,8 +98,6 @@ export function headlines(r: BenchReport): Headlines {
     if (t) h.context[`${key}_env_per_s`] = Math.round(t.perSecond);
   };
   rate('ceiling', x.ceiling);
-  rate('raw_per_message', x.rawMessage);
-  rate('raw_batched', x.rawBatch);
   const ratio = (
     key: keyof typeof TARGETS | string,
     t: ThroughputResult | undefined,
@@ -124,8 +120,6 @@ export function headlines(r: BenchReport): Headlines {
     h.context['cold_start_to_first_delivery_s'] = x.cold.startupSeconds;
   ratio('inbox_tracing_on', x.tracingOn, x.tracingOff);
   if (r.tracing) h.context['tracing_spans_received'] = r.tracing.spansReceived;
-  ratio('inbox_per_message_warn', x.inbox('per message', 'warn'), x.rawMessage);
-  ratio('inbox_per_message_info', x.inbox('per message', 'info'), x.rawMessage);
   if (x.sweep) h.context['watchdog_sweep_s'] = x.sweep.seconds;
   if (x.sweep && x.rawSweep) {
     h.ceilings['watchdog_sweep_time'] = 'raw SQL sweep';
@@ -242,25 +236,7 @@ export function renderTable(r: BenchReport): string {
       '',
     ]);
 
-  // Reported: the other consumers and measurements.
-  if (x.rawBatch)
-    rows.push([
-      x.rawBatch.name,
-      `${rate(x.rawBatch)}${x.ceiling ? ` = ${(x.rawBatch.perSecond / x.ceiling.perSecond).toFixed(2)}× the ceiling` : ''}`,
-      '(reported)',
-      '',
-    ]);
-  if (x.rawMessage) rows.push([x.rawMessage.name, rate(x.rawMessage), '(reported)', '']);
-  for (const level of ['warn', 'info'] as const) {
-    const m = x.inbox('per message', level);
-    if (m)
-      rows.push([
-        `inbox, per message (batch 1, concurrency 8), LOG_LEVEL=${level}`,
-        `${rate(m)}${vs(`inbox_per_message_${level}`, 'raw per message')}`,
-        '(reported)',
-        '',
-      ]);
-  }
+  // Reported: the other measurements.
   if (r.latencyJetStream) {
     const l = r.latencyJetStream;
     rows.push([

@@ -4,8 +4,8 @@
  *   1. start a private nats-server and create a fresh database (dropped at the end);
  *   2. warm up (JIT) each consumer on a small untimed run, and check that the ceiling leaves the
  *      same rows as the inbox;
- *   3. throughput: the ceiling (bench/ceiling.ts), the daemon's inbox batched at warn and at info
- *      and the raw consumers, taking turns over the rounds; per message, raw and inbox;
+ *   3. throughput: the ceiling (bench/ceiling.ts) and the daemon's inbox batched at warn and at
+ *      info, taking turns over the rounds;
  *   4. cold start: a daemon process started on a backlog, in turns with the ceiling;
  *   5. drain (with --drain): a daemon process on a backlog of 1 000 000, its RSS sampled;
  *   5½. tracing: a daemon process with tracing on, exporting to a local OTLP receiver, in turns
@@ -35,7 +35,6 @@ import {
   measureCeiling,
   measureDaemonProcess,
   measureInbox,
-  measureRaw,
   rowShapes,
   type ThroughputResult,
 } from './throughput.js';
@@ -43,7 +42,7 @@ import type { WatchdogChildArgs } from './child.js';
 import type { WatchdogResult } from './watchdog.js';
 import { startOtlpReceiver } from '../src/tracing/otlpReceiver.js';
 
-const SECTIONS = ['raw', 'inbox', 'cold', 'tracing', 'latency', 'watchdog', 'memory', 'drain'] as const;
+const SECTIONS = ['inbox', 'cold', 'tracing', 'latency', 'watchdog', 'memory', 'drain'] as const;
 /** The sections of a full run; `drain` takes several minutes and runs with `--drain`. */
 const FULL_RUN: readonly Section[] = SECTIONS.filter((s) => s !== 'drain');
 type Section = (typeof SECTIONS)[number];
@@ -168,7 +167,6 @@ async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   const s = args.scale;
   const sizes = {
-    perMessage: Math.round(5_000 * s),
     batched: Math.round(30_000 * s),
     backlog: Math.round(50_000 * s),
     drain: Math.round(1_000_000 * s),
@@ -249,18 +247,11 @@ async function main(): Promise<void> {
       report.throughput.push(...medians);
       return medians;
     };
-    const perMessage = { name: 'inbox, per message (batch 1, concurrency 8)', batchSize: 1, concurrency: 8 };
     const batched = { name: 'inbox, batched (defaults)' };
-    const raw = args.only.has('raw');
     const inbox = args.only.has('inbox');
 
-    if (raw || inbox || args.only.has('latency') || args.only.has('cold')) {
+    if (inbox || args.only.has('latency') || args.only.has('cold')) {
       log('warm-up (untimed)');
-      if (raw) {
-        await measureRaw(env, 'message', sizes.warmup);
-        await measureRaw(env, 'batch', sizes.warmup);
-      }
-      await measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.warmup);
       // The ceiling must leave the rows the inbox leaves for the same envelopes.
       await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.warmup);
       const inboxRows = await rowShapes(env.pool);
@@ -272,41 +263,14 @@ async function main(): Promise<void> {
       log('  the ceiling and the inbox left the same rows');
     }
     let batchedMax: number | undefined;
-    if (raw || inbox) {
-      log(
-        `throughput: ${[raw && 'raw consumers', inbox && 'ceiling and daemon inbox'].filter(Boolean).join(' and ')}, ${args.rounds} round(s)`,
-      );
-      const perMessageRuns: Array<[string, () => Promise<ThroughputResult>]> = [];
-      const batchedRuns: Array<[string, () => Promise<ThroughputResult>]> = [];
-      if (raw) perMessageRuns.push(['raw, per message', () => measureRaw(env, 'message', sizes.perMessage)]);
-      if (inbox)
-        perMessageRuns.push([
-          'inbox, per message, warn',
-          () => measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.perMessage),
-        ]);
-      if (inbox) {
-        batchedRuns.push(['ceiling', () => measureCeiling(env, sizes.batched)]);
-        batchedRuns.push([
-          'inbox, batched, warn',
-          () => measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched),
-        ]);
-        batchedRuns.push([
-          'inbox, batched, info',
-          () => measureInbox(env, { ...batched, logLevel: 'info' }, sizes.batched),
-        ]);
-      }
-      if (raw) batchedRuns.push(['raw, fetched batches', () => measureRaw(env, 'batch', sizes.batched)]);
-      await compared(perMessageRuns);
-      const b = await compared(batchedRuns);
-      if (inbox) batchedMax = b[1]!.perSecond;
-    }
     if (inbox) {
-      // Per message at info: reported, one round.
-      report.throughput.push(
-        await runOnce('inbox, per message, info', () =>
-          measureInbox(env, { ...perMessage, logLevel: 'info' }, sizes.perMessage),
-        ),
-      );
+      log(`throughput: the ceiling and the daemon's inbox, ${args.rounds} round(s)`);
+      const b = await compared([
+        ['ceiling', () => measureCeiling(env, sizes.batched)],
+        ['inbox, batched, warn', () => measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched)],
+        ['inbox, batched, info', () => measureInbox(env, { ...batched, logLevel: 'info' }, sizes.batched)],
+      ]);
+      batchedMax = b[1]!.perSecond;
     }
     if (args.only.has('cold')) {
       log(`cold start: a daemon process on a backlog of ${fmt(sizes.backlog)}, in turns with the ceiling`);

@@ -32,7 +32,6 @@ import {
   type BenchEnv,
 } from './env.js';
 import { backendPids, findPid, processCpuMs, startCpuSplit, type CpuSplit } from './processCpu.js';
-import { startRawConsumer } from './rawConsumer.js';
 
 /** One throughput measurement. */
 export interface ThroughputResult {
@@ -43,7 +42,7 @@ export interface ThroughputResult {
   batchSize: number;
   concurrency: number;
   logLevel: string | null;
-  /** Bytes the daemon logged during the run (null for the raw consumer). */
+  /** Bytes the daemon logged during the run (null for the ceiling). */
   logBytes: number | null;
   /** CPU per envelope of this process, the consumer's PostgreSQL backends and nats-server. */
   cpu: CpuSplit;
@@ -74,45 +73,6 @@ async function prepare(env: BenchEnv, n: number): Promise<number> {
 function timeoutFor(n: number): number {
   // Generous: 200 envelopes/s would be a broken run, not a slow one.
   return 60_000 + n * 5;
-}
-
-/** The raw consumer of bench/rawConsumer.ts. */
-export async function measureRaw(
-  env: BenchEnv,
-  mode: 'message' | 'batch',
-  n: number,
-): Promise<ThroughputResult> {
-  const last = await prepare(env, n);
-  const pool = new pg.Pool({ connectionString: env.databaseUrl, max: 10, application_name: 'bench-raw' });
-  // pool.end() resolves before its connections have closed: one the bench's DROP DATABASE … FORCE
-  // reaches first emits 'error' with nobody listening, which would end the run.
-  pool.on('connect', (client) => client.on('error', () => undefined));
-  const inFlight = 8;
-  const batchSize = 100;
-  try {
-    const split = startCpuSplit(findPid(env.nats.configFile));
-    const started = performance.now();
-    const raw = await startRawConsumer({ pool, js: env.js, mode, inFlight, batchSize });
-    await waitAllAcked(env.jsm, last, timeoutFor(n));
-    const seconds = (performance.now() - started) / 1000;
-    const cpu = split.end(await backendPids(env.pool, 'bench-raw'), n);
-    await raw.stop();
-    await checkAllDone(env.pool, n);
-    return {
-      name:
-        mode === 'message' ? 'raw, one tx per message, 8 in flight' : 'raw, one tx per fetched batch of 100',
-      envelopes: n,
-      seconds,
-      perSecond: n / seconds,
-      batchSize: mode === 'message' ? 1 : batchSize,
-      concurrency: mode === 'message' ? inFlight : 1,
-      logLevel: null,
-      logBytes: null,
-      cpu,
-    };
-  } finally {
-    await pool.end();
-  }
 }
 
 /** The inbox's ceiling of bench/ceiling.ts. */
@@ -278,9 +238,6 @@ export async function measureDaemonProcess(
 export interface InboxRunOptions {
   name: string;
   logLevel: 'info' | 'warn';
-  batchSize?: number;
-  concurrency?: number;
-  env?: Record<string, string>;
   timed?: TimedHooks;
 }
 
@@ -291,10 +248,7 @@ export async function measureInbox(
   n: number,
 ): Promise<ThroughputResult> {
   const last = await prepare(env, n);
-  const overrides: Record<string, string> = { LOG_LEVEL: run.logLevel, ...run.env };
-  if (run.batchSize !== undefined) overrides['INBOX_BATCH_SIZE'] = String(run.batchSize);
-  if (run.concurrency !== undefined) overrides['INBOX_CONCURRENCY'] = String(run.concurrency);
-  const config = env.config(overrides);
+  const config = env.config({ LOG_LEVEL: run.logLevel });
   const dir = mkdtempSync(join(tmpdir(), 'bench-log-'));
   // A real file, written synchronously like pino's default stdout: the cost of logging is measured.
   const dest = pino.destination({ dest: join(dir, 'daemon.log'), sync: true });
