@@ -1,14 +1,9 @@
 /**
  * `npm run bench:profile`: where the node CPU of the inbox and of its ceiling goes, by part, and
- * every µs the inbox spends above the ceiling (the table of docs/performance.md, "Where the inbox's
- * CPU goes").
- *
- * Each consumer drains the throughput section's backlog `--rounds` times at the defaults and
- * `LOG_LEVEL=warn`: the last round under V8's sampling profiler (`node:inspector`), the others
- * without it, whose median node CPU per envelope the profile's shares are scaled to. Each busy
- * sample counts for the nearest frame on its stack that belongs to a part (a socket write the NATS
- * client makes is the NATS client's). `--keep DIR` keeps the `.cpuprofile` files, which Chrome's
- * DevTools open.
+ * the inbox's excess over the ceiling part by part. Each drains `--envelopes` results `--rounds`
+ * times, the last under V8's sampling profiler; the shares are scaled to the median node CPU per
+ * envelope of the other rounds. A busy sample counts for the nearest frame on its stack that
+ * belongs to a part. `--keep DIR` keeps the `.cpuprofile` files (Chrome's DevTools open them).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -46,13 +41,13 @@ export const PARTS: ReadonlyArray<[part: string, matches: (url: string, fn: stri
   ["the ceiling's own code", (u) => /bench\/ceiling/.test(u)],
 ];
 const GC = 'garbage collection';
+const RUNTIME = 'Node runtime (promises, timers, sockets)';
 /** One consumer's node CPU per envelope and its shares by part. */
 interface Column {
   name: string;
   nodeUs: number;
   shares: Map<string, number>;
 }
-const RUNTIME = 'Node runtime (promises, timers, sockets)';
 
 /** Each part's share of the profile's busy samples. */
 export function attribute(profile: CpuProfile): Map<string, number> {
