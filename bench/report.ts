@@ -8,6 +8,7 @@
  */
 import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { CLI_LABELS, type CliCommand, type CliResult } from './cliStartup.js';
 import type { LatencyResult } from './latency.js';
 import type { ThroughputResult } from './throughput.js';
 import type { SweepResult, WatchdogResult } from './watchdog.js';
@@ -32,6 +33,7 @@ export interface BenchReport {
   /** Every round of the latency target. */
   latencyRounds?: LatencyResult[];
   watchdog?: WatchdogResult;
+  cli?: CliResult;
   /** A daemon process draining a large backlog, its RSS sampled. */
   drain?: ThroughputResult;
 }
@@ -51,6 +53,7 @@ export const TARGETS: Record<string, { text: string; min?: number; max?: number 
   inbox_batched_info: { text: '≥ 0.8× the ceiling', min: 0.8 },
   inbox_cold_start: { text: '≥ 0.85× the ceiling', min: 0.85 },
   watchdog_sweep_time: { text: "≤ 1.25× the raw SQL sweep's time", max: 1.25 },
+  cli_help: { text: '≤ 3× node -e 0', max: 3 },
 };
 /** p99 publish → commit within the bound in at least this share of the rounds. */
 const LATENCY = { maxMs: 50, share: 0.8 };
@@ -96,6 +99,12 @@ export function headlines(r: BenchReport): Headlines {
     h.context['watchdog_sweep_s'] = sweep.seconds;
     h.context['raw_sweep_s'] = rawSweep.seconds;
     ratio('watchdog_sweep_time', sweep.seconds, rawSweep.seconds, 'raw SQL sweep');
+  }
+  if (r.cli) {
+    const c = r.cli.commands;
+    h.context['node_e_0_ms'] = c.node.wallMs;
+    ratio('cli_help', c.help.wallMs, c.node.wallMs, c.node.label);
+    ratio('cli_jobs_list', c.list.wallMs, c.client.wallMs, c.client.label);
   }
   const rounds = r.latencyRounds ?? [];
   if (rounds.length > 0) {
@@ -180,6 +189,14 @@ export function renderTable(r: BenchReport): string {
       'watchdog_sweep_time',
       "the raw SQL sweep's time",
     );
+  }
+  if (r.cli) {
+    const c = r.cli.commands;
+    const ms = (c: CliCommand) => `${c.wallMs.toFixed(0)} ms (CPU ${c.cpuMs?.toFixed(0) ?? '?'} ms)`;
+    row(`\`${CLI_LABELS.node}\`, median of ${r.cli.runs} runs`, ms(c.node));
+    row(`\`${CLI_LABELS.help}\``, ms(c.help), 'cli_help', CLI_LABELS.node);
+    row(`${CLI_LABELS.client} (what \`jobs list\` does)`, ms(c.client));
+    row(`\`${CLI_LABELS.list}\``, ms(c.list), 'cli_jobs_list', 'the small program');
   }
   if (r.drain) {
     const rss = `max RSS ${mib(r.drain.maxRssBytes).toFixed(0)} MiB (sampled every 100 ms); ${rateText(r.drain)}`;

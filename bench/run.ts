@@ -2,7 +2,7 @@
  * `npm run bench`: the daemon against its ceilings, side by side, in one run, on this machine. It
  * starts a private nats-server and a fresh database (dropped at the end), warms up the inbox and
  * the ceiling on a small untimed run each and checks that they leave the same rows, runs the
- * sections (`inbox`, `cold`, `tracing`, `latency`, `watchdog`; `drain` with --drain), the
+ * sections (`inbox`, `cold`, `tracing`, `latency`, `watchdog`, `cli`; `drain` with --drain), the
  * runs that are compared taking turns over `--rounds`, prints the tables, and a full run records
  * itself (bench/report.ts `recordRun`). `--help` lists the flags.
  */
@@ -13,6 +13,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { findNatsServerBinary } from '../src/localServers/natsServer.js';
 import { startOtlpReceiver } from '../src/tracing/otlpReceiver.js';
 import { CEILING_NAME } from './ceiling.js';
+import { measureCliStartup } from './cliStartup.js';
 import { startBenchEnv, type CpuSplit } from './env.js';
 import { measureLatency } from './latency.js';
 import { recordRun, renderTable, type BenchReport } from './report.js';
@@ -25,7 +26,7 @@ import {
 } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
 
-const SECTIONS = ['inbox', 'cold', 'tracing', 'latency', 'watchdog', 'drain'] as const;
+const SECTIONS = ['inbox', 'cold', 'tracing', 'latency', 'watchdog', 'cli', 'drain'] as const;
 type Section = (typeof SECTIONS)[number];
 
 const positive = (integer: boolean) => (v: string) => {
@@ -91,6 +92,7 @@ const sizes = {
   latencySeconds: 10 * s,
   watchdogRows: Math.round(1_000_000 * s),
   watchdogDue: Math.round(100_000 * s),
+  cliRuns: 15,
 };
 const started = Date.now();
 log(`bench: scale ${s}, sections ${[...only].join(', ')}`);
@@ -229,6 +231,11 @@ try {
     const { watchdogRows: rows, watchdogDue: due } = sizes;
     const { databaseUrl, nats } = env;
     report.watchdog = measureWatchdogInChild({ databaseUrl, natsUrl: nats.url, rows, due, rounds: o.rounds });
+  }
+  if (only.has('cli')) {
+    log(`cli: the command's start-up beside node -e 0, ${sizes.cliRuns} runs each`);
+    report.cli = measureCliStartup(env.databaseUrl, sizes.cliRuns);
+    for (const c of Object.values(report.cli.commands)) log(`  ${c.label}: ${c.wallMs.toFixed(0)} ms`);
   }
   if (only.has('drain')) {
     log(`drain: a daemon process on a backlog of ${fmt(sizes.drain)}, RSS sampled`);
