@@ -12,6 +12,7 @@ import { registerQuarantineCommands } from './cli/quarantine.js';
 import { registerStatechartsCommands } from './cli/statecharts.js';
 import { registerDemoCommand } from './cli/demo.js';
 import { registerServiceCommands } from './cli/service.js';
+import { registerRetentionCommands } from './cli/retention.js';
 import { stopTracing } from './tracing/bootstrap.js';
 
 const program = new Command('recognition-core')
@@ -28,6 +29,7 @@ registerQuarantineCommands(program);
 registerStatechartsCommands(program);
 registerDemoCommand(program);
 registerServiceCommands(program);
+registerRetentionCommands(program);
 
 /** One line on stderr, then the exit code: 2 for usage and configuration, 1 otherwise. */
 function fail(err: unknown): never {
