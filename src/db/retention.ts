@@ -31,6 +31,7 @@ export const RETENTION_CLASSES = {
   succeeded: FINAL_JOB_STATUSES.filter((s) => !(FAILED_JOB_STATUSES as readonly string[]).includes(s)),
   failed: [...FAILED_JOB_STATUSES],
 } as const satisfies Record<string, readonly FinalJobStatus[]>;
+/** `succeeded` (RETENTION_SUCCEEDED) or `failed` (RETENTION_FAILED). */
 export type RetentionClass = keyof typeof RETENTION_CLASSES;
 
 /**
