@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { fileProblem, PG_TLS_PARAMETERS, pgTlsFiles, pgTlsOf, type PgTlsParameter } from './db/pgTls.js';
+import { SPAN_FORMS, parseSpanMs } from './duration.js';
 import { ConfigError } from './errors.js';
 
 const int = (min: number, max = Number.MAX_SAFE_INTEGER) =>
@@ -38,6 +39,16 @@ const url = (protocols: string[]) =>
       },
       `must be a URL (${protocols.map((p) => p + '//').join(' or ')}…)`,
     );
+
+/** A retention: a span (`30m`, `12h`, `90d`, `2w`) in milliseconds, or `0` for "keep forever". */
+const retention = z
+  .string()
+  .trim()
+  .refine(
+    (v) => v === '0' || (parseSpanMs(v) ?? 0) > 0,
+    `must be a span (${SPAN_FORMS}) or 0 to keep forever`,
+  )
+  .transform((v) => (v === '0' ? 0 : parseSpanMs(v)!));
 
 /** Variable → [schema, default, meaning]. The table in docs/configuration.md is generated from this list. */
 export const CONFIG_VARIABLES = {
@@ -153,6 +164,31 @@ export const CONFIG_VARIABLES = {
   INBOX_LINGER_MS: [int(0, 10000), '2', 'longest wait of a batch that is not full, from its first envelope'],
   INBOX_ACK_WAIT_MS: [int(1000), '30000', 'JetStream redelivers an envelope not acked within this time'],
   INBOX_MAX_ACK_PENDING: [int(1), '20000', 'envelopes in flight across all instances'],
+  RETENTION_SUCCEEDED: [
+    retention,
+    '30d',
+    "done/needs_check jobs finished longer ago are deleted with their transitions, unless still their file's current job (0 = keep forever)",
+  ],
+  RETENTION_FAILED: [
+    retention,
+    '90d',
+    "error/timeout/dlq jobs finished longer ago are deleted with their transitions, unless still their file's current job (0 = keep forever)",
+  ],
+  RETENTION_QUARANTINE: [
+    retention,
+    '30d',
+    'quarantined messages received longer ago are deleted (0 = keep forever)',
+  ],
+  RETENTION_INTERVAL_MS: [
+    int(0),
+    '600000',
+    'pause between retention passes of the daemon (0 = the daemon runs none)',
+  ],
+  RETENTION_BATCH_SIZE: [
+    int(1, 100000),
+    '1000',
+    'jobs (or quarantined messages) retention looks at per transaction',
+  ],
   DB_POOL_SIZE: [int(1, 1000), '10', 'PostgreSQL connections of this instance'],
   SHUTDOWN_TIMEOUT_MS: [int(100), '30000', 'longest graceful shutdown before exiting anyway'],
 } as const;

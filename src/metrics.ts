@@ -25,6 +25,7 @@ export interface Metrics {
   commitProbeDuration: Histogram<'result'>;
   buildInfo: Gauge<'version' | 'node'>;
   unknownMigrations: Gauge;
+  retention: RetentionMetrics;
 }
 
 /** `recognition_inbox_envelopes_total`'s outcomes. */
@@ -201,6 +202,7 @@ export function createMetrics(
       help: 'Migrations the database carries that this build does not know (applied by a newer version), counted at start',
       registers,
     }),
+    retention: createRetentionMetrics(registers),
   };
   metrics.buildInfo.set({ version: packageVersion(), node: process.version }, 1);
   metrics.unknownMigrations.set(0);
@@ -209,4 +211,53 @@ export function createMetrics(
   for (const result of PUBLISHER_RESULTS) metrics.publisherResults.inc({ result }, 0);
   for (const reason of DEAD_LETTER_REASONS) metrics.deadLetters.inc({ reason }, 0);
   return metrics;
+}
+
+/** The metrics of the retention loop (src/daemon/retention.ts). */
+export interface RetentionMetrics {
+  deleted: Counter<'table'>;
+  passes: Counter<'outcome'>;
+  passDuration: Histogram;
+  lastPass: Gauge;
+}
+
+/** `recognition_retention_deleted_total`'s tables. */
+export const RETENTION_DELETED_TABLES = [
+  'recognition_job',
+  'recognition_job_transition',
+  'inbox_quarantine',
+] as const;
+/** `recognition_retention_passes_total`'s outcomes. */
+export const RETENTION_PASS_OUTCOMES = ['done', 'busy', 'halted', 'failed'] as const;
+
+/** Create the retention metrics in `registers`, every known series at 0. */
+function createRetentionMetrics(registers: Registry[]): RetentionMetrics {
+  const m: RetentionMetrics = {
+    deleted: new Counter({
+      name: 'recognition_retention_deleted_total',
+      help: 'Rows retention deleted, by table (recognition_job, recognition_job_transition, inbox_quarantine)',
+      labelNames: ['table'],
+      registers,
+    }),
+    passes: new Counter({
+      name: 'recognition_retention_passes_total',
+      help: 'Retention passes by outcome (done, busy: another instance held the lock, halted: stopping, failed)',
+      labelNames: ['outcome'],
+      registers,
+    }),
+    passDuration: new Histogram({
+      name: 'recognition_retention_pass_duration_seconds',
+      help: 'Duration of one retention pass',
+      buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900],
+      registers,
+    }),
+    lastPass: new Gauge({
+      name: 'recognition_retention_last_pass_timestamp_seconds',
+      help: 'When the last retention pass of this instance that went through ended (Unix time); 0 before the first',
+      registers,
+    }),
+  };
+  for (const table of RETENTION_DELETED_TABLES) m.deleted.inc({ table }, 0);
+  for (const outcome of RETENTION_PASS_OUTCOMES) m.passes.inc({ outcome }, 0);
+  return m;
 }

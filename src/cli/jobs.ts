@@ -13,8 +13,10 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import {
   FAILED_JOB_STATUSES,
+  FINAL_JOB_STATUSES,
   JOB_STATUSES,
   type FailedJobStatus,
+  type FinalJobStatus,
   type JobStatus,
 } from '../../machines/statuses.js';
 import type { Since } from '../db/jobs.js';
@@ -94,6 +96,7 @@ export function registerJobsCommands(program: Command): void {
       ),
   ).action(async (id: string, o: InspectOptions) => (await import('./jobActions.js')).historyAction(id, o));
   registerJobsAtScaleCommands(jobs);
+  registerJobsExportCommand(jobs);
 }
 
 /** `jobs list` and `jobs retry`, on the `jobs` command. */
@@ -143,4 +146,28 @@ function registerJobsAtScaleCommands(jobs: Command): void {
   outputOptions(retry).action(async (id: string | undefined, o: RetryOptions) =>
     (await import('./jobActions.js')).retryAction(id, o),
   );
+}
+
+/** `jobs export`, on the `jobs` command: an archive of finished jobs, e.g. before retention deletes them. */
+function registerJobsExportCommand(jobs: Command): void {
+  jobs
+    .command('export')
+    .description(
+      'print finished jobs with their result object and transitions as JSON lines, for an archive before retention deletes them (streams: any size of history)',
+    )
+    .requiredOption(
+      '--finished-before <when>',
+      'only jobs finished before this: a span back from now (90d, 12h) or an ISO 8601 time',
+      sinceTime,
+    )
+    .option('--finished-since <when>', `and finished at or after this ${SINCE_FORMS}`, sinceTime)
+    .option(
+      '--status <statuses>',
+      `only these final statuses, comma-separated (${FINAL_JOB_STATUSES.join(', ')})`,
+      oneOrMoreOf(FINAL_JOB_STATUSES),
+    )
+    .action(async (o: { finishedBefore: Since; finishedSince?: Since; status?: FinalJobStatus[] }) => {
+      const { jobsExport } = await import('./retentionActions.js');
+      await jobsExport(o);
+    });
 }

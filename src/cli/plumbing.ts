@@ -9,6 +9,7 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import type { Since } from '../db/jobs.js';
 import { DEFAULT_INSPECT_PORT } from '../statecharts/inspectorDefaults.js';
+import { parseSpanMs } from '../duration.js';
 
 /** A commander parser for a whole number at least `min`. */
 export function wholeNumber(min: number) {
@@ -47,16 +48,14 @@ export function inspectOptions(cmd: Command): Command {
     );
 }
 
-const SPAN_UNITS_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const;
-
 /**
  * A commander parser for a `--…-since` moment: a span back from the database clock (`90s`, `30m`,
  * `1h`, `2d`, `1w`) or an ISO 8601 date or time.
  */
 export function sinceTime(value: string): Since {
   const text = value.trim();
-  const span = /^(\d+)(s|m|h|d|w)$/.exec(text);
-  if (span) return { agoMs: Number(span[1]) * SPAN_UNITS_MS[span[2] as keyof typeof SPAN_UNITS_MS] };
+  const agoMs = parseSpanMs(text);
+  if (agoMs !== undefined) return { agoMs };
   if (/^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}(:?\d{2})?)?)?$/.test(text)) {
     const at = new Date(text);
     if (!Number.isNaN(at.getTime())) return { at };

@@ -11,6 +11,7 @@ import { registerDemoCommand } from './demo.js';
 import { registerInboxCommands } from './inbox.js';
 import { registerJobsCommands } from './jobs.js';
 import { registerQuarantineCommands } from './quarantine.js';
+import { registerRetentionCommands } from './retention.js';
 import { registerServiceCommands } from './service.js';
 import { registerStartCommand } from './start.js';
 import { registerStatechartsCommands } from './statecharts.js';
@@ -36,5 +37,6 @@ export function buildProgram(): Command {
   registerDemoCommand(program);
   registerServiceCommands(program);
   registerInboxCommands(program);
+  registerRetentionCommands(program);
   return program;
 }

@@ -1,8 +1,9 @@
-/** `quarantine list|replay`: inspect and re-apply messages the inbox could not apply. */
+/** `quarantine list|replay|purge`: inspect, re-apply and delete messages the inbox could not apply. */
 import { InvalidArgumentError, type Command } from 'commander';
 import { QUARANTINE_REASONS, type QuarantineReason } from '../../machines/statuses.js';
 import { UsageError } from '../errors.js';
-import { wholeNumber } from './plumbing.js';
+import { sinceTime, wholeNumber } from './plumbing.js';
+import type { Since } from '../db/jobs.js';
 
 function reason(value: string): QuarantineReason {
   if (!(QUARANTINE_REASONS as readonly string[]).includes(value)) {
@@ -61,6 +62,26 @@ export function registerQuarantineCommands(program: Command): void {
       const summary = replaySummary(results.map((r) => r.outcome));
       if (summary.stillQuarantined > 0) throw new StillQuarantined(summary.text);
       process.stderr.write(`${summary.text}\n`);
+    });
+  registerQuarantinePurgeCommand(q);
+}
+
+/** `quarantine purge`, on the `quarantine` command. */
+function registerQuarantinePurgeCommand(q: Command): void {
+  q.command('purge')
+    .description(
+      'delete quarantined messages received before --older-than (of --reason); prints how many (retention does this every pass with RETENTION_QUARANTINE)',
+    )
+    .requiredOption(
+      '--older-than <when>',
+      'received before this: a span back from now (90s, 30m, 1h, 30d, 2w) or an ISO 8601 time',
+      sinceTime,
+    )
+    .option('--reason <reason>', `only this reason (${QUARANTINE_REASONS.join(', ')})`, reason)
+    .option('--dry-run', 'count what would be deleted; delete nothing')
+    .action(async (o: { olderThan: Since; reason?: QuarantineReason; dryRun?: boolean }) => {
+      const { quarantinePurge } = await import('./retentionActions.js');
+      await quarantinePurge(o);
     });
 }
 

@@ -1,6 +1,7 @@
 /**
- * The daemon: one process running the inbox, the watchdog and the publisher, with health and
- * metrics over HTTP. `startDaemon` brings it up in order and `stop` takes it down in reverse.
+ * The daemon: one process running the inbox, the watchdog, the publisher and retention, with
+ * health and metrics over HTTP. `startDaemon` brings it up in order and `stop` takes it down in
+ * reverse.
  */
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { sql } from 'kysely';
@@ -25,12 +26,21 @@ import { createStatechartRoutes } from '../statecharts/livePage.js';
 import { createDeadLetters, type DeadLetters } from './deadLetters.js';
 import { createPublisher, type Publisher } from './publisher.js';
 import { createWatchdog, type Watchdog } from './watchdog.js';
+import { createRetention, retentionSettings, type Retention } from './retention.js';
 
 export interface DaemonOptions {
   config: Config;
   logger: Logger;
   /** Which loops to run (all by default); tests and benchmarks run parts. */
-  loops?: { inbox?: boolean; watchdog?: boolean; publisher?: boolean; deadLetters?: boolean; http?: boolean };
+  loops?: {
+    inbox?: boolean;
+    watchdog?: boolean;
+    publisher?: boolean;
+    deadLetters?: boolean;
+    http?: boolean;
+    /** The retention loop (also off when `RETENTION_INTERVAL_MS` is 0). */
+    retention?: boolean;
+  };
   /** Extra HTTP pages (default: the live statechart, /statechart and /statechart.json). */
   routes?: (d: { db: Db; metrics: Metrics }) => Record<string, RouteHandler>;
   /**
@@ -53,6 +63,7 @@ export interface Daemon {
   watchdog: Watchdog | undefined;
   publisher: Publisher | undefined;
   deadLetters: DeadLetters | undefined;
+  retention: Retention | undefined;
   /** Graceful stop: stop pulling, finish and commit in-flight work, drain NATS, close the pool. */
   stop(): Promise<void>;
 }
@@ -80,6 +91,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     publisher: true,
     deadLetters: true,
     http: true,
+    retention: true,
     ...opts.loops,
   };
 
@@ -217,6 +229,17 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       ? createDeadLetters({ db: db.db, nc: nats.nc, jsm, logger, metrics, stream: names.jobsStream })
       : undefined;
     await deadLetters?.start();
+    const retention =
+      loops.retention && cfg.RETENTION_INTERVAL_MS > 0
+        ? createRetention({
+            db: db.db,
+            logger,
+            metrics,
+            settings: retentionSettings(cfg),
+            intervalMs: cfg.RETENTION_INTERVAL_MS,
+          })
+        : undefined;
+    retention?.start();
 
     // 4. HTTP.
     const http = loops.http
@@ -244,6 +267,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       watchdog,
       publisher,
       deadLetters,
+      retention,
       stop() {
         stopped ??= (async () => {
           logger.info({ event: 'stopping' }, 'stopping: finishing in-flight work');
@@ -253,6 +277,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
             publisher?.stop(),
             deadLetters?.stop(),
             commitProbe?.stop(),
+            retention?.stop(),
           ]);
           await n.nc.drain().catch(() => undefined);
           await http?.close();

@@ -23,6 +23,7 @@ import {
   secretsOf,
 } from '../../src/config.js';
 import { CONFIG_TABLE_BEGIN, CONFIG_TABLE_END, configTableBlock } from '../../src/docs/configTable.js';
+import { formatSpan, parseSpanMs } from '../../src/duration.js';
 import { ConfigError } from '../../src/errors.js';
 import { createMetrics } from '../../src/metrics.js';
 
@@ -347,5 +348,63 @@ describe('documentation', () => {
     expect(names.length).toBeGreaterThan(5);
     expect(names.filter((n) => !text.includes(`\`${n}\``))).toEqual([]);
     expect(text).toContain('recognition_core_');
+  });
+});
+
+describe('retention variables', () => {
+  const DAY = 86_400_000;
+
+  it('default to 30 days for succeeded jobs and quarantine, 90 for failed jobs, a pass every 10 minutes', () => {
+    expect(loadConfig({})).toMatchObject({
+      RETENTION_SUCCEEDED: 30 * DAY,
+      RETENTION_FAILED: 90 * DAY,
+      RETENTION_QUARANTINE: 30 * DAY,
+      RETENTION_INTERVAL_MS: 600_000,
+      RETENTION_BATCH_SIZE: 1000,
+    });
+  });
+
+  it('read spans in the command line forms, and 0 as keep forever', () => {
+    expect(
+      loadConfig({
+        RETENTION_SUCCEEDED: '30m',
+        RETENTION_FAILED: ' 12h ',
+        RETENTION_QUARANTINE: '2w',
+        RETENTION_INTERVAL_MS: '0',
+      }),
+    ).toMatchObject({
+      RETENTION_SUCCEEDED: 30 * 60_000,
+      RETENTION_FAILED: 12 * 3_600_000,
+      RETENTION_QUARANTINE: 14 * DAY,
+      RETENTION_INTERVAL_MS: 0,
+    });
+    expect(loadConfig({ RETENTION_SUCCEEDED: '0', RETENTION_FAILED: '90s' })).toMatchObject({
+      RETENTION_SUCCEEDED: 0,
+      RETENTION_FAILED: 90_000,
+    });
+  });
+
+  it.each([
+    ['RETENTION_SUCCEEDED', '30'],
+    ['RETENTION_SUCCEEDED', '0d'],
+    ['RETENTION_FAILED', '1y'],
+    ['RETENTION_FAILED', '-5d'],
+    ['RETENTION_FAILED', '1.5d'],
+    ['RETENTION_QUARANTINE', 'forever'],
+    ['RETENTION_QUARANTINE', '99999999999999999999d'],
+  ])('rejects %s=%j with one line naming it', (name, value) => {
+    const err = configError({ [name]: value });
+    expect(err.message).toBe(
+      `${name} must be a span (90s, 30m, 12h, 90d, 2w) or 0 to keep forever (got ${JSON.stringify(value)})`,
+    );
+  });
+
+  it('share their forms with the command line', () => {
+    expect(parseSpanMs('90d')).toBe(90 * DAY);
+    expect(parseSpanMs('5 minutes')).toBeUndefined();
+    expect(formatSpan(90 * DAY)).toBe('90d');
+    expect(formatSpan(14 * DAY)).toBe('2w');
+    expect(formatSpan(90_000)).toBe('90s');
+    expect(formatSpan(1_500)).toBe('1500ms');
   });
 });

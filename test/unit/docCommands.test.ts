@@ -61,7 +61,8 @@ function commandArgs(code: string): string[] | undefined {
   const line = code
     .replace(/(^|\s)#.*$/, '')
     .replace(/\{\{\s*\$labels\.(\w+)\s*\}\}/g, (_m, label: string) => `<${label}>`);
-  const w = words(line);
+  // A pipe or a redirection ends the command's arguments.
+  const w = words(line.replace(/\s[|>].*$/, ''));
   while (w.length > 0 && (['$', 'npx', 'sudo'].includes(w[0]!) || /^[A-Za-z_]\w*=/.test(w[0]!))) w.shift();
   if (w[0] === 'recognition-core') return w.slice(1);
   if (w[0] === 'docker' && w[1] === 'run') {
@@ -82,6 +83,8 @@ const OPTION_SAMPLES: Record<string, string> = {
   '--since': '1h',
   '--created-since': '1h',
   '--finished-since': '1h',
+  '--finished-before': '2026-11-30T00:00:00Z',
+  '--older-than': '30d',
   '--limit': '5',
   '--jobs': '5',
   '--seed': '5',
@@ -92,7 +95,9 @@ const OPTION_SAMPLES: Record<string, string> = {
   '--key': 'uploads/report.xlsx',
   '--name': 'report.xlsx',
 };
-const isPlaceholder = (word: string) => /^<[^>]+>$/.test(word) || /^(ID|N|T|R|NAME)$/.test(word);
+/** A placeholder, or a word the shell expands (`"${day}T00:00:00Z"`), stands for a sample value. */
+const isPlaceholder = (word: string) =>
+  /^<[^>]+>$/.test(word) || /^(ID|N|T|R|NAME)$/.test(word) || word.includes('$');
 
 /**
  * The command lines `args` stands for with sample values: `<command>` stands for every command
