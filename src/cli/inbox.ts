@@ -8,6 +8,7 @@
  * terminal, warnings, and one summary line. The heavy modules load only when the command runs.
  */
 import type { Command } from 'commander';
+import type { InboxReplaySummary } from '../daemon/inboxReplay.js';
 import type { Since } from '../db/jobs.js';
 import { MigrationsPendingError, UsageError } from '../errors.js';
 import { sinceTime, wholeNumber } from './plumbing.js';
@@ -20,18 +21,7 @@ interface ReplayOptions {
 }
 
 /** The counts as one line for a person. */
-function summaryLine(s: {
-  firstSeq: number | null;
-  lastSeq: number | null;
-  delivered: number;
-  applied: number;
-  duplicates: number;
-  ignored: number;
-  late: number;
-  quarantined: number;
-  dryRun: boolean;
-  stream: string;
-}): string {
+function summaryLine(s: InboxReplaySummary): string {
   const range = s.firstSeq === null ? 'nothing to replay' : `sequences ${s.firstSeq}..${s.lastSeq}`;
   const applied = s.dryRun ? 'would apply' : 'applied';
   return `${s.dryRun ? 'dry run, nothing written: ' : ''}${s.stream} ${range}: ${s.delivered} delivered, ${s.applied} ${applied}, ${s.duplicates} duplicates, ${s.ignored} ignored, ${s.late} late, ${s.quarantined} quarantined`;
@@ -51,7 +41,8 @@ async function replayCommand(o: ReplayOptions): Promise<void> {
 
   // 1. Configuration, database, NATS.
   const [
-    { loadConfig, secretsOf },
+    { commandConfig },
+    { secretsOf },
     { dbNow, openDb, pendingMigrations },
     { createLogger },
     { connectNats, connectFailureReason },
@@ -59,6 +50,7 @@ async function replayCommand(o: ReplayOptions): Promise<void> {
     { replayInbox },
     { default: cliProgress },
   ] = await Promise.all([
+    import('./commandConfig.js'),
     import('../config.js'),
     import('../db/database.js'),
     import('../logger.js'),
@@ -67,7 +59,7 @@ async function replayCommand(o: ReplayOptions): Promise<void> {
     import('../daemon/inboxReplay.js'),
     import('cli-progress'),
   ]);
-  const cfg = loadConfig();
+  const cfg = commandConfig();
   // stdout carries the result: the connection's warnings go to stderr.
   const logger = createLogger({
     level: 'warn',

@@ -37,6 +37,7 @@ import {
 } from '../db/retention.js';
 import type { Database } from '../db/schema.js';
 import type { Logger } from '../logger.js';
+import { createPeriodicLoop, type RunControl } from './periodicLoop.js';
 import type { Metrics, RETENTION_DELETED_TABLES } from '../metrics.js';
 
 /**
@@ -105,7 +106,7 @@ export interface RetentionPassOptions {
    */
   positions?: Map<FinalJobStatus, FinishedKey> | undefined;
   /** Set `halted` to stop after the current batch. */
-  control?: { halted: boolean } | undefined;
+  control?: RunControl | undefined;
   /** Called after each committed batch, for progress metrics. */
   onBatch?: ((table: RetentionTable, deleted: number) => void) | undefined;
 }
@@ -253,12 +254,8 @@ export function createRetention(opts: RetentionOptions): Retention {
   const log = opts.logger.child({ loop: 'retention' });
   const positions = new Map<FinalJobStatus, FinishedKey>();
   let lastFullWalk: number | undefined;
-  const inFlight = new Map<Promise<unknown>, { halted: boolean }>();
-  let running = false;
-  let timer: NodeJS.Timeout | undefined;
-  let generation = 0;
 
-  async function runPass(control: { halted: boolean }): Promise<RetentionPassResult> {
+  async function runPass(control: RunControl): Promise<RetentionPassResult> {
     if (lastFullWalk === undefined || now() - lastFullWalk >= FULL_WALK_EVERY_MS) positions.clear();
     const startedAt = now();
     const ended = metrics?.retention.passDuration.startTimer();
@@ -298,45 +295,21 @@ export function createRetention(opts: RetentionOptions): Retention {
     return result;
   }
 
-  function pass(): Promise<RetentionPassResult> {
-    const control = { halted: false };
-    const p = runPass(control);
-    inFlight.set(p, control);
-    void p.then(
-      () => inFlight.delete(p),
-      () => inFlight.delete(p),
-    );
-    return p;
-  }
-
-  async function tick(gen: number): Promise<void> {
-    timer = undefined;
-    try {
-      await pass();
-    } catch (err) {
+  const loop = createPeriodicLoop({
+    run: runPass,
+    intervalMs,
+    // Not at once: a daemon that restarts in a loop must not walk the whole history every time.
+    firstRunAfterMs: intervalMs,
+    onError: (err) =>
       log.error(
         { err, event: 'retention_pass_failed' },
         'retention pass failed; trying again at the next tick',
-      );
-    }
-    if (running && gen === generation) timer = setTimeout(() => void tick(gen), intervalMs);
-  }
+      ),
+  });
 
   return {
-    start() {
-      if (running) return;
-      running = true;
-      const gen = ++generation;
-      timer = setTimeout(() => void tick(gen), intervalMs);
-    },
-    async stop() {
-      running = false;
-      generation += 1;
-      if (timer) clearTimeout(timer);
-      timer = undefined;
-      for (const control of inFlight.values()) control.halted = true;
-      await Promise.allSettled([...inFlight.keys()]);
-    },
-    pass,
+    start: loop.start,
+    stop: loop.stop,
+    pass: loop.runNow,
   };
 }

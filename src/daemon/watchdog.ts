@@ -15,6 +15,7 @@
  */
 import { sql, type Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
+import { createPeriodicLoop, type RunControl } from './periodicLoop.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { inPgTransaction, type PgPool } from '../db/pgTransaction.js';
@@ -85,12 +86,6 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
   const { db, metrics, intervalMs, batchSize } = opts;
   const concurrency = Math.max(1, opts.concurrency ?? 1);
   const log = opts.logger.child({ loop: 'watchdog' });
-  /** Sweeps in flight, each with its own flag: stop() halts them after their current batch. */
-  const inFlight = new Map<Promise<unknown>, { halted: boolean }>();
-  let running = false;
-  let timer: NodeJS.Timeout | undefined;
-  // Bumped by every start/stop, so a tick of an earlier run never schedules another.
-  let generation = 0;
 
   /**
    * One transaction: lock a batch of due jobs, step each with DEADLINE_PASSED, commit. `from`: the
@@ -149,7 +144,7 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
    * machine declines would otherwise be selected again and again).
    */
   async function batchOnce(
-    control: { halted: boolean },
+    control: RunControl,
     counts: { total: number; batches: number },
     from: DueEnd,
   ): Promise<boolean> {
@@ -194,14 +189,14 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
 
   /** One worker of a sweep: batch after batch while they come back full. */
   async function drain(
-    control: { halted: boolean },
+    control: RunControl,
     counts: { total: number; batches: number },
     from: DueEnd,
   ): Promise<void> {
     while (await batchOnce(control, counts, from));
   }
 
-  async function runSweep(control: { halted: boolean }): Promise<number> {
+  async function runSweep(control: RunControl): Promise<number> {
     const started = performance.now();
     const counts = { total: 0, batches: 0 };
     try {
@@ -235,43 +230,18 @@ export function createWatchdog(opts: WatchdogOptions): Watchdog {
     return counts.total;
   }
 
-  function sweep(): Promise<number> {
-    const control = { halted: false };
-    const p = runSweep(control);
-    inFlight.set(p, control);
-    void p.then(
-      () => inFlight.delete(p),
-      () => inFlight.delete(p),
-    );
-    return p;
-  }
-
-  async function tick(gen: number): Promise<void> {
-    timer = undefined;
-    try {
-      await sweep();
-    } catch (err) {
-      log.error({ err, event: 'watchdog_sweep_failed' }, 'watchdog sweep failed; retrying at the next tick');
-    }
-    if (running && gen === generation) timer = setTimeout(() => void tick(gen), intervalMs);
-  }
+  const loop = createPeriodicLoop({
+    run: runSweep,
+    intervalMs,
+    // Sweep at once: after a restart the backlog of the downtime is due now, not in one interval.
+    firstRunAfterMs: 0,
+    onError: (err) =>
+      log.error({ err, event: 'watchdog_sweep_failed' }, 'watchdog sweep failed; retrying at the next tick'),
+  });
 
   return {
-    start() {
-      if (running) return;
-      running = true;
-      const gen = ++generation;
-      // Sweep at once: after a restart the backlog of the downtime is due now, not in one interval.
-      timer = setTimeout(() => void tick(gen), 0);
-    },
-    async stop() {
-      running = false;
-      generation += 1;
-      if (timer) clearTimeout(timer);
-      timer = undefined;
-      for (const control of inFlight.values()) control.halted = true;
-      await Promise.allSettled([...inFlight.keys()]);
-    },
-    sweep,
+    start: loop.start,
+    stop: loop.stop,
+    sweep: loop.runNow,
   };
 }
