@@ -14,27 +14,32 @@ import {
   type JobEvent,
   type JobEventType,
   type JobStatus,
-  type PublishRetryPolicy,
 } from '../../machines/index.js';
+import {
+  SAMPLE_FILE_ID as FILE_ID,
+  SAMPLE_JOB_ID as JOB_ID,
+  SAMPLE_NOW as NOW,
+  SAMPLE_NEXT_JOB_ID as NEXT_JOB_ID,
+  SAMPLE_OTHER_SERVICE as OTHER_SERVICE,
+  SAMPLE_PUBLISH_POLICY as PUBLISH_RETRY_POLICY,
+  SAMPLE_REPLY_TIMEOUT_MS as REPLY_TIMEOUT_MS,
+  SAMPLE_SERVICE as SERVICE,
+} from '../../src/statecharts/samples.js';
 
-/** The fixed moment the samples revolve around. */
-export const NOW = new Date('2025-03-01T10:00:00.000Z');
-
-export const JOB_ID = '3f1b6c1e-8a3c-4c1e-9d5e-2b7a4f0c9e11';
-export const FILE_ID = '0b8f7a52-51d4-4f5e-a0a7-6c3d2e1f9a10';
-/** The id a sample retry gives the next attempt. */
-export const NEXT_JOB_ID = '7c2d9e4a-1b3f-4a5c-8d6e-9f0a1b2c3d44';
-export const SERVICE = { name: 'tabular-parser', version: '1.4.2' } as const;
-/** A service other than the sample job's `target_service`: its envelopes are rejected. */
-export const OTHER_SERVICE = { name: 'impostor', version: '6.6.6' } as const;
-
-export const REPLY_TIMEOUT_MS = 10 * 60_000;
-/** Three attempts in all: the first two failures are retried, the third is the last. */
-export const PUBLISH_RETRY_POLICY: PublishRetryPolicy = {
-  maxAttempts: 3,
-  baseDelayMs: 1_000,
-  maxDelayMs: 60_000,
-};
+/**
+ * The constants are the statecharts' samples (`src/statecharts/samples.ts`), under the names the
+ * tests read: one set of sample jobs for the generated charts and the tests.
+ */
+export {
+  SAMPLE_NOW as NOW,
+  SAMPLE_JOB_ID as JOB_ID,
+  SAMPLE_FILE_ID as FILE_ID,
+  SAMPLE_NEXT_JOB_ID as NEXT_JOB_ID,
+  SAMPLE_SERVICE as SERVICE,
+  SAMPLE_OTHER_SERVICE as OTHER_SERVICE,
+  SAMPLE_REPLY_TIMEOUT_MS as REPLY_TIMEOUT_MS,
+  SAMPLE_PUBLISH_POLICY as PUBLISH_RETRY_POLICY,
+} from '../../src/statecharts/samples.js';
 
 export const ACK_MSG_ID = `ack:${JOB_ID}:1`;
 export const DONE_MSG_ID = `result:${JOB_ID}:done`;
