@@ -86,13 +86,13 @@ async function seed(pool: pg.Pool, rows: number): Promise<void> {
 
 /**
  * Turn `due` finished jobs back into overdue `processing` ones, vacuum and analyse what that and
- * the previous sweep left, take a checkpoint.
+ * the previous sweep left, take a checkpoint. Among a history, the newest: due jobs are recent ones.
  */
-async function makeDue(pool: pg.Pool, due: number): Promise<void> {
+async function makeDue(pool: pg.Pool, due: number, newest = false): Promise<void> {
   await inPgTransaction(pool, async (client: pg.PoolClient) => {
     await client.query('SET LOCAL session_replication_role = replica');
     await client.query(
-      `WITH picked AS (SELECT id, file_id FROM recognition_job WHERE status = 'done' ORDER BY id LIMIT $1),
+      `WITH picked AS (SELECT id, file_id FROM recognition_job WHERE status = 'done' ORDER BY ${newest ? 'created_at DESC' : 'id'} LIMIT $1),
        jobs AS (
          UPDATE recognition_job j SET status = 'processing', finished_at = NULL, result_msg_id = NULL,
                 reply_deadline = now() - interval '1 minute'
@@ -158,7 +158,7 @@ export async function measureWatchdog(a: WatchdogArgs, log: (line: string) => vo
   const result: WatchdogResult = { sweeps: [], rawSweeps: [] };
   /** Time `sweep` on `due` freshly due rows and check what it did. */
   async function timed(raw: boolean, sweep: () => Promise<number>): Promise<void> {
-    await makeDue(pool, a.due);
+    await makeDue(pool, a.due, a.keep);
     const before = await timedOut(pool);
     // The sweep's connections open first, as a running daemon's are (the pool closes idle ones
     // while the rows are prepared).
@@ -180,7 +180,7 @@ export async function measureWatchdog(a: WatchdogArgs, log: (line: string) => vo
   try {
     if (!a.keep) await seed(pool, a.rows);
     // Untimed: the watchdog's connections opened, its statements prepared, the JIT warm.
-    await makeDue(pool, Math.min(1_000, a.due));
+    await makeDue(pool, Math.min(1_000, a.due), a.keep);
     await watchdog.sweep();
     const raw = await pool.connect();
     try {
