@@ -34,12 +34,13 @@ async function growHistory(env: BenchEnv, jobs: number) {
   return { jobs: c.jobs, transitions: c.transitions, expired: c.jobs - c.files, seconds, bytesPerJob };
 }
 
+const byValue = (a: number, b: number) => a - b;
+
 /** p95 of the admin commands' queries over `runs` runs (random jobs, after an untimed one), ms. */
 async function adminP95(databaseUrl: string, runs: number) {
   const { db, close } = openDb(databaseUrl, { max: 1, applicationName: 'bench-admin' });
-  const ids = (
-    await sql<{ id: string }>`SELECT id FROM recognition_job ORDER BY random() LIMIT ${runs}`.execute(db)
-  ).rows;
+  const { rows: ids } = await sql<{ id: string }>`
+    SELECT id FROM recognition_job ORDER BY random() LIMIT ${runs}`.execute(db);
   const queries = {
     'jobs list --status error --limit 50': () => listJobs(db, { statuses: ['error'], limit: 50 }),
     'jobs show': (id: string) => loadJob(db, id),
@@ -53,10 +54,7 @@ async function adminP95(databaseUrl: string, runs: number) {
       await query(ids[i % ids.length]!.id);
       if (i > 0) ms.push(performance.now() - started);
     }
-    p95[name] = percentile(
-      ms.sort((a, b) => a - b),
-      95,
-    );
+    p95[name] = percentile(ms.sort(byValue), 95);
   }
   await close();
   return p95;
@@ -94,7 +92,7 @@ function retentionBeside(env: BenchEnv) {
       const [r] = await Promise.all([pass, sampling]).finally(close);
       [result.deletedJobs, result.seconds] = [
         result.deletedJobs + r.failed.jobs,
-        result.seconds + r.durationMs / 1000,
+        result.seconds + r.durationMs / 1e3,
       ];
       result.lockWaits += waits.size - 1;
       result.longestLockWaitMs = Math.max(result.longestLockWaitMs, ...waits.values());
@@ -134,16 +132,9 @@ export async function measureGrown(
     // Every round makes `due` more done jobs due: a small history must hold them.
     const due = Math.min(o.watchdogDue, Math.floor(history.jobs / (4 * (o.rounds + 1))));
     // Seeded: 20 000 in flight, 1 000 for the untimed sweep, `due` per round.
+    const args = { due, rounds: o.rounds, daemonOnly: true };
     const sweep = ({ databaseUrl, nats }: BenchEnv, keep: boolean, rows = 21_000 + due * o.rounds) =>
-      measureWatchdogInChild({
-        databaseUrl,
-        natsUrl: nats.url,
-        due,
-        rounds: o.rounds,
-        keep,
-        rows,
-        daemonOnly: true,
-      });
+      measureWatchdogInChild({ ...args, databaseUrl, natsUrl: nats.url, keep, rows });
     const watchdog = { empty: sweep(env, false), grown: sweep(grownEnv, true, history.jobs) };
     const inboxes = { empty: empty!, grown: grown!, duringRetention: duringRetention! };
     return { history, admin, inbox: inboxes, retention: retention.result, watchdog };
