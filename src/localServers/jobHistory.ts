@@ -178,8 +178,9 @@ const fillSql = (files: number, seed: string, base: string) => `
  * Write a history of `files` files and their finished jobs into the migrated database behind
  * `client`, in one transaction (the tables' indexes that back no constraint dropped and built
  * again after the rows; foreign-key triggers skipped, so `client` must be a superuser's), and
- * bring the identity sequences of `s3_object` past the ids it used. Resolves with what it wrote. Runs `ANALYZE` on the tables after, so plans see the new
- * sizes. A failure rolls the whole history back.
+ * bring the identity sequences of `s3_object` past the ids it used. Resolves with what it wrote.
+ * Runs `ANALYZE` on the tables after, so plans see the new sizes. A failure rolls the whole
+ * history back.
  */
 export async function generateJobHistory(
   client: SqlRunner,
