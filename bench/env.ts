@@ -30,6 +30,8 @@ export interface BenchEnv {
   jsm: JetStreamManager;
   /** The bench's own small pool (seeding, checks). */
   pool: pg.Pool;
+  /** The tables hold a history that runs keep: they remove and check their own fixtures only. */
+  history: boolean;
   /** The daemon's configuration for this environment, with `overrides`. */
   config(overrides?: Record<string, string>): Config;
   close(): Promise<void>;
@@ -84,7 +86,7 @@ export async function startBenchEnv(): Promise<BenchEnv> {
       await dropDatabase(databaseUrl).catch(() => undefined);
       await nats.cleanup();
     };
-    return { databaseUrl, nats, js, jsm, pool, config, close };
+    return { databaseUrl, nats, js, jsm, pool, config, close, history: false };
   } catch (err) {
     await dropDatabase(databaseUrl).catch(() => undefined);
     await nats.cleanup();
@@ -111,8 +113,18 @@ export async function truncateAll(pool: pg.Pool): Promise<void> {
  * state in which a result envelope is applied with every statement (lock, job, file, s3_object,
  * transition).
  */
-export async function seedPublishedJobs(pool: pg.Pool, count: number): Promise<BenchJob[]> {
-  await truncateAll(pool);
+export async function seedPublishedJobs(pool: pg.Pool, count: number, keep = false): Promise<BenchJob[]> {
+  // `keep`: delete the fixtures (files named report.xlsx, their jobs, transitions and objects) only.
+  await (keep
+    ? inPgTransaction(pool, async (client: pg.PoolClient) => {
+        await client.query(`SET LOCAL session_replication_role = replica`);
+        await client.query(`WITH f AS (DELETE FROM stored_file WHERE original_name = 'report.xlsx' RETURNING id, s3_object_id),
+      j AS (DELETE FROM recognition_job WHERE file_id IN (SELECT id FROM f) RETURNING id, result_s3_object_id),
+      t AS (DELETE FROM recognition_job_transition WHERE job_id IN (SELECT id FROM j)),
+      o AS (DELETE FROM s3_object WHERE id IN (SELECT s3_object_id FROM f UNION ALL SELECT result_s3_object_id FROM j))
+      DELETE FROM inbox_quarantine`);
+      })
+    : truncateAll(pool));
   const jobs = Array.from({ length: count }, () => ({ jobId: randomUUID(), fileId: randomUUID() }));
   await inPgTransaction(pool, async (client: pg.PoolClient) => {
     await client.query(`SET LOCAL session_replication_role = replica`);
@@ -215,13 +227,19 @@ export async function waitAllAcked(jsm: JetStreamManager, lastSeq: number, timeo
   }
 }
 
-/** Sanity check after a run: every job done with its object and transition, every file PROCESSING. */
-export async function checkAllDone(pool: pg.Pool, expected: number): Promise<void> {
+/**
+ * Sanity check after a run: every job done with its object and transition, every file PROCESSING;
+ * with `fixturesOnly`, of the fixtures' rows (files named report.xlsx) among a history.
+ */
+export async function checkAllDone(pool: pg.Pool, expected: number, fixturesOnly = false): Promise<void> {
+  const [file, job] = fixturesOnly ? [`original_name = 'report.xlsx'`, 'j.id IS NOT NULL'] : ['true', 'true'];
+  const jobs = `(SELECT j.* FROM recognition_job j JOIN stored_file f ON f.id = j.file_id WHERE ${file})`;
   const { rows } = await pool.query<Record<string, string>>(`
-    SELECT (SELECT count(*) FROM recognition_job WHERE status = 'done' AND result_s3_object_id IS NOT NULL) AS done,
-           (SELECT count(*) FROM s3_object WHERE bucket_role = 'results') AS objects,
-           (SELECT count(*) FROM recognition_job_transition) AS transitions,
-           (SELECT count(*) FROM stored_file WHERE status = 'PROCESSING') AS files,
+    SELECT (SELECT count(*) FROM ${jobs} j WHERE status = 'done' AND result_s3_object_id IS NOT NULL) AS done,
+           (SELECT count(*) FROM s3_object o LEFT JOIN ${jobs} j ON j.result_s3_object_id = o.id
+            WHERE bucket_role = 'results' AND ${job}) AS objects,
+           (SELECT count(*) FROM recognition_job_transition t LEFT JOIN ${jobs} j ON j.id = t.job_id WHERE ${job}) AS transitions,
+           (SELECT count(*) FROM stored_file WHERE status = 'PROCESSING' AND ${file}) AS files,
            (SELECT count(*) FROM inbox_quarantine) AS quarantined`);
   const got = JSON.stringify(Object.values(rows[0]!).map(Number));
   const want = JSON.stringify([expected, expected, expected, expected, 0]);

@@ -55,7 +55,8 @@ interface Published {
 
 const wall = () => performance.timeOrigin + performance.now();
 
-function percentile(sorted: readonly number[], p: number): number {
+/** The `p`th percentile (0–100, nearest rank) of `sorted`, ascending. */
+export function percentile(sorted: readonly number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
 

@@ -9,6 +9,7 @@
 import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CLI_LABELS, type CliCommand, type CliResult } from './cliStartup.js';
+import type { GrownResult } from './grown.js';
 import type { LatencyResult } from './latency.js';
 import type { ThroughputResult } from './throughput.js';
 import type { SweepResult, WatchdogResult } from './watchdog.js';
@@ -36,6 +37,8 @@ export interface BenchReport {
   cli?: CliResult;
   /** A daemon process draining a large backlog, its RSS sampled. */
   drain?: ThroughputResult;
+  /** The inbox, the watchdog and the admin queries on an empty database and on one with a history. */
+  grown?: GrownResult;
 }
 
 /** The headlines of a run: each a ratio to its ceiling of the same run. */
@@ -54,6 +57,12 @@ export const TARGETS: Record<string, { text: string; min?: number; max?: number 
   inbox_cold_start: { text: '≥ 0.85× the ceiling', min: 0.85 },
   watchdog_sweep_time: { text: "≤ 1.25× the raw SQL sweep's time", max: 1.25 },
   cli_help: { text: '≤ 3× node -e 0', max: 3 },
+  grown_inbox: { text: '≥ 0.9× the empty database', min: 0.9 },
+  grown_watchdog_sweep_time: { text: "≤ 1.1× the empty database's time", max: 1.1 },
+  grown_inbox_during_retention: { text: '≥ 0.8× without retention', min: 0.8 },
+  // Absolute figures, not ratios: in `context`, with their target.
+  grown_admin_p95_ms: { text: 'p95 of each admin query ≤ 20 ms', max: 20 },
+  grown_retention_lock_wait_max_ms: { text: 'no lock wait on retention > 100 ms', max: 100 },
 };
 /** p99 publish → commit within the bound in at least this share of the rounds. */
 const LATENCY = { maxMs: 50, share: 0.8 };
@@ -121,6 +130,21 @@ export function headlines(r: BenchReport): Headlines {
     h.context['drain_max_rss_mib'] = mib(r.drain.maxRssBytes);
     h.targets['drain_rss'] = `max RSS < ${DRAIN_MAX_MIB} MiB`;
     h.met['drain_rss'] = mib(r.drain.maxRssBytes) < DRAIN_MAX_MIB;
+  }
+  const g = r.grown;
+  if (g) {
+    rates('grown_inbox', g.inbox.grown, g.inbox.empty, 'grown_empty');
+    rates('grown_inbox_during_retention', g.inbox.duringRetention, g.inbox.grown, 'grown_inbox');
+    const [sg, se] = [g.watchdog.grown, g.watchdog.empty].map((w) => median(w.sweeps, (s) => s.seconds)!);
+    ratio('grown_watchdog_sweep_time', sg!.seconds, se!.seconds, 'the same sweep on the empty database');
+    h.context['grown_watchdog_sweep_s'] = [sg!.seconds, se!.seconds];
+    h.context['grown_history_jobs_and_generation_s'] = [g.history.jobs, g.history.seconds];
+    for (const [k, v] of Object.entries(g.history.bytesPerJob)) h.context[`grown_bytes_per_job_${k}`] = v;
+    const bound = (key: string, value: number) => {
+      [h.context[key], h.targets[key], h.met[key]] = [value, TARGETS[key]!.text, value <= TARGETS[key]!.max!];
+    };
+    bound('grown_admin_p95_ms', Math.max(...Object.values(g.admin.grown)));
+    bound('grown_retention_lock_wait_max_ms', g.retention.longestLockWaitMs);
   }
   return h;
 }
@@ -201,6 +225,29 @@ export function renderTable(r: BenchReport): string {
   if (r.drain) {
     const rss = `max RSS ${mib(r.drain.maxRssBytes).toFixed(0)} MiB (sampled every 100 ms); ${rateText(r.drain)}`;
     row(r.drain.name, rss, 'drain_rss');
+  }
+  if (r.grown) {
+    const { history: hi, inbox: i, retention: re, watchdog: w, admin } = r.grown;
+    const bytes = Object.entries(hi.bytesPerJob).map(([k, v]) => `${k} ${n0(v)}`);
+    const made = `history of ${n0(hi.jobs)} jobs, made in ${hi.seconds.toFixed(0)} s`;
+    rows.push([made, `bytes/job: ${bytes.join(', ')}`, '(reported)', '']);
+    row(i.empty.name, rateText(i.empty));
+    row(i.grown.name, rateText(i.grown), 'grown_inbox', 'the empty database');
+    const deleted = `; ${n0(re.deletedJobs)} deleted`;
+    row(i.duringRetention.name, rateText(i.duringRetention), 'grown_inbox_during_retention', 'it', deleted);
+    const wait = `${re.longestLockWaitMs.toFixed(0)} ms (${re.lockWaits} waits seen)`;
+    row("the inbox's longest wait on retention's locks", wait, 'grown_retention_lock_wait_max_ms');
+    row(`watchdog, ${n0(w.grown.sweeps[0]!.due)} due, empty database`, times(w.empty.sweeps));
+    row('the same among the history', times(w.grown.sweeps), 'grown_watchdog_sweep_time', 'the empty');
+    const p95 = (a: object) =>
+      `${Object.values(a)
+        .map((v: number) => v.toFixed(1))
+        .join(' / ')} ms`;
+    row(
+      'admin p95: list --status error / show / history',
+      `${p95(admin.grown)} (empty ${p95(admin.empty)})`,
+      'grown_admin_p95_ms',
+    );
   }
 
   const us = (v: number | null) => (v === null ? '–' : v.toFixed(0));

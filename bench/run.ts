@@ -2,7 +2,7 @@
  * `npm run bench`: the daemon against its ceilings, side by side, in one run, on this machine. It
  * starts a private nats-server and a fresh database (dropped at the end), warms up the inbox and
  * the ceiling on a small untimed run each and checks that they leave the same rows, runs the
- * sections (`inbox`, `cold`, `tracing`, `latency`, `watchdog`, `cli`; `drain` with --drain), the
+ * sections (`inbox`, `cold`, `tracing`, `latency`, `watchdog`, `cli`; `drain`, `grown` on request), the
  * runs that are compared taking turns over `--rounds`, prints the tables, and a full run records
  * itself (bench/report.ts `recordRun`). `--help` lists the flags.
  */
@@ -15,6 +15,7 @@ import { startOtlpReceiver } from '../src/tracing/otlpReceiver.js';
 import { CEILING_NAME } from './ceiling.js';
 import { measureCliStartup } from './cliStartup.js';
 import { startBenchEnv, type CpuSplit } from './env.js';
+import { measureGrown } from './grown.js';
 import { measureLatency } from './latency.js';
 import { recordRun, renderTable, type BenchReport } from './report.js';
 import {
@@ -26,7 +27,7 @@ import {
 } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
 
-const SECTIONS = ['inbox', 'cold', 'tracing', 'latency', 'watchdog', 'cli', 'drain'] as const;
+const SECTIONS = ['inbox', 'cold', 'tracing', 'latency', 'watchdog', 'cli', 'drain', 'grown'] as const;
 type Section = (typeof SECTIONS)[number];
 
 const positive = (integer: boolean) => (v: string) => {
@@ -50,6 +51,8 @@ const o = new Command('bench')
   .option('--latency-rounds <n>', 'rounds of the latency target', positive(true), 5)
   .option('--latency-rate <n>', 'latency at this publish rate; records nothing', positive(false))
   .option('--drain', 'add the drain section to a full run (several minutes)')
+  .option('--grown', 'add the grown section to a full run (a generated history: many minutes)')
+  .option('--grown-jobs <n>', "finished jobs in the grown section's history", positive(true), 5_000_000)
   .option('--only <sections>', `run some sections only (${SECTIONS.join(',')}); records nothing`, sectionList)
   .option('--dry-run', 'a full run that records nothing')
   .allowExcessArguments(false)
@@ -60,10 +63,13 @@ const o = new Command('bench')
     latencyRounds: number;
     latencyRate?: number;
     drain?: boolean;
+    grown?: boolean;
+    grownJobs: number;
     only?: Set<Section>;
     dryRun?: boolean;
   }>();
-const only = o.only ?? new Set(SECTIONS.filter((s) => s !== 'drain' || o.drain));
+const only =
+  o.only ?? new Set(SECTIONS.filter((s) => (s !== 'drain' || o.drain) && (s !== 'grown' || o.grown)));
 const record = o.only === undefined && o.latencyRate === undefined && o.dryRun !== true;
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
@@ -242,6 +248,10 @@ try {
     report.drain = await runOnce(
       daemonProcess('daemon process, drain, LOG_LEVEL=warn' + backlog(sizes.drain), sizes.drain),
     );
+  }
+  if (only.has('grown')) {
+    log(`grown: the empty database beside one with a history of ${fmt(o.grownJobs)} finished jobs`);
+    report.grown = await measureGrown(env, { ...sizes, jobs: o.grownJobs, rounds: o.rounds }, compared, log);
   }
 } finally {
   await env.close();

@@ -61,7 +61,7 @@ export type LogLevel = 'info' | 'warn';
 
 /** Seed `n` jobs, recreate the stream, publish `n` results, checkpoint; the last sequence. */
 async function prepare(env: BenchEnv, n: number): Promise<number> {
-  const jobs = await seedPublishedJobs(env.pool, n);
+  const jobs = await seedPublishedJobs(env.pool, n, env.history);
   await resetStream(env.jsm, env.config());
   const last = await prePublish(env.js, jobs);
   await checkpoint(env.pool);
@@ -94,7 +94,7 @@ async function inProcess(
   } finally {
     await consumer.stop();
   }
-  await checkAllDone(env.pool, n);
+  await checkAllDone(env.pool, n, env.history);
   return { envelopes: n, seconds, perSecond: n / seconds, cpu };
 }
 

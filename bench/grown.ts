@@ -1,0 +1,144 @@
+/**
+ * The `grown` section: the inbox, the watchdog and the admin queries on the empty database and on
+ * a second one holding a generated history (src/localServers/jobHistory.ts, `retryEvery` 4: a
+ * fifth of the jobs are retried failed attempts, not current, expired for a retention of 30
+ * minutes), in turns; the inbox once more while the product's retention pass deletes them.
+ */
+import { sql } from 'kysely';
+import { runRetentionPass } from '../src/daemon/retention.js';
+import { openDb } from '../src/db/database.js';
+import { listJobs, loadJob, loadTransitions } from '../src/db/jobs.js';
+import { generateJobHistory } from '../src/localServers/jobHistory.js';
+import { checkpoint, startBenchEnv, type BenchEnv } from './env.js';
+import { percentile } from './latency.js';
+import { measureInbox, type ThroughputResult } from './throughput.js';
+import { measureWatchdogInChild } from './watchdog.js';
+
+/** The section's figures (admin p95 in ms, bytes on disk per job of the history). */
+export type GrownResult = Awaited<ReturnType<typeof measureGrown>>;
+
+/** Generate about `jobs` finished jobs in `env`'s database (its runs keep them); bytes per job. */
+async function growHistory(env: BenchEnv, jobs: number) {
+  const [started, client] = [performance.now(), await env.pool.connect()];
+  const options = { files: Math.round(jobs * 0.8), retryEvery: 4 };
+  const c = await generateJobHistory(client, options).finally(() => client.release());
+  const seconds = (performance.now() - started) / 1000;
+  // A long-lived table is vacuumed: its visibility map is set, as in production.
+  await env.pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
+  await checkpoint(env.pool);
+  const { rows } = await env.pool.query<Record<string, string>>(`
+    SELECT pg_table_size('recognition_job') AS "jobTable", pg_indexes_size('recognition_job') AS "jobIndexes",
+           pg_total_relation_size('recognition_job_transition') AS "transitionsWithIndexes"`);
+  const bytesPerJob = Object.fromEntries(Object.entries(rows[0]!).map(([k, v]) => [k, Number(v) / c.jobs]));
+  env.history = true;
+  return { jobs: c.jobs, transitions: c.transitions, expired: c.jobs - c.files, seconds, bytesPerJob };
+}
+
+const byValue = (a: number, b: number) => a - b;
+
+/** p95 of the admin commands' queries over `runs` runs (random jobs, after an untimed one), ms. */
+async function adminP95(databaseUrl: string, runs: number) {
+  const { db, close } = openDb(databaseUrl, { max: 1, applicationName: 'bench-admin' });
+  const { rows: ids } = await sql<{ id: string }>`
+    SELECT id FROM recognition_job ORDER BY random() LIMIT ${runs}`.execute(db);
+  const queries = {
+    'jobs list --status error --limit 50': () => listJobs(db, { statuses: ['error'], limit: 50 }),
+    'jobs show': (id: string) => loadJob(db, id),
+    'jobs history': async (id: string) => [await loadJob(db, id), await loadTransitions(db, id)],
+  };
+  const p95: Record<string, number> = {};
+  for (const [name, query] of Object.entries(queries)) {
+    const ms: number[] = [];
+    for (let i = 0; i <= runs; i++) {
+      const started = performance.now();
+      await query(ids[i % ids.length]!.id);
+      if (i > 0) ms.push(performance.now() - started);
+    }
+    p95[name] = percentile(ms.sort(byValue), 95);
+  }
+  await close();
+  return p95;
+}
+
+/** The daemon's connections' waits on a lock a retention connection holds, with their age so far. */
+const LOCK_WAITS_SQL = `
+  SELECT l.pid || ' ' || l.waitstart AS wait, (extract(epoch FROM clock_timestamp() - l.waitstart) * 1000)::float8 AS ms
+  FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+  WHERE NOT l.granted AND l.waitstart IS NOT NULL AND a.application_name = 'recognition-core'
+    AND EXISTS (SELECT 1 FROM pg_stat_activity r
+                WHERE r.pid = ANY (pg_blocking_pids(l.pid)) AND r.application_name = 'bench-retention')`;
+
+/**
+ * Hooks of a timed run: as its clock starts, the product's retention pass starts (failed jobs kept
+ * 30 minutes, the rest forever, the configured batch size) and the inbox's lock waits are sampled
+ * every 10 ms (a shorter wait may go unseen); as it stops, the pass halts after its batch.
+ */
+function retentionBeside(env: BenchEnv) {
+  const result = { deletedJobs: 0, seconds: 0, lockWaits: 0, longestLockWaitMs: 0 };
+  let ended = () => Promise.resolve();
+  const started = () => {
+    const { db, close } = openDb(env.databaseUrl, { max: 1, applicationName: 'bench-retention' });
+    const [control, waits] = [{ halted: false }, new Map<string, number>([['', 0]])];
+    const settings = { succeededMs: 0, failedMs: 1_800_000, quarantineMs: 0 };
+    const batchSize = env.config().RETENTION_BATCH_SIZE;
+    const pass = runRetentionPass(db, { settings: { ...settings, batchSize }, control });
+    const sampling = (async () => {
+      for (; !control.halted; await new Promise((r) => setTimeout(r, 10)))
+        for (const w of (await env.pool.query<{ wait: string; ms: number }>(LOCK_WAITS_SQL)).rows)
+          waits.set(w.wait, Math.max(waits.get(w.wait) ?? 0, w.ms));
+    })();
+    ended = async () => {
+      control.halted = true;
+      const [r] = await Promise.all([pass, sampling]).finally(close);
+      [result.deletedJobs, result.seconds] = [
+        result.deletedJobs + r.failed.jobs,
+        result.seconds + r.durationMs / 1e3,
+      ];
+      result.lockWaits += waits.size - 1;
+      result.longestLockWaitMs = Math.max(result.longestLockWaitMs, ...waits.values());
+    };
+    return Promise.resolve();
+  };
+  return { result, timed: { started, ended: () => ended() } };
+}
+
+/** The section; `compared` takes the inbox runs in turns over the rounds, as other sections do. */
+export async function measureGrown(
+  env: BenchEnv,
+  o: { jobs: number; batched: number; warmup: number; watchdogDue: number; rounds: number },
+  compared: (runs: Array<() => Promise<ThroughputResult>>) => Promise<ThroughputResult[]>,
+  log: (line: string) => void,
+) {
+  const grownEnv = await startBenchEnv();
+  try {
+    const history = await growHistory(grownEnv, o.jobs);
+    log(`  generated: ${JSON.stringify(history)}`);
+    await measureInbox(env, { name: 'warm-up', logLevel: 'warn' }, o.warmup);
+    const retention = retentionBeside(grownEnv);
+    const inbox = (e: BenchEnv, of: string, timed?: typeof retention.timed) => () =>
+      measureInbox(e, { name: `inbox, batched, LOG_LEVEL=warn, ${of}`, logLevel: 'warn', timed }, o.batched);
+    const [empty, grown, duringRetention] = await compared([
+      inbox(env, 'empty database'),
+      inbox(grownEnv, `a history of ${history.jobs} jobs`),
+      inbox(grownEnv, 'the same, a retention pass deleting', retention.timed),
+    ]);
+    log(`  retention beside it: ${JSON.stringify(retention.result)}`);
+    // After the inbox runs: the empty database holds their jobs.
+    const admin = {
+      empty: await adminP95(env.databaseUrl, 200),
+      grown: await adminP95(grownEnv.databaseUrl, 200),
+    };
+    log(`  admin p95, ms: ${JSON.stringify(admin)}`);
+    // Every round makes `due` more done jobs due: a small history must hold them.
+    const due = Math.min(o.watchdogDue, Math.floor(history.jobs / (4 * (o.rounds + 1))));
+    // Seeded: 20 000 in flight, 1 000 for the untimed sweep, `due` per round.
+    const args = { due, rounds: o.rounds, daemonOnly: true };
+    const sweep = ({ databaseUrl, nats }: BenchEnv, keep: boolean, rows = 21_000 + due * o.rounds) =>
+      measureWatchdogInChild({ ...args, databaseUrl, natsUrl: nats.url, keep, rows });
+    const watchdog = { empty: sweep(env, false), grown: sweep(grownEnv, true, history.jobs) };
+    const inboxes = { empty: empty!, grown: grown!, duringRetention: duringRetention! };
+    return { history, admin, inbox: inboxes, retention: retention.result, watchdog };
+  } finally {
+    await grownEnv.close();
+  }
+}
