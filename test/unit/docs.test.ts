@@ -231,3 +231,13 @@ describe('paths in backticks', () => {
     expect(backtickedPaths(text, ['src', 'docs', 'results'])).toEqual(['src/cli.ts', 'docs/x.md']);
   });
 });
+
+describe('the changelog and the version', () => {
+  it("package.json's version is the changelog's newest version", () => {
+    const changelog = readFileSync(join(REPO_ROOT, 'CHANGELOG.md'), 'utf8');
+    const newest = /^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d{2}-\d{2}$/m.exec(changelog)?.[1];
+    const pkg = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string };
+    expect(newest).toBeDefined();
+    expect(pkg.version).toBe(newest);
+  });
+});
