@@ -66,6 +66,9 @@ export function findHaproxyBinary(): string {
  * port answers 200, so writes reach the primary only; `on-marked-down shutdown-sessions` closes
  * the connections of a server as soon as it leaves rotation, so a client never keeps writing to a
  * demoted primary (it would get read-only errors there) nor waits on a dead one until TCP gives up.
+ * `retries 0`: a connection to a server that refuses it fails at once, and the client retries
+ * through HAProxy, which by then may route to the new primary; HAProxy's own retries would keep
+ * the client on the old server for a second per retry.
  */
 export function haproxyConfig(port: number, opts: HaproxyOptions): string {
   const inter = opts.checkIntervalMs ?? 500;
@@ -74,6 +77,7 @@ export function haproxyConfig(port: number, opts: HaproxyOptions): string {
     '  maxconn 2000',
     'defaults',
     '  mode tcp',
+    '  retries 0',
     '  timeout connect 2s',
     '  timeout client 30m',
     '  timeout server 30m',
