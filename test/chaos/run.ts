@@ -773,10 +773,15 @@ async function main(): Promise<number> {
     }
     passed = invariants.every((i) => i.ok);
     if (o.scenario) {
-      const gap =
+      const gaps =
         figures.gapWindows.length > 0
-          ? Math.max(...figures.gapWindows.map((w) => watch.longestGap(w.from, w.to).ms))
-          : watch.longestGap(loadStart + 5_000, loadEnd).ms;
+          ? figures.gapWindows.map((w) => watch.longestGap(w.from, w.to))
+          : [watch.longestGap(loadStart + 5_000, loadEnd)];
+      const widest = gaps.reduce((a, b) => (b.ms > a.ms ? b : a));
+      const gap = widest.ms;
+      lines.push(
+        `  write gap: ${secs(gap)}, from the applied envelope logged at ${((widest.at - T0) / 1000).toFixed(1)} s to the next (${figures.gapWindows.length > 0 ? 'around the fault' : 'the longest during the load'})`,
+      );
       const lostFigure =
         figures.lostBeforeRepair !== undefined
           ? `${figures.lostBeforeRepair} → ${lost.length} after replay`

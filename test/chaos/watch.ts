@@ -111,9 +111,17 @@ export class Watch {
     return best;
   }
 
-  /** The longest time between two applied envelopes logged within [from, to] (ms), with where it began. */
+  /**
+   * The longest time between two applied envelopes logged within [from, to] (ms), with where it
+   * began; the last one logged before `from` counts too, so a gap that began before the window
+   * (nothing applied just before a fault) is seen whole.
+   */
   longestGap(from: number, to: number): { ms: number; at: number } {
-    const times = this.appliedAt.filter((a) => a >= from && a <= to).sort((a, b) => a - b);
+    const before = this.lastAppliedBefore(from);
+    const times = [
+      ...(before === undefined ? [] : [before]),
+      ...this.appliedAt.filter((a) => a >= from && a <= to),
+    ].sort((a, b) => a - b);
     let gap = { ms: 0, at: from };
     for (let i = 1; i < times.length; i++)
       if (times[i]! - times[i - 1]! > gap.ms) gap = { ms: times[i]! - times[i - 1]!, at: times[i - 1]! };
