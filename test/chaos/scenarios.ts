@@ -373,8 +373,21 @@ const asyncLoss: Scenario = {
       `walsender(s) ${senders.map((s) => s.pid).join(', ')} of ${old} frozen: ${standby.name} receives nothing more; ${ctx.service.name} thawed`,
     );
     const appliedBefore = appliedSoFar(ctx);
-    await waitFor(() => (appliedSoFar(ctx) - appliedBefore >= 40 ? true : undefined), 10_000);
-    await sleep(1_000);
+    // The burst of results for the waiting jobs is applied within a second or two: wait until it
+    // has been, so the failover loses it all (and the write gap is the failover's, not a wait's).
+    let seen = appliedBefore;
+    let quietSince = Date.now();
+    await waitFor(
+      () => {
+        if (appliedSoFar(ctx) !== seen) {
+          seen = appliedSoFar(ctx);
+          quietSince = Date.now();
+        }
+        return seen > appliedBefore && Date.now() - quietSince >= 500 ? true : undefined;
+      },
+      10_000,
+      50,
+    );
     // 4. The primary dies; the standby is promoted without the last commits. Jobs may be created
     //    again: they reach the new primary.
     const faultAt = Date.now();
