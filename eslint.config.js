@@ -59,6 +59,32 @@ export default tseslint.config(
       'no-restricted-globals': ['error', 'process', 'setTimeout', 'setInterval', 'fetch', 'performance'],
     },
   },
+  {
+    // The inbox's scheduler is pure: no imports, no clock, no timers; the inbox runs its linger
+    // timer, so every interleaving of arrivals, settlements and time can be tested without one.
+    files: ['src/daemon/inboxScheduler.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: [{ regex: '.*', message: 'the inbox scheduler is pure: it imports nothing' }] },
+      ],
+      'no-restricted-properties': [
+        'error',
+        { object: 'Date', property: 'now', message: 'time enters through the linger port' },
+      ],
+      'no-restricted-globals': [
+        'error',
+        'process',
+        'setTimeout',
+        'clearTimeout',
+        'setInterval',
+        'clearInterval',
+        'setImmediate',
+        'queueMicrotask',
+        'performance',
+      ],
+    },
+  },
   // Direction of imports (ARCHITECTURE.md): cli -> daemon -> step -> {db, nats, messages, machines};
   // a lower folder never reaches up, so each can be read, tested and changed without the ones above.
   ...importBans([

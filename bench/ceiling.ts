@@ -1,76 +1,27 @@
 /**
  * The inbox's ceiling: the best hand-written consumer of `core-inbox` for this workload, doing the
- * same database work as the inbox and nothing else — no XState, no schema validation, no
- * quarantine, no logging, no metrics.
- *
- * Design:
- *   1. one `consume()` loop on the durable consumer (several concurrent `fetch()` loops on one
- *      consumer slow nats-server 2.9 down; one `consume()` does not), fanning out in-process;
- *   2. envelopes gather into batches of at most {@link CeilingOptions.batchSize}; a batch that is
- *      not full leaves {@link CeilingOptions.lingerMs} after its first envelope arrived;
- *   3. up to {@link CeilingOptions.inFlight} batch transactions at once, each on its own pooled
- *      connection: BEGIN, one prepared set-based statement ({@link CEILING_SQL}), COMMIT;
- *   4. ack the batch's envelopes after its commit.
- *
- * The statement does what the inbox's step does for a result: lock the jobs that are not final
- * and do not carry the envelope's msg id yet (in id order), register the result objects, update
- * the jobs and their current files, and append one transition row each with the same detail (the
- * audit row). The bench checks that a run of it leaves the same rows as a run of the inbox.
- *
- * It assumes what the bench publishes: well-formed results, one per job. It keeps no per-job
- * order across batches in flight, which the inbox must (a job's envelopes always in stream
- * order): a ceiling need not pay for guarantees, so the inbox can be read against it.
- *
- * With `work: 'required'` the same consumer also does the per-envelope work the inbox cannot
- * leave out, each part with the inbox's own code, and nothing else: the decode and validation of
- * every envelope (`decodeEnvelope`), the read of the batch's rows under lock that the machine is
- * hydrated from (the step's `LOCK`, one more statement per batch), and the machine's decision for
- * every envelope (`decide()`). Its write is still the ceiling's statement. What it reaches is the
- * most an inbox of this architecture can reach on the run's machine.
+ * database work of the inbox's step for a result and nothing else — no XState, no validation, no
+ * quarantine, no logs, no metrics, no per-job order across batches (a ceiling need not pay for
+ * guarantees, so the inbox can be read against it). One `consume()` loop (several concurrent
+ * `fetch()` loops on one consumer slow nats-server down), batches of at most `CEILING.batchSize`
+ * that leave `CEILING.lingerMs` after their first envelope when not full, up to `CEILING.inFlight`
+ * batch transactions at once: BEGIN, {@link CEILING_SQL}, COMMIT, then ack. It assumes what the
+ * bench publishes (well-formed results, one per job); the bench checks that it leaves the same rows
+ * as the inbox.
  */
 import type { ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type pg from 'pg';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
 import type { ResultEnvelope } from '../src/messages/schemas.js';
-import { decide, type JobEvent } from '../machines/index.js';
-import { rowToJobState } from '../src/db/jobRow.js';
-import { decodeEnvelope } from '../src/messages/decodeEnvelope.js';
-import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
-import { LOCK, type LockedRow } from '../src/step/statements.js';
+import { inPgTransaction } from '../src/db/pgTransaction.js';
 
-/** What {@link startCeiling} needs. */
-export interface CeilingOptions {
-  pool: pg.Pool;
-  js: JetStreamClient;
-  /** Envelopes per batch transaction, at most. */
-  batchSize: number;
-  /** How long a batch that is not full waits for more envelopes, from its first one. */
-  lingerMs: number;
-  /** Batch transactions in flight, at most. */
-  inFlight: number;
-  /** The database work alone (default), or with the inbox's required per-envelope work too. */
-  work?: CeilingWork;
-}
-
-/** What the ceiling does besides the database work: nothing, or what the inbox cannot leave out. */
-export type CeilingWork = 'database' | 'required';
-
-/** The design's parameters, as measured by the bench. */
+/**
+ * The design's parameters: envelopes per batch transaction at most; how long a batch that is not
+ * full waits for more envelopes, from its first one; batch transactions in flight at most.
+ */
 export const CEILING = { batchSize: 100, lingerMs: 2, inFlight: 4 } as const;
 /** The ceiling's row in the bench's report. */
 export const CEILING_NAME = `ceiling: one consume(), batches of ≤ ${CEILING.batchSize} or ${CEILING.lingerMs} ms, ${CEILING.inFlight} in flight`;
-/** The row of the ceiling doing the inbox's required work too. */
-export const REQUIRED_WORK_NAME =
-  'the ceiling with the required work (decode and validate, read under lock, decide())';
-
-/** A running ceiling consumer. */
-export interface Ceiling {
-  /** Stop consuming and wait for the batches in flight. */
-  stop(): Promise<void>;
-}
-
-/** The bench publishes results only (`done`, `needs_check`, `error`), never acks. */
-type Result = ResultEnvelope;
 
 /**
  * One batch of results: $1…$11 are arrays with one element per envelope. The detail of the
@@ -126,37 +77,13 @@ export const CEILING_SQL = `
   )
   SELECT count(*)::integer AS applied FROM locked`;
 
-/** The statement's name: prepared once per connection. */
-const STATEMENT_NAME = 'bench_ceiling_batch';
-
-/** The envelopes of a batch: parsed (the ceiling), or decoded and validated as the inbox does. */
-function envelopesOf(msgs: readonly JsMsg[], work: CeilingWork): Result[] {
-  if (work === 'database') return msgs.map((m) => m.json<Result>());
-  return msgs.map((m) => {
-    const d = decodeEnvelope({ data: m.data, msgId: m.headers?.get('Nats-Msg-Id'), maxBytes: 1 << 20 });
-    if (!d.ok) throw new Error(`the bench published an invalid envelope: ${d.reason}`);
-    return d.envelope;
-  });
-}
-
-/** The required work's read and decisions, inside the batch's transaction (decisions unused). */
-async function readAndDecide(client: pg.PoolClient, msgs: readonly JsMsg[], envelopes: Result[]) {
-  const ids = [...new Set(envelopes.map((e) => e.job_id))];
-  const { rows } = await client.query<LockedRow>({ name: LOCK.name, text: LOCK.text, values: [ids] });
-  const byId = new Map(rows.map((r) => [r.id, r]));
-  envelopes.forEach((e, i) => {
-    const row = byId.get(e.job_id);
-    if (!row) throw new Error(`no job ${e.job_id}`);
-    const { event } = envelopeToJobEvent(e, msgs[i]!.headers?.get('Nats-Msg-Id') ?? null);
-    decide(rowToJobState(row, row.file_is_current), { ...event, now: row.db_now } as JobEvent);
-  });
-}
-
-function parametersOf(msgs: readonly JsMsg[], envelopes: readonly Result[]): unknown[] {
-  const columns: unknown[][] = Array.from({ length: 11 }, () => []);
-  for (const [i, m] of msgs.entries()) {
-    const r = envelopes[i]!;
-    const row = [
+/** BEGIN, the statement (prepared once per connection), COMMIT; then ack. */
+async function applyBatch(pool: pg.Pool, msgs: readonly JsMsg[]): Promise<void> {
+  // The bench publishes well-formed results only (`done`, `needs_check`, `error`), never acks.
+  const values: unknown[][] = Array.from({ length: 11 }, () => []);
+  for (const m of msgs) {
+    const r = m.json<ResultEnvelope>();
+    [
       r.job_id,
       m.headers?.get('Nats-Msg-Id') ?? '',
       r.status,
@@ -168,36 +95,23 @@ function parametersOf(msgs: readonly JsMsg[], envelopes: readonly Result[]): unk
       r.result_s3?.key ?? null,
       r.error?.code ?? null,
       r.error?.message ?? null,
-    ];
-    row.forEach((v, i) => columns[i]!.push(v));
+    ].forEach((v, i) => values[i]!.push(v));
   }
-  return columns;
-}
-
-/** BEGIN, the statement, COMMIT; then ack. A failed batch is nak'd. */
-async function applyBatch(pool: pg.Pool, msgs: readonly JsMsg[], work: CeilingWork): Promise<void> {
-  const envelopes = envelopesOf(msgs, work);
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    if (work === 'required') await readAndDecide(client, msgs, envelopes);
-    const values = parametersOf(msgs, envelopes);
-    await client.query({ name: STATEMENT_NAME, text: CEILING_SQL, values });
-    await client.query('COMMIT');
-    client.release();
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    client.release();
-    throw err;
-  }
+  await inPgTransaction(pool, (client) =>
+    client.query({ name: 'bench_ceiling_batch', text: CEILING_SQL, values }),
+  );
   for (const m of msgs) m.ack();
 }
 
-/** Start consuming `core-inbox` with the ceiling's design. */
-export async function startCeiling(opts: CeilingOptions): Promise<Ceiling> {
-  const consumer = await opts.js.consumers.get(RESULTS_STREAM, INBOX_CONSUMER);
+/**
+ * Start consuming `core-inbox` with the ceiling's design; `stop()` stops consuming and waits for
+ * the batches in flight. A failed batch is nak'd.
+ */
+export async function startCeiling(pool: pg.Pool, js: JetStreamClient): Promise<{ stop(): Promise<void> }> {
+  const { batchSize, lingerMs, inFlight } = CEILING;
+  const consumer = await js.consumers.get(RESULTS_STREAM, INBOX_CONSUMER);
   // Enough buffered for every batch in flight and as many more gathering.
-  const maxBuffered = opts.batchSize * opts.inFlight * 2;
+  const maxBuffered = batchSize * inFlight * 2;
   const messages: ConsumerMessages = await consumer.consume({ max_messages: maxBuffered });
   const ready: JsMsg[][] = [];
   const running = new Set<Promise<void>>();
@@ -208,9 +122,9 @@ export async function startCeiling(opts: CeilingOptions): Promise<Ceiling> {
 
   /** Start ready batches while fewer than `inFlight` run. */
   const pump = () => {
-    while (ready.length > 0 && running.size < opts.inFlight) {
+    while (ready.length > 0 && running.size < inFlight) {
       const batch = ready.shift()!;
-      const p = applyBatch(opts.pool, batch, opts.work ?? 'database')
+      const p = applyBatch(pool, batch)
         .catch(() => batch.forEach((m) => m.nak(250)))
         .finally(() => {
           running.delete(p);
@@ -234,8 +148,8 @@ export async function startCeiling(opts: CeilingOptions): Promise<Ceiling> {
     for await (const m of messages) {
       gathering.push(m);
       held++;
-      if (gathering.length >= opts.batchSize) close();
-      else timer ??= setTimeout(close, opts.lingerMs);
+      if (gathering.length >= batchSize) close();
+      else timer ??= setTimeout(close, lingerMs);
       // Back-pressure: no more than `maxBuffered` envelopes received and not yet acked.
       while (held >= maxBuffered) await new Promise<void>((resolve) => (wakeReader = resolve));
     }

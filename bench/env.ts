@@ -1,16 +1,17 @@
 /**
  * The bench's world: its own database on the local PostgreSQL server (created, migrated, dropped
- * after), its own nats-server (a child process on a free port with a temporary store), and the
+ * after), its own nats-server (a child process on a free port with a temporary store), the
  * fixtures every measurement starts from (N published jobs and their files, N result envelopes
- * in `RECOGNITION_RESULTS`).
+ * in `RECOGNITION_RESULTS`), and the CPU and RSS of processes read from `/proc`.
  *
  * Fixtures are inserted with set-based SQL, not through the step: the bench measures the daemon,
  * not the seeding. Seeding runs with `session_replication_role = replica` so that a file can name
  * its job before the job row exists (foreign keys are triggers, which that role skips).
  */
 import { randomUUID } from 'node:crypto';
+import { readFileSync, readdirSync } from 'node:fs';
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
-import { headers as natsHeaders, type NatsConnection } from '@nats-io/nats-core';
+import { headers as natsHeaders } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { inPgTransaction } from '../src/db/pgTransaction.js';
@@ -20,30 +21,11 @@ import { provisionStreams } from '../src/nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM, RESULT_SUBJECT } from '../src/nats/subjects.js';
 import { startNatsServer, type NatsServerHandle } from '../src/localServers/natsServer.js';
 
-/** The service every bench envelope comes from. */
-export const SERVICE = { name: 'tabular-parser', version: '2.3.1' } as const;
-export const RESULTS_BUCKET = 'arm-ka';
-
-/** Where the bench finds PostgreSQL: `BENCH_PG_URL` (a server URL), else the machine's local server. */
-function serverUrl(): string {
-  return (
-    process.env['BENCH_PG_URL'] ?? process.env['TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/postgres'
-  );
-}
-
-function dbUrl(name: string): string {
-  const u = new URL(serverUrl());
-  u.pathname = `/${name}`;
-  return u.toString();
-}
-
 /** Everything a measurement needs; {@link BenchEnv.close} removes it all. */
 export interface BenchEnv {
   databaseUrl: string;
-  natsUrl: string;
   nats: NatsServerHandle;
-  /** The bench's own connection (publishing, polling consumer info). */
-  nc: NatsConnection;
+  /** The bench's own JetStream client and manager (publishing, polling consumer info). */
   js: JetStreamClient;
   jsm: JetStreamManager;
   /** The bench's own small pool (seeding, checks). */
@@ -54,70 +36,55 @@ export interface BenchEnv {
 }
 
 /**
- * The daemon's tuning variables set in the bench's own environment (`INBOX_BATCH_SIZE=1000 npm run
- * bench`): every configuration variable except the connections, which the bench owns.
+ * The daemon's configuration for the bench's database and nats-server, with `overrides`. The
+ * daemon's tuning variables set in the bench's own environment (`INBOX_BATCH_SIZE=1000 npm run
+ * bench`) apply too: every configuration variable except the connections, which the bench owns.
  */
-function tuningFromEnvironment(): Record<string, string> {
-  const owned = new Set(['DATABASE_URL', 'NATS_URL', 'HTTP_PORT', 'HTTP_HOST', 'LOG_PRETTY']);
-  return Object.fromEntries(
-    Object.keys(CONFIG_VARIABLES)
-      .filter((k) => !owned.has(k) && process.env[k] !== undefined && process.env[k] !== '')
-      .map((k) => [k, process.env[k]!]),
-  );
-}
-
-/** The daemon's configuration for the bench's database and nats-server, with `overrides`. */
-export function configFor(
-  databaseUrl: string,
-  natsUrl: string,
-): (overrides?: Record<string, string>) => Config {
-  return (overrides = {}) =>
+export function configFor(databaseUrl: string, natsUrl: string) {
+  const owned = ['DATABASE_URL', 'NATS_URL', 'HTTP_PORT', 'HTTP_HOST', 'LOG_PRETTY'];
+  const tuning = Object.keys(CONFIG_VARIABLES).filter((k) => !owned.includes(k) && process.env[k]);
+  const connections = { DATABASE_URL: databaseUrl, NATS_URL: natsUrl, HTTP_PORT: '0', LOG_PRETTY: 'false' };
+  return (overrides: Record<string, string> = {}): Config =>
     loadConfig({
-      DATABASE_URL: databaseUrl,
-      NATS_URL: natsUrl,
-      HTTP_PORT: '0',
-      HTTP_HOST: '127.0.0.1',
-      LOG_PRETTY: 'false',
-      ...tuningFromEnvironment(),
+      ...connections,
+      ...Object.fromEntries(tuning.map((k) => [k, process.env[k]!])),
       ...overrides,
     });
 }
 
-/** Start nats-server, create and migrate a fresh database. */
+/** A pool of the bench's own whose connections may be cut by the final `DROP DATABASE … FORCE`. */
+export function benchPool(databaseUrl: string, applicationName: string, max = 4): pg.Pool {
+  const pool = new pg.Pool({ connectionString: databaseUrl, max, application_name: applicationName });
+  // pool.end() resolves before its connections have closed: one that the DROP reaches first
+  // emits 'error' with nobody listening, which would end the run.
+  pool.on('connect', (client) => client.on('error', () => undefined));
+  return pool;
+}
+
+/**
+ * Start nats-server, create and migrate a fresh database: `BENCH_PG_URL` or `TEST_PG_URL` names
+ * the PostgreSQL server, by default the machine's local one.
+ */
 export async function startBenchEnv(): Promise<BenchEnv> {
   const nats = await startNatsServer();
-  const name = `rc_bench_${process.pid}_${Date.now()}`;
-  const databaseUrl = dbUrl(name);
+  const server = process.env['BENCH_PG_URL'] ?? process.env['TEST_PG_URL'];
+  const url = new URL(server ?? 'postgres://postgres@127.0.0.1:5432/postgres');
+  url.pathname = `/rc_bench_${process.pid}_${Date.now()}`;
+  const databaseUrl = url.toString();
   try {
     await createDatabaseIfMissing(databaseUrl);
     const m = openDb(databaseUrl, { max: 1 });
-    try {
-      await migrateToLatest(m.db);
-    } finally {
-      await m.close();
-    }
+    await migrateToLatest(m.db).finally(() => m.close());
     const nc = await connect({ servers: nats.url, name: 'bench' });
-    const pool = new pg.Pool({ connectionString: databaseUrl, max: 4, application_name: 'bench' });
-    // pool.end() resolves before its connections have closed: one that close()'s DROP DATABASE …
-    // FORCE reaches first emits 'error' with nobody listening, which would end the run.
-    pool.on('connect', (client) => client.on('error', () => undefined));
-    const config = configFor(databaseUrl, nats.url);
-    return {
-      databaseUrl,
-      natsUrl: nats.url,
-      nats,
-      nc,
-      js: jetstream(nc),
-      jsm: await jetstreamManager(nc),
-      pool,
-      config,
-      async close() {
-        await nc.close().catch(() => undefined);
-        await pool.end().catch(() => undefined);
-        await dropDatabase(databaseUrl).catch(() => undefined);
-        await nats.cleanup();
-      },
+    const pool = benchPool(databaseUrl, 'bench');
+    const [js, jsm, config] = [jetstream(nc), await jetstreamManager(nc), configFor(databaseUrl, nats.url)];
+    const close = async () => {
+      await nc.close().catch(() => undefined);
+      await pool.end().catch(() => undefined);
+      await dropDatabase(databaseUrl).catch(() => undefined);
+      await nats.cleanup();
     };
+    return { databaseUrl, nats, js, jsm, pool, config, close };
   } catch (err) {
     await dropDatabase(databaseUrl).catch(() => undefined);
     await nats.cleanup();
@@ -139,11 +106,13 @@ export async function truncateAll(pool: pg.Pool): Promise<void> {
 }
 
 /**
- * Insert `count` files with their uploads and one job each, every job in `published` with a
- * deadline 10 minutes away and its file `QUEUED` (current job = that job): the state in which a
- * result envelope is applied with every statement (lock, job, file, s3_object, transition).
+ * Empty the tables and insert `count` files with their uploads and one job each, every job in
+ * `published` with a deadline 10 minutes away and its file `QUEUED` (current job = that job): the
+ * state in which a result envelope is applied with every statement (lock, job, file, s3_object,
+ * transition).
  */
 export async function seedPublishedJobs(pool: pg.Pool, count: number): Promise<BenchJob[]> {
+  await truncateAll(pool);
   const jobs = Array.from({ length: count }, () => ({ jobId: randomUUID(), fileId: randomUUID() }));
   await inPgTransaction(pool, async (client: pg.PoolClient) => {
     await client.query(`SET LOCAL session_replication_role = replica`);
@@ -182,43 +151,30 @@ export async function checkpoint(pool: pg.Pool): Promise<void> {
 }
 
 /** The result envelope of a job, as a service sends it (the same shape as the tests' service client). */
-export function doneEnvelope(job: BenchJob, sentAt = new Date()): Uint8Array {
+export function doneEnvelope(job: BenchJob): Uint8Array {
   return new TextEncoder().encode(
     JSON.stringify({
       job_id: job.jobId,
       status: 'done',
-      service: SERVICE,
-      result_s3: { bucket: RESULTS_BUCKET, key: `results/${job.fileId}/${job.jobId}/result.json` },
+      service: { name: 'tabular-parser', version: '2.3.1' },
+      result_s3: { bucket: 'arm-ka', key: `results/${job.fileId}/${job.jobId}/result.json` },
       result_schema_version: '1.0',
       metrics: { pages: 2, duration_ms: 420 },
-      sent_at: sentAt.toISOString(),
+      sent_at: new Date().toISOString(),
     }),
   );
-}
-
-/** `Nats-Msg-Id` of a job's result. */
-export function resultMsgId(job: BenchJob): string {
-  return `result:${job.jobId}:1`;
 }
 
 /** The headers of a job's result: its `Nats-Msg-Id`. */
 export function resultHeaders(job: BenchJob) {
   const h = natsHeaders();
-  h.set('Nats-Msg-Id', resultMsgId(job));
+  h.set('Nats-Msg-Id', `result:${job.jobId}:1`);
   return h;
-}
-
-/** Publish one job's result envelope; resolves with JetStream's ack. */
-export function publishResult(js: JetStreamClient, job: BenchJob, sentAt?: Date) {
-  return js.publish(RESULT_SUBJECT, doneEnvelope(job, sentAt), {
-    headers: resultHeaders(job),
-    msgID: resultMsgId(job),
-  });
 }
 
 /**
  * Recreate `RECOGNITION_RESULTS` and `core-inbox` empty, exactly as the daemon provisions them
- * (so the raw consumer reads through the same consumer configuration).
+ * (so the ceiling reads through the same consumer configuration).
  */
 export async function resetStream(jsm: JetStreamManager, cfg: Config): Promise<void> {
   await jsm.streams.delete(RESULTS_STREAM).catch(() => undefined);
@@ -230,27 +186,22 @@ export async function resetStream(jsm: JetStreamManager, cfg: Config): Promise<v
   });
 }
 
-/** Publish one result per job, `window` in flight at a time. Resolves with the last stream sequence. */
-export async function prePublish(
-  js: JetStreamClient,
-  jobs: readonly BenchJob[],
-  window = 2_000,
-): Promise<number> {
+/** Publish one result per job, 2 000 in flight at a time. Resolves with the last stream sequence. */
+export async function prePublish(js: JetStreamClient, jobs: readonly BenchJob[]): Promise<number> {
   let last = 0;
-  for (let i = 0; i < jobs.length; i += window) {
-    const acks = await Promise.all(jobs.slice(i, i + window).map((j) => publishResult(js, j)));
+  for (let i = 0; i < jobs.length; i += 2_000) {
+    const acks = await Promise.all(
+      jobs
+        .slice(i, i + 2_000)
+        .map((j) => js.publish(RESULT_SUBJECT, doneEnvelope(j), { headers: resultHeaders(j) })),
+    );
     for (const a of acks) last = Math.max(last, a.seq);
   }
   return last;
 }
 
-/** Resolve once `core-inbox` has every message up to `lastSeq` acked (polled every `everyMs`). */
-export async function waitAllAcked(
-  jsm: JetStreamManager,
-  lastSeq: number,
-  timeoutMs: number,
-  everyMs = 10,
-): Promise<void> {
+/** Resolve once `core-inbox` has every message up to `lastSeq` acked (polled every 10 ms). */
+export async function waitAllAcked(jsm: JetStreamManager, lastSeq: number, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
@@ -260,45 +211,100 @@ export async function waitAllAcked(
         `not every envelope was acked within ${timeoutMs} ms (ack floor ${info.ack_floor.stream_seq} of ${lastSeq}, ack pending ${info.num_ack_pending})`,
       );
     }
-    await new Promise((r) => setTimeout(r, everyMs));
+    await new Promise((r) => setTimeout(r, 10));
   }
 }
 
-/** How many jobs are in `status` (a run's correctness check). */
-export async function countJobs(pool: pg.Pool, status: string): Promise<number> {
-  const { rows } = await pool.query<{ n: string }>(
-    'SELECT count(*) AS n FROM recognition_job WHERE status = $1',
-    [status],
-  );
-  return Number(rows[0]!.n);
-}
-
-/** Sanity check after an inbox run: every job done with its object and transition, every file PROCESSING. */
+/** Sanity check after a run: every job done with its object and transition, every file PROCESSING. */
 export async function checkAllDone(pool: pg.Pool, expected: number): Promise<void> {
-  const { rows } = await pool.query<{
-    done: string;
-    objects: string;
-    transitions: string;
-    files: string;
-    quarantined: string;
-  }>(`
+  const { rows } = await pool.query<Record<string, string>>(`
     SELECT (SELECT count(*) FROM recognition_job WHERE status = 'done' AND result_s3_object_id IS NOT NULL) AS done,
            (SELECT count(*) FROM s3_object WHERE bucket_role = 'results') AS objects,
            (SELECT count(*) FROM recognition_job_transition) AS transitions,
            (SELECT count(*) FROM stored_file WHERE status = 'PROCESSING') AS files,
            (SELECT count(*) FROM inbox_quarantine) AS quarantined`);
-  const r = rows[0]!;
-  const got = {
-    done: +r.done,
-    objects: +r.objects,
-    transitions: +r.transitions,
-    files: +r.files,
-    quarantined: +r.quarantined,
-  };
-  const want = { done: expected, objects: expected, transitions: expected, files: expected, quarantined: 0 };
-  if (JSON.stringify(got) !== JSON.stringify(want)) {
+  const got = JSON.stringify(Object.values(rows[0]!).map(Number));
+  const want = JSON.stringify([expected, expected, expected, expected, 0]);
+  if (got !== want) {
     throw new Error(
-      `inbox run left unexpected rows: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`,
+      `the run left unexpected rows: got ${got}, want ${want} (done, objects, transitions, files, quarantined)`,
     );
   }
+}
+
+/** CPU milliseconds (user + system) a process has used, or null when /proc cannot be read. */
+export function processCpuMs(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime, in clock ticks of 1/100 s (USER_HZ on Linux).
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return null;
+  }
+}
+
+/** A process's resident set size, bytes, or null when /proc cannot be read. */
+export function rssBytes(pid: number): number | null {
+  try {
+    const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Pid of the process whose command line contains `needle` (the nats-server's config file path). */
+function findPid(needle: string): number | null {
+  try {
+    for (const entry of readdirSync('/proc').filter((e) => /^\d+$/.test(e))) {
+      try {
+        if (readFileSync(`/proc/${entry}/cmdline`, 'utf8').includes(needle)) return Number(entry);
+      } catch {
+        // gone meanwhile
+      }
+    }
+  } catch {
+    // no /proc
+  }
+  return null;
+}
+
+/** CPU per envelope (or per job) of each part of a run, in microseconds (null where unknown). */
+export interface CpuSplit {
+  nodeUs: number | null;
+  postgresUs: number | null;
+  natsUs: number | null;
+}
+
+/**
+ * Start measuring the CPU of a run: this process and nats-server from now; the PostgreSQL
+ * backends connected as `applicationName` over their whole life, since the consumer's pool opens
+ * them during the run — so `end` must be called before that pool closes.
+ */
+export function startCpuSplit(env: BenchEnv): {
+  end(applicationName: string, envelopes: number): Promise<CpuSplit>;
+} {
+  const natsPid = findPid(env.nats.configFile);
+  const node0 = process.cpuUsage();
+  const nats0 = natsPid === null ? null : processCpuMs(natsPid);
+  return {
+    async end(applicationName, envelopes) {
+      const node = process.cpuUsage(node0);
+      const nats1 = natsPid === null ? null : processCpuMs(natsPid);
+      const { rows } = await env.pool.query<{ pid: number }>(
+        `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`,
+        [applicationName],
+      );
+      const pgMs = rows
+        .map((r) => processCpuMs(r.pid))
+        .reduce<number | null>((a, b) => (b === null ? a : (a ?? 0) + b), null);
+      return {
+        nodeUs: (node.user + node.system) / envelopes,
+        postgresUs: pgMs === null ? null : (pgMs * 1000) / envelopes,
+        natsUs: nats0 === null || nats1 === null ? null : ((nats1 - nats0) * 1000) / envelopes,
+      };
+    },
+  };
 }

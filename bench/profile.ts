@@ -1,13 +1,9 @@
 /**
- * `npm run bench:profile`: where the node CPU of the inbox and of its ceilings goes, by part
- * (the table of docs/performance.md, "Where the inbox's CPU goes").
- *
- * Each consumer drains the throughput section's backlog `--rounds` times at the defaults and
- * `LOG_LEVEL=warn`: the last round under V8's sampling profiler (`node:inspector`), the others
- * without it, whose median node CPU per envelope the profile's shares are scaled to. Each busy
- * sample counts for the nearest frame on its stack that belongs to a part (a socket write the NATS
- * client makes is the NATS client's). `--keep DIR` keeps the `.cpuprofile` files, which Chrome's
- * DevTools open.
+ * `npm run bench:profile`: where the node CPU of the inbox and of its ceiling goes, by part, and
+ * the inbox's excess over the ceiling part by part. Each drains `--envelopes` results `--rounds`
+ * times, the last under V8's sampling profiler; the shares are scaled to the median node CPU per
+ * envelope of the other rounds. A busy sample counts for the nearest frame on its stack that
+ * belongs to a part. `--keep DIR` keeps the `.cpuprofile` files (Chrome's DevTools open them).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -46,6 +42,12 @@ export const PARTS: ReadonlyArray<[part: string, matches: (url: string, fn: stri
 ];
 const GC = 'garbage collection';
 const RUNTIME = 'Node runtime (promises, timers, sockets)';
+/** One consumer's node CPU per envelope and its shares by part. */
+interface Column {
+  name: string;
+  nodeUs: number;
+  shares: Map<string, number>;
+}
 
 /** Each part's share of the profile's busy samples. */
 export function attribute(profile: CpuProfile): Map<string, number> {
@@ -77,7 +79,7 @@ const positiveInteger = (v: string) => {
 
 async function main(): Promise<void> {
   const args = new Command('bench:profile')
-    .description("profile the inbox's node CPU by part, beside its ceilings")
+    .description("profile the inbox's node CPU by part, beside its ceiling's")
     .option('--rounds <n>', 'drains per consumer (the last one profiled)', positiveInteger, 3)
     .option('--envelopes <n>', 'backlog of each drain', positiveInteger, 30_000)
     .option('--keep <dir>', 'write the .cpuprofile files there')
@@ -91,9 +93,8 @@ async function main(): Promise<void> {
   const consumers: Array<[name: string, run: (timed?: TimedHooks) => Promise<ThroughputResult>]> = [
     ['inbox', (timed) => measureInbox(env, { name: 'inbox', logLevel: 'warn', timed }, args.envelopes)],
     ['ceiling', (timed) => measureCeiling(env, args.envelopes, { timed })],
-    ['required work', (timed) => measureCeiling(env, args.envelopes, { work: 'required', timed })],
   ];
-  const columns: Array<{ name: string; nodeUs: number; shares: Map<string, number> }> = [];
+  const columns: Column[] = [];
   try {
     for (const [name, run] of consumers) {
       const unprofiled: number[] = [];
@@ -118,12 +119,16 @@ async function main(): Promise<void> {
     await env.close();
   }
   const parts = [...PARTS.map(([p]) => p), GC, RUNTIME].filter((p) => columns.some((c) => c.shares.has(p)));
-  const us = (c: (typeof columns)[number], part: string) => ((c.shares.get(part) ?? 0) * c.nodeUs).toFixed(1);
+  const [inbox, ceiling] = columns as [Column, Column];
+  const us = (c: Column, part: string) => (c.shares.get(part) ?? 0) * c.nodeUs;
+  // The last column is the inbox's excess over the ceiling, part by part: it sums to the total's.
+  const cells = (p: string) =>
+    [us(inbox, p), us(ceiling, p), us(inbox, p) - us(ceiling, p)].map((v) => v.toFixed(1));
   const lines = [
-    `| where (node CPU per envelope, µs) | ${columns.map((c) => c.name).join(' | ')} |`,
-    `|---|${columns.map(() => '---:').join('|')}|`,
-    ...parts.map((p) => `| ${p} | ${columns.map((c) => us(c, p)).join(' | ')} |`),
-    `| **total** | ${columns.map((c) => `**${c.nodeUs.toFixed(0)}**`).join(' | ')} |`,
+    '| where (node CPU per envelope, µs) | inbox | ceiling | inbox above the ceiling |',
+    '|---|---:|---:|---:|',
+    ...parts.map((p) => `| ${p} | ${cells(p).join(' | ')} |`),
+    `| **total** | **${inbox.nodeUs.toFixed(0)}** | **${ceiling.nodeUs.toFixed(0)}** | **${(inbox.nodeUs - ceiling.nodeUs).toFixed(0)}** |`,
   ];
   process.stdout.write(`${lines.join('\n')}\n`);
 }

@@ -1,15 +1,19 @@
 /**
- * The bench's report: everything measured in one run (written as JSON), the markdown table made
- * from it with each target and whether this run met it, and the run's headline ratios.
+ * The bench's report: everything measured in one run, its headline ratios and targets, the
+ * markdown tables made from it, and what a full run leaves behind: `bench/results/latest.json`
+ * (every figure of the run, replacing the previous one), one line appended to
+ * `bench/results/history.jsonl` (see {@link HistoryEntry}) and the tables in
+ * `docs/performance.md`, between its markers. Only ratios of one run compare across machines and
+ * days; absolute figures are context.
  */
-import type { CpuResult } from './cpu.js';
+import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { CLI_LABELS, type CliCommand, type CliResult } from './cliStartup.js';
 import type { LatencyResult } from './latency.js';
-import type { MemoryResult } from './memory.js';
-import { CEILING_NAME, REQUIRED_WORK_NAME } from './ceiling.js';
 import type { ThroughputResult } from './throughput.js';
-import type { IdleResult, RawSweepResult, SweepResult } from './watchdog.js';
+import type { SweepResult, WatchdogResult } from './watchdog.js';
 
-/** One run of `npm run bench`. */
+/** One run of `npm run bench`: each section's results, when it ran. */
 export interface BenchReport {
   date: string;
   commit: string;
@@ -17,39 +21,22 @@ export interface BenchReport {
   dirty: boolean;
   scale: number;
   durationSeconds?: number;
-  machine: {
-    cpus: number;
-    cpuModel: string;
-    memoryGiB: number;
-    node: string;
-    postgres: string;
-    natsServer: string;
-  };
+  /** The machine in one line: cores, memory, Node, PostgreSQL, nats-server. */
+  machine: string;
   /** The configuration defaults the daemon ran with. */
   defaults: Record<string, number>;
-  throughput: ThroughputResult[];
-  /** The latency target's round of median p99. */
-  latency?: LatencyResult;
+  inbox?: { ceiling: ThroughputResult; warn: ThroughputResult; info: ThroughputResult };
+  /** A daemon process as shipped on a backlog, and the ceiling on the same backlog (`cold`). */
+  cold?: { ceiling?: ThroughputResult | undefined; daemon: ThroughputResult };
+  /** The same daemon process with tracing on, and the spans its OTLP receiver got over the runs. */
+  tracing?: { on: ThroughputResult; spansReceived: number; runs: number };
   /** Every round of the latency target. */
   latencyRounds?: LatencyResult[];
-  /** The same measurement with JetStream-acknowledged publishing (reported). */
-  latencyJetStream?: LatencyResult;
+  watchdog?: WatchdogResult;
+  cli?: CliResult;
   /** A daemon process draining a large backlog, its RSS sampled. */
   drain?: ThroughputResult;
-  watchdog?: { sweeps: SweepResult[]; rawSweeps?: RawSweepResult[]; idle: IdleResult };
-  cpu?: CpuResult;
-  memory?: MemoryResult;
-  /** What the OTLP receiver of the tracing section got from the daemon process with tracing on. */
-  tracing?: { spansReceived: number; exportRequests: number };
 }
-
-/** The rows of the tracing section (none starts with a prefix another row is found by). */
-export const TRACING_ROWS = {
-  without: 'tracing section: inbox, batched, without the tracing code (bench/untraced.ts)',
-  off: 'tracing section: inbox, batched, tracing off',
-  processOff: 'tracing section: daemon process, tracing off',
-  processOn: 'tracing section: daemon process, tracing on (OTLP/HTTP to a local receiver, pg spans)',
-} as const;
 
 /** The headlines of a run: each a ratio to its ceiling of the same run. */
 export interface Headlines {
@@ -61,368 +48,242 @@ export interface Headlines {
 }
 
 /** Each target: what is compared with what, and the bound. */
-export const TARGETS = {
+export const TARGETS: Record<string, { text: string; min?: number; max?: number }> = {
   inbox_batched_warn: { text: '≥ 0.9× the ceiling', min: 0.9 },
   inbox_batched_info: { text: '≥ 0.8× the ceiling', min: 0.8 },
   inbox_cold_start: { text: '≥ 0.85× the ceiling', min: 0.85 },
-  inbox_tracing_off: { text: '≥ 0.97× the inbox without the tracing code', min: 0.97 },
-  latency_p99: { text: 'p99 ≤ 50 ms in ≥ 4 of 5 rounds', maxMs: 50, share: 0.8 },
   watchdog_sweep_time: { text: "≤ 1.25× the raw SQL sweep's time", max: 1.25 },
-  drain_rss: { text: 'max RSS < 300 MiB', maxMiB: 300 },
-} as const;
+  cli_help: { text: '≤ 3× node -e 0', max: 3 },
+};
+/** p99 publish → commit within the bound in at least this share of the rounds. */
+const LATENCY = { maxMs: 50, share: 0.8 };
+/** A daemon process's RSS while it drains a backlog stays under this. */
+const DRAIN_MAX_MIB = 300;
 
-const median = <T>(all: readonly T[], key: (t: T) => number): T | undefined =>
-  [...all].sort((a, b) => key(a) - key(b))[Math.floor((all.length - 1) / 2)];
-const mib = (v: number) => v / 2 ** 20;
-
-/** The rows of a report the targets read. */
-function rowsOf(r: BenchReport) {
-  const find = (prefix: string, level?: string) =>
-    r.throughput.find((t) => t.name.startsWith(prefix) && (level === undefined || t.logLevel === level));
-  const target = 100_000 * r.scale;
-  return {
-    ceiling: r.throughput.find((t) => t.name === CEILING_NAME),
-    required: r.throughput.find((t) => t.name === REQUIRED_WORK_NAME),
-    coldCeiling: find(`${CEILING_NAME}, backlog`),
-    cold: find('daemon process, cold start'),
-    rawMessage: find('raw, one tx per message'),
-    rawBatch: find('raw, one tx per fetched batch'),
-    inbox: (kind: 'batched' | 'per message', level: 'warn' | 'info') => find(`inbox, ${kind}`, level),
-    tracingWithout: r.throughput.find((t) => t.name === TRACING_ROWS.without),
-    tracingOff: r.throughput.find((t) => t.name === TRACING_ROWS.off),
-    tracingProcessOff: r.throughput.find((t) => t.name === TRACING_ROWS.processOff),
-    tracingProcessOn: r.throughput.find((t) => t.name === TRACING_ROWS.processOn),
-    sweep: median(r.watchdog?.sweeps.filter((s) => s.due === target) ?? [], (s) => s.seconds),
-    rawSweep: median(r.watchdog?.rawSweeps?.filter((s) => s.due === target) ?? [], (s) => s.seconds),
-  };
+function median<T>(all: readonly T[], key: (t: T) => number): T | undefined {
+  return [...all].sort((a, b) => key(a) - key(b))[Math.floor((all.length - 1) / 2)];
 }
-
-/** How many latency rounds a run needs under the bound to meet the latency target. */
-const latencyRoundsNeeded = (rounds: number) => Math.ceil(TARGETS.latency_p99.share * rounds);
+const mib = (v: number | undefined) => (v ?? NaN) / 2 ** 20;
 
 /** A run's headline ratios, their ceilings and targets, and the absolute figures as context. */
 export function headlines(r: BenchReport): Headlines {
   const h: Headlines = { ceilings: {}, ratios: {}, targets: {}, met: {}, context: {} };
-  const x = rowsOf(r);
-  const rate = (key: string, t: ThroughputResult | undefined) => {
-    if (t) h.context[`${key}_env_per_s`] = Math.round(t.perSecond);
+  /** `value` over `of` (a rate over a rate, or a time over a time), and its target when it has one. */
+  const ratio = (key: string, value: number, of: number, ceiling: string) => {
+    h.ceilings[key] = ceiling;
+    h.ratios[key] = value / of;
+    const target = TARGETS[key];
+    if (target?.min !== undefined) h.met[key] = h.ratios[key] >= target.min;
+    if (target?.max !== undefined) h.met[key] = h.ratios[key] <= target.max;
+    if (target) h.targets[key] = target.text;
   };
-  rate('ceiling', x.ceiling);
-  rate('raw_per_message', x.rawMessage);
-  rate('raw_batched', x.rawBatch);
-  const ratio = (
-    key: keyof typeof TARGETS | string,
-    t: ThroughputResult | undefined,
-    c: ThroughputResult | undefined,
-  ) => {
-    rate(key, t);
-    if (!t || !c) return;
-    h.ceilings[key] = c.name;
-    h.ratios[key] = t.perSecond / c.perSecond;
-    const target = TARGETS[key as keyof typeof TARGETS] as { text: string; min?: number } | undefined;
-    if (target?.min !== undefined) {
-      h.targets[key] = target.text;
-      h.met[key] = h.ratios[key] >= target.min;
-    }
+  /** A throughput over its ceiling's, both rates as context. */
+  const rates = (key: string, t: ThroughputResult, c: ThroughputResult, ceilingKey: string) => {
+    h.context[`${key}_env_per_s`] = Math.round(t.perSecond);
+    h.context[`${ceilingKey}_env_per_s`] = Math.round(c.perSecond);
+    ratio(key, t.perSecond, c.perSecond, c.name);
   };
-  ratio('inbox_batched_warn', x.inbox('batched', 'warn'), x.ceiling);
-  ratio('inbox_batched_info', x.inbox('batched', 'info'), x.ceiling);
-  // The bound of the architecture, and how close the inbox comes to it.
-  ratio('required_work', x.required, x.ceiling);
-  ratio('inbox_batched_warn_of_required_work', x.inbox('batched', 'warn'), x.required);
-  ratio('inbox_cold_start', x.cold, x.coldCeiling);
-  if (x.cold?.startupSeconds !== undefined)
-    h.context['cold_start_to_first_delivery_s'] = x.cold.startupSeconds;
-  ratio('inbox_tracing_off', x.tracingOff, x.tracingWithout);
-  ratio('inbox_tracing_on', x.tracingProcessOn, x.tracingProcessOff);
-  if (r.tracing) h.context['tracing_spans_received'] = r.tracing.spansReceived;
-  ratio('inbox_per_message_warn', x.inbox('per message', 'warn'), x.rawMessage);
-  ratio('inbox_per_message_info', x.inbox('per message', 'info'), x.rawMessage);
-  if (x.sweep) h.context['watchdog_sweep_s'] = x.sweep.seconds;
-  if (x.sweep && x.rawSweep) {
-    h.ceilings['watchdog_sweep_time'] = 'raw SQL sweep';
-    h.ratios['watchdog_sweep_time'] = x.sweep.seconds / x.rawSweep.seconds;
-    h.context['raw_sweep_s'] = x.rawSweep.seconds;
-    h.targets['watchdog_sweep_time'] = TARGETS.watchdog_sweep_time.text;
-    h.met['watchdog_sweep_time'] = h.ratios['watchdog_sweep_time'] <= TARGETS.watchdog_sweep_time.max;
+  if (r.inbox) {
+    rates('inbox_batched_warn', r.inbox.warn, r.inbox.ceiling, 'ceiling');
+    rates('inbox_batched_info', r.inbox.info, r.inbox.ceiling, 'ceiling');
   }
-  const rounds = r.latencyRounds ?? (r.latency ? [r.latency] : []);
+  if (r.cold) h.context['cold_start_to_first_delivery_s'] = r.cold.daemon.startupSeconds ?? NaN;
+  if (r.cold?.ceiling) rates('inbox_cold_start', r.cold.daemon, r.cold.ceiling, 'cold_ceiling');
+  if (r.cold && r.tracing) {
+    rates('inbox_tracing_on', r.tracing.on, r.cold.daemon, 'tracing_off');
+    h.context['tracing_spans_received'] = r.tracing.spansReceived;
+  }
+  const sweep = median(r.watchdog?.sweeps ?? [], (s) => s.seconds);
+  const rawSweep = median(r.watchdog?.rawSweeps ?? [], (s) => s.seconds);
+  if (sweep && rawSweep) {
+    h.context['watchdog_sweep_s'] = sweep.seconds;
+    h.context['raw_sweep_s'] = rawSweep.seconds;
+    ratio('watchdog_sweep_time', sweep.seconds, rawSweep.seconds, 'raw SQL sweep');
+  }
+  if (r.cli) {
+    const c = r.cli.commands;
+    h.context['node_e_0_ms'] = c.node.wallMs;
+    ratio('cli_help', c.help.wallMs, c.node.wallMs, c.node.label);
+    ratio('cli_jobs_list', c.list.wallMs, c.client.wallMs, c.client.label);
+  }
+  const rounds = r.latencyRounds ?? [];
   if (rounds.length > 0) {
     h.context['latency_rate_env_per_s'] = rounds[0]!.rate;
     h.context['latency_p99_ms'] = rounds.map((l) => l.p99Ms);
     if (!rounds[0]!.fixedRate) {
-      const under = rounds.filter((l) => l.p99Ms <= TARGETS.latency_p99.maxMs).length;
-      const need = latencyRoundsNeeded(rounds.length);
-      h.targets['latency_p99'] =
-        `p99 ≤ ${TARGETS.latency_p99.maxMs} ms in ≥ ${need} of ${rounds.length} rounds`;
-      h.met['latency_p99'] = under >= need;
+      const need = Math.ceil(LATENCY.share * rounds.length);
+      h.targets['latency_p99'] = `p99 ≤ ${LATENCY.maxMs} ms in ≥ ${need} of ${rounds.length} rounds`;
+      h.met['latency_p99'] = rounds.filter((l) => l.p99Ms <= LATENCY.maxMs).length >= need;
     }
   }
-  if (r.drain?.maxRssBytes !== undefined) {
+  if (r.drain) {
+    h.context['drain_env_per_s'] = Math.round(r.drain.perSecond);
     h.context['drain_max_rss_mib'] = mib(r.drain.maxRssBytes);
-    rate('drain', r.drain);
-    h.targets['drain_rss'] = TARGETS.drain_rss.text;
-    h.met['drain_rss'] = mib(r.drain.maxRssBytes) < TARGETS.drain_rss.maxMiB;
+    h.targets['drain_rss'] = `max RSS < ${DRAIN_MAX_MIB} MiB`;
+    h.met['drain_rss'] = mib(r.drain.maxRssBytes) < DRAIN_MAX_MIB;
   }
   return h;
 }
 
 const n0 = (n: number) => Math.round(n).toLocaleString('en-US');
 /** Envelopes/s of a throughput row, with its rounds when there were several. */
-const rate = (t: ThroughputResult) =>
+const rateText = (t: ThroughputResult) =>
   `${n0(t.perSecond)} env/s${t.roundsPerSecond && t.roundsPerSecond.length > 1 ? ` (median of ${t.roundsPerSecond.map(n0).join(' / ')})` : ''}`;
-const ok = (met: boolean | undefined) => (met === undefined ? '' : met ? '✅' : '❌');
+const table = (header: string[], rows: string[][]) =>
+  [header, header.map(() => '---'), ...rows].map((c) => `| ${c.join(' | ')} |`).join('\n');
 
-/** The markdown table of a report: measurement, result, target, met. */
+/** The markdown of a report: the run, the measurements with their targets, the CPU per envelope. */
 export function renderTable(r: BenchReport): string {
-  const rows: string[][] = [];
-  const x = rowsOf(r);
   const h = headlines(r);
-  const ofBound = (r: number | undefined) =>
-    r === undefined ? '' : `, ${r.toFixed(2)}× the required-work bound`;
-  const vs = (key: string, what: string) =>
-    h.ratios[key] !== undefined ? ` = ${h.ratios[key].toFixed(2)}× ${what}` : '';
-  if (x.ceiling) rows.push([x.ceiling.name, rate(x.ceiling), 'ceiling', '']);
-  if (x.required)
+  const rows: string[][] = [];
+  /**
+   * A row: a ceiling (no `key`), or a measurement read against `key`'s ceiling, with its ratio,
+   * its target (or "reported") and whether this run met it.
+   */
+  const row = (what: string, result: string, key?: string, ofWhat = '', more = '') =>
     rows.push([
-      x.required.name,
-      `${rate(x.required)}${vs('required_work', 'the ceiling: the bound of an inbox that validates, reads and decides')}`,
-      '(reported)',
-      '',
+      what,
+      (key && h.ratios[key] !== undefined ? `${result} = ${h.ratios[key].toFixed(2)}× ${ofWhat}` : result) +
+        more,
+      key === undefined ? 'ceiling' : (h.targets[key] ?? '(reported)'),
+      key === undefined || h.met[key] === undefined ? '' : h.met[key] ? '✅' : '❌',
     ]);
-  for (const level of ['warn', 'info'] as const) {
-    const b = x.inbox('batched', level);
-    const key = `inbox_batched_${level}`;
-    if (b)
-      rows.push([
-        `inbox, batched (batch ${b.batchSize}, concurrency ${b.concurrency}), LOG_LEVEL=${level}`,
-        `${rate(b)}${vs(key, 'the ceiling')}${level === 'warn' ? ofBound(h.ratios['inbox_batched_warn_of_required_work']) : ''}`,
-        h.targets[key] ?? '',
-        ok(h.met[key]),
-      ]);
+  const config = (t: ThroughputResult) => ` (batch ${t.batchSize}, concurrency ${t.concurrency})`;
+  if (r.inbox) {
+    const { ceiling, warn, info } = r.inbox;
+    row(ceiling.name, rateText(ceiling));
+    row(warn.name + config(warn), rateText(warn), 'inbox_batched_warn', 'the ceiling');
+    row(info.name + config(info), rateText(info), 'inbox_batched_info', 'the ceiling');
   }
-  if (x.coldCeiling) rows.push([x.coldCeiling.name, rate(x.coldCeiling), 'ceiling', '']);
-  if (x.cold)
-    rows.push([
-      `${x.cold.name} (first delivery → last ack), LOG_LEVEL=${x.cold.logLevel}`,
-      `${rate(x.cold)}${vs('inbox_cold_start', 'the ceiling')}; start → first delivery ${x.cold.startupSeconds?.toFixed(2)} s`,
-      h.targets['inbox_cold_start'] ?? '',
-      ok(h.met['inbox_cold_start']),
-    ]);
-  if (x.tracingWithout) rows.push([x.tracingWithout.name, rate(x.tracingWithout), 'ceiling', '']);
-  if (x.tracingOff)
-    rows.push([
-      `${x.tracingOff.name}, LOG_LEVEL=${x.tracingOff.logLevel}`,
-      `${rate(x.tracingOff)}${vs('inbox_tracing_off', 'without the tracing code')}`,
-      h.targets['inbox_tracing_off'] ?? '',
-      ok(h.met['inbox_tracing_off']),
-    ]);
-  if (x.tracingProcessOff) rows.push([x.tracingProcessOff.name, rate(x.tracingProcessOff), '(reported)', '']);
-  if (x.tracingProcessOn)
-    rows.push([
-      x.tracingProcessOn.name,
-      `${rate(x.tracingProcessOn)}${vs('inbox_tracing_on', 'the same process with tracing off')}${r.tracing ? `; ${n0(r.tracing.spansReceived)} spans received` : ''}`,
-      '(reported)',
-      '',
-    ]);
-  const rounds = r.latencyRounds ?? (r.latency ? [r.latency] : []);
+  if (r.cold) {
+    const { ceiling, daemon } = r.cold;
+    const more = `; start → first delivery ${daemon.startupSeconds?.toFixed(2)} s, max RSS ${mib(daemon.maxRssBytes).toFixed(0)} MiB`;
+    if (ceiling) row(ceiling.name, rateText(ceiling));
+    row(daemon.name, rateText(daemon), 'inbox_cold_start', 'the ceiling', more);
+  }
+  if (r.tracing) {
+    const more = `; ${n0(r.tracing.spansReceived)} spans received over ${r.tracing.runs} run(s)`;
+    row(r.tracing.on.name, rateText(r.tracing.on), 'inbox_tracing_on', 'the same process, tracing off', more);
+  }
+  const rounds = r.latencyRounds ?? [];
   if (rounds.length > 0) {
-    const l = rounds[0]!;
-    const under = rounds.filter((t) => t.p99Ms <= TARGETS.latency_p99.maxMs).length;
-    const worst = Math.max(...rounds.map((t) => t.publisherLagMs));
-    rows.push([
-      `latency publish → commit at ${n0(l.rate)} env/s (${l.fixedRate ? 'set by --latency-rate' : '½ batched max'}), plain NATS publish, LOG_LEVEL=${l.logLevel}`,
-      `p99 ${rounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${under} of ${rounds.length} rounds ≤ ${TARGETS.latency_p99.maxMs} ms (p50 of the median round ${r.latency?.p50Ms.toFixed(1)} ms; worst publisher lag ${worst.toFixed(1)} ms)`,
-      h.targets['latency_p99'] ?? '(reported)',
-      ok(h.met['latency_p99']),
-    ]);
+    const { rate, fixedRate, logLevel } = rounds[0]!;
+    const under = rounds.filter((t) => t.p99Ms <= LATENCY.maxMs).length;
+    const lag = Math.max(...rounds.map((t) => t.publisherLagMs)).toFixed(1);
+    const p50 = median(rounds, (t) => t.p99Ms)!.p50Ms.toFixed(1);
+    row(
+      `latency publish → commit at ${n0(rate)} env/s (${fixedRate ? 'set by --latency-rate' : '½ the batched maximum'}), LOG_LEVEL=${logLevel}`,
+      `p99 ${rounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${under} of ${rounds.length} rounds ≤ ${LATENCY.maxMs} ms (p50 of the median round ${p50} ms; worst publisher lag ${lag} ms)`,
+      'latency_p99',
+    );
   }
-  if (x.sweep) {
-    const all = r.watchdog!.sweeps.filter((w) => w.due === x.sweep!.due);
-    const raws = r.watchdog!.rawSweeps?.filter((w) => w.due === x.sweep!.due) ?? [];
-    const times = (ws: ReadonlyArray<{ seconds: number }>) =>
-      ws.length > 1 ? ` (median of ${ws.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : '';
-    if (x.rawSweep)
-      rows.push([
-        `raw SQL sweep: ${n0(x.rawSweep.due)} due timed out by one statement (same changes)`,
-        `${x.rawSweep.seconds.toFixed(2)} s${times(raws)}`,
-        'ceiling',
-        '',
-      ]);
-    rows.push([
-      `watchdog, ${n0(x.sweep.due)} due among ${n0(x.sweep.rows)} rows (batch ${x.sweep.batchSize})`,
-      `${x.sweep.seconds.toFixed(2)} s${times(all)}${vs('watchdog_sweep_time', "the raw SQL sweep's time")}`,
-      h.targets['watchdog_sweep_time'] ?? '',
-      ok(h.met['watchdog_sweep_time']),
-    ]);
-  }
-  if (r.drain)
-    rows.push([
-      `${r.drain.name}, LOG_LEVEL=${r.drain.logLevel}`,
-      `max RSS ${mib(r.drain.maxRssBytes ?? NaN).toFixed(0)} MiB (sampled every 100 ms); ${rate(r.drain)}`,
-      h.targets['drain_rss'] ?? '',
-      ok(h.met['drain_rss']),
-    ]);
-  else
-    rows.push([
-      'RSS of a daemon process draining a backlog of 1,000,000',
-      'not run (`--drain`)',
-      TARGETS.drain_rss.text,
-      '',
-    ]);
-
-  // Reported: the other consumers and measurements.
-  if (x.rawBatch)
-    rows.push([
-      x.rawBatch.name,
-      `${rate(x.rawBatch)}${x.ceiling ? ` = ${(x.rawBatch.perSecond / x.ceiling.perSecond).toFixed(2)}× the ceiling` : ''}`,
-      '(reported)',
-      '',
-    ]);
-  if (x.rawMessage) rows.push([x.rawMessage.name, rate(x.rawMessage), '(reported)', '']);
-  for (const level of ['warn', 'info'] as const) {
-    const m = x.inbox('per message', level);
-    if (m)
-      rows.push([
-        `inbox, per message (batch 1, concurrency 8), LOG_LEVEL=${level}`,
-        `${rate(m)}${vs(`inbox_per_message_${level}`, 'raw per message')}`,
-        '(reported)',
-        '',
-      ]);
-  }
-  if (r.latencyJetStream) {
-    const l = r.latencyJetStream;
-    rows.push([
-      `latency publish → commit at ${n0(l.rate)} env/s, JetStream publish, acked, LOG_LEVEL=${l.logLevel}`,
-      `p50 ${l.p50Ms.toFixed(1)} ms, p99 ${l.p99Ms.toFixed(1)} ms (max ${l.maxMs.toFixed(1)} ms; publisher lag ${l.publisherLagMs.toFixed(1)} ms)`,
-      '(reported)',
-      '',
-    ]);
-  }
+  const times = (ws: readonly SweepResult[]) =>
+    `${median(ws, (w) => w.seconds)!.seconds.toFixed(2)} s${ws.length > 1 ? ` (median of ${ws.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : ''}`;
   if (r.watchdog) {
-    for (const w of r.watchdog.sweeps.filter((s) => s.due !== x.sweep?.due))
-      rows.push([
-        `watchdog, ${n0(w.due)} due among ${n0(w.rows)} rows (batch ${w.batchSize})`,
-        `${w.seconds.toFixed(2)} s (${n0(w.perSecond)} jobs/s)`,
-        '(reported)',
-        '',
-      ]);
-    const i = r.watchdog.idle;
-    rows.push([
-      `watchdog idle sweep (nothing due) at ${n0(i.rows)} rows, median of ${i.sweeps}`,
-      `${i.medianMs.toFixed(2)} ms (min ${i.minMs.toFixed(2)}, max ${i.maxMs.toFixed(2)})`,
-      '(reported)',
-      '',
-    ]);
+    const { sweeps, rawSweeps } = r.watchdog;
+    const { due, rows: all, batchSize } = sweeps[0]!;
+    row(`raw SQL sweep: ${n0(due)} due timed out by one statement (same changes)`, times(rawSweeps));
+    row(
+      `watchdog, ${n0(due)} due among ${n0(all)} rows (batch ${batchSize})`,
+      times(sweeps),
+      'watchdog_sweep_time',
+      "the raw SQL sweep's time",
+    );
   }
-  if (r.cpu) {
-    rows.push([
-      'CPU per event: hydrate + decide() + row diff',
-      `${r.cpu.machineUs.toFixed(2)} µs${r.cpu.runsUs ? ` (median of ${r.cpu.runsUs.map((u) => u.toFixed(1)).join(' / ')})` : ''}; plain switch: ${r.cpu.switchUs.toFixed(2)} µs`,
-      '(reported)',
-      '',
-    ]);
+  if (r.cli) {
+    const c = r.cli.commands;
+    const ms = (c: CliCommand) => `${c.wallMs.toFixed(0)} ms (CPU ${c.cpuMs?.toFixed(0) ?? '?'} ms)`;
+    row(`\`${CLI_LABELS.node}\`, median of ${r.cli.runs} runs`, ms(c.node));
+    row(`\`${CLI_LABELS.help}\``, ms(c.help), 'cli_help', CLI_LABELS.node);
+    row(`${CLI_LABELS.client} (what \`jobs list\` does)`, ms(c.client));
+    row(`\`${CLI_LABELS.list}\``, ms(c.list), 'cli_jobs_list', 'the small program');
   }
-  if (r.memory && r.memory.checkpoints.length >= 2) {
-    const [a, b] = [r.memory.checkpoints[0]!, r.memory.checkpoints[r.memory.checkpoints.length - 1]!];
-    const growth = b.rssBytes / a.rssBytes - 1;
-    const mib = (v: number) => (v / 2 ** 20).toFixed(1);
-    const pct = (g: number) => `${g >= 0 ? '+' : ''}${(g * 100).toFixed(1)} %`;
-    rows.push([
-      `RSS after ${n0(a.events)} / ${n0(b.events)} events (decide()+diff)${r.memory.v8Flags ? ', fixed young generation' : ''}`,
-      `${mib(a.rssBytes)} / ${mib(b.rssBytes)} MiB (${pct(growth)}); heap in use ${mib(a.heapUsedBytes)} / ${mib(b.heapUsedBytes)} MiB`,
-      '(reported)',
-      '',
-    ]);
-    const d = r.memory.withDefaultFlags?.checkpoints;
-    if (d && d.length >= 2) {
-      const [da, db] = [d[0]!, d[d.length - 1]!];
-      rows.push([
-        `RSS, the same with V8's default flags (the young generation grows)`,
-        `${mib(da.rssBytes)} / ${mib(db.rssBytes)} MiB (${pct(db.rssBytes / da.rssBytes - 1)}); heap in use ${mib(da.heapUsedBytes)} / ${mib(db.heapUsedBytes)} MiB`,
-        '(reported)',
-        '',
-      ]);
-    }
+  if (r.drain) {
+    const rss = `max RSS ${mib(r.drain.maxRssBytes).toFixed(0)} MiB (sampled every 100 ms); ${rateText(r.drain)}`;
+    row(r.drain.name, rss, 'drain_rss');
   }
-  const m = r.machine;
-  const header = [
-    `Run ${r.date.slice(0, 16).replace('T', ' ')} UTC, commit ${r.commit}${r.dirty ? ' (+ uncommitted changes)' : ''}, scale ${r.scale}` +
-      (r.durationSeconds !== undefined ? `, ${Math.round(r.durationSeconds)} s` : ''),
-    `Machine: ${m.cpus} × ${m.cpuModel}, ${m.memoryGiB} GiB; Node ${m.node}; PostgreSQL ${m.postgres}; ${m.natsServer}` +
-      ` — bench, nats-server and PostgreSQL share the cores.`,
-    `Defaults: ${Object.entries(r.defaults)
-      .map(([k, v]) => `${k}=${v}`)
-      .join(', ')}.`,
+
+  const us = (v: number | null) => (v === null ? '–' : v.toFixed(0));
+  const cpuRow = (name: string, c: ThroughputResult['cpu']) => [
+    name,
+    us(c.nodeUs),
+    us(c.postgresUs),
+    us(c.natsUs),
   ];
-  const lines = [
-    '| measurement | result | target | met |',
-    '|---|---|---|---|',
-    ...rows.map((c) => `| ${c.join(' | ')} |`),
-  ];
-  const us = (v: number | null) => (v === null ? '?' : v.toFixed(0));
-  const cpuRow = (t: ThroughputResult) => [
-    `${t.name}${t.logLevel ? `, ${t.logLevel}` : ''}`,
-    us(t.cpu.nodeUs),
-    us(t.cpu.postgresUs),
-    us(t.cpu.natsUs),
-  ];
-  // The daemon and its ceiling first, side by side, with what the daemon spends above it.
-  const sideBySide = [
-    x.ceiling,
-    x.required,
-    x.inbox('batched', 'warn'),
-    x.inbox('batched', 'info'),
-    x.coldCeiling,
-    x.cold,
-  ];
-  const inboxWarn = x.inbox('batched', 'warn');
-  const above = (a: number | null, b: number | null) =>
-    a === null || b === null ? '?' : String(Math.round(a - b) || 0);
-  const shown = (ts: Array<ThroughputResult | undefined>) =>
-    ts.filter((t): t is ThroughputResult => t !== undefined).map(cpuRow);
-  const cpuRows = [
-    ...shown(sideBySide.slice(0, 4)),
-    ...[
-      ['_inbox batched (warn) above the ceiling_', x.ceiling] as const,
-      ['_of which the required work_', x.ceiling, x.required] as const,
-      ['_inbox batched (warn) above the required work_', x.required] as const,
-    ].flatMap(([label, base, top = inboxWarn]) =>
-      base && top
-        ? [
-            [
-              label,
-              above(top.cpu.nodeUs, base.cpu.nodeUs),
-              above(top.cpu.postgresUs, base.cpu.postgresUs),
-              above(top.cpu.natsUs, base.cpu.natsUs),
-            ],
-          ]
-        : [],
-    ),
-    ...shown(sideBySide.slice(4)),
-    ...r.throughput.filter((t) => !sideBySide.includes(t)).map(cpuRow),
-    ...(r.drain ? [cpuRow(r.drain)] : []),
-    ...(r.watchdog?.sweeps ?? []).map((w) => [
-      `watchdog, ${n0(w.due)} due (per job)`,
-      us(w.cpu.nodeUs),
-      us(w.cpu.postgresUs),
-      '–',
-    ]),
-    ...(r.watchdog?.rawSweeps ?? []).map((w) => [
-      `raw SQL sweep, ${n0(w.due)} due (per job)`,
-      '–',
-      us(w.postgresUs),
-      '–',
-    ]),
-  ];
-  const cpuTable = [
-    "CPU time per envelope, µs (user + system from /proc; node = the consumer's process — for a daemon process its",
-    "whole life, start-up included; postgres = the consumer's own backends, so WAL writer and checkpointer are not",
-    'counted; compare rows of one run rather than runs of different days):',
+  const cpuRows: string[][] = [];
+  if (r.inbox) {
+    const { ceiling, warn, info } = r.inbox;
+    const above = (p: keyof ThroughputResult['cpu']) =>
+      warn.cpu[p] === null || ceiling.cpu[p] === null ? null : warn.cpu[p] - ceiling.cpu[p];
+    const excess = { nodeUs: above('nodeUs'), postgresUs: above('postgresUs'), natsUs: above('natsUs') };
+    cpuRows.push(
+      ...[ceiling, warn, info].map((t) => cpuRow(t.name, t.cpu)),
+      cpuRow(`_inbox (warn) above the ceiling_`, excess),
+    );
+  }
+  for (const t of [r.cold?.ceiling, r.cold?.daemon, r.tracing?.on, r.drain])
+    if (t) cpuRows.push(cpuRow(t.name, t.cpu));
+
+  return (
+    [
+      [
+        `Run ${r.date.slice(0, 16).replace('T', ' ')} UTC, commit ${r.commit}${r.dirty ? ' (+ uncommitted changes)' : ''}, scale ${r.scale}` +
+          (r.durationSeconds !== undefined ? `, ${Math.round(r.durationSeconds)} s` : ''),
+        `Machine: ${r.machine} — bench, nats-server and PostgreSQL share the cores.`,
+        `Defaults: ${Object.entries(r.defaults)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(', ')}.`,
+      ].join('  \n'),
+      table(['measurement', 'result', 'target', 'met'], rows),
+      ...(cpuRows.length === 0
+        ? []
+        : [
+            "CPU time per envelope, µs (user + system from /proc; node = the consumer's process — for a daemon process its " +
+              "whole life, start-up included; postgres = the consumer's own backends, so WAL writer and checkpointer are " +
+              'not counted; compare rows of one run rather than runs of different days):',
+            table(['run', 'node', 'postgres', 'nats-server'], cpuRows),
+          ]),
+    ].join('\n\n') + '\n'
+  );
+}
+
+/** One line of `bench/results/history.jsonl`: the run, then its {@link Headlines}. */
+export type HistoryEntry = Pick<BenchReport, 'date' | 'commit' | 'dirty' | 'scale' | 'machine'> & Headlines;
+
+export const LATEST_START = '<!-- latest-bench:start -->';
+export const LATEST_END = '<!-- latest-bench:end -->';
+
+/**
+ * `text` with the block between its latest-bench markers replaced by `tables` (kept from
+ * Prettier, which would realign them on every run); null when the markers are missing.
+ */
+export function withLatestTable(text: string, tables: string): string | null {
+  const a = text.indexOf(LATEST_START);
+  const b = text.indexOf(LATEST_END);
+  if (a < 0 || b < a) return null;
+  const block = [
+    LATEST_START,
+    '<!-- prettier-ignore-start -->',
+    'From [`bench/results/latest.json`](../bench/results/latest.json):',
     '',
-    '| run | node | postgres | nats-server |',
-    '|---|---|---|---|',
-    ...cpuRows.map((c) => `| ${c.join(' | ')} |`),
-  ];
-  return `${header.join('  \n')}\n\n${lines.join('\n')}\n${cpuRows.length > 0 ? `\n${cpuTable.join('\n')}\n` : ''}`;
+    tables.trimEnd(),
+    '<!-- prettier-ignore-end -->',
+    '',
+  ].join('\n');
+  return text.slice(0, a) + block + text.slice(b);
+}
+
+/** Write the latest result, append its history line and update the docs' tables. */
+export function recordRun(repoRoot: string, report: BenchReport, log: (l: string) => void): void {
+  const dir = join(repoRoot, 'bench', 'results');
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'latest.json'), JSON.stringify(report, null, 2) + '\n');
+  const { date, commit, dirty, scale, machine } = report;
+  const entry: HistoryEntry = { date, commit, dirty, scale, machine, ...headlines(report) };
+  appendFileSync(join(dir, 'history.jsonl'), JSON.stringify(entry) + '\n');
+  const doc = join(repoRoot, 'docs', 'performance.md');
+  const updated = withLatestTable(readFileSync(doc, 'utf8'), renderTable(report));
+  if (updated === null) log(`docs/performance.md has no ${LATEST_START} … ${LATEST_END} block: not updated`);
+  else writeFileSync(doc, updated);
+  log('wrote bench/results/latest.json, appended bench/results/history.jsonl, updated docs/performance.md');
 }

@@ -1,140 +1,76 @@
 /**
- * `npm run bench`: the daemon against its ceilings, side by side, in one run, on this machine.
- *
- *   1. start a private nats-server and create a fresh database (dropped at the end);
- *   2. warm up (JIT) each consumer on a small untimed run, and check that the ceiling leaves the
- *      same rows as the inbox;
- *   3. throughput: the ceiling (bench/ceiling.ts), the same with the inbox's required work, the
- *      daemon's inbox batched at warn and at info and the raw consumers, taking turns over the
- *      rounds; per message, raw and inbox;
- *   4. cold start: a daemon process started on a backlog, in turns with the ceiling;
- *   5. drain (with --drain): a daemon process on a backlog of 1 000 000, its RSS sampled;
- *   5½. tracing: the inbox with tracing off against the same inbox without its tracing code
- *      (bench/untraced.ts), in turns; then a daemon process with tracing on, exporting to a local
- *      OTLP receiver, beside the same process with tracing off;
- *   6. latency publish → commit at half the daemon's batched maximum, over its rounds;
- *   7. watchdog: due jobs among 1 000 000 rows, against one SQL statement, then idle sweeps;
- *   8. CPU per event and memory over 1 000 000 events (child processes);
- *   9. print the markdown table; a full run records itself (bench/record.ts).
- *
- * Flags (`--help`): `--scale N` multiplies every size (default 1: a few minutes); `--only a,b`
- * runs some sections and records nothing.
+ * `npm run bench`: the daemon against its ceilings, side by side, in one run, on this machine. It
+ * starts a private nats-server and a fresh database (dropped at the end), warms up the inbox and
+ * the ceiling on a small untimed run each and checks that they leave the same rows, runs the
+ * sections (`inbox`, `cold`, `tracing`, `latency`, `watchdog`, `cli`; `drain` with --drain), the
+ * runs that are compared taking turns over `--rounds`, prints the tables, and a full run records
+ * itself (bench/report.ts `recordRun`). `--help` lists the flags.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { cpus, totalmem } from 'node:os';
-import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError } from 'commander';
 import { findNatsServerBinary } from '../src/localServers/natsServer.js';
-import type { CpuResult } from './cpu.js';
-import { startBenchEnv, type BenchEnv } from './env.js';
-import { measureLatency, type LatencyResult } from './latency.js';
-import type { MemoryResult } from './memory.js';
-import type { CpuSplit } from './processCpu.js';
-import { recordRun } from './record.js';
-import { renderTable, TRACING_ROWS, type BenchReport } from './report.js';
+import { startOtlpReceiver } from '../src/tracing/otlpReceiver.js';
 import { CEILING_NAME } from './ceiling.js';
+import { measureCliStartup } from './cliStartup.js';
+import { startBenchEnv, type CpuSplit } from './env.js';
+import { measureLatency } from './latency.js';
+import { recordRun, renderTable, type BenchReport } from './report.js';
 import {
   measureCeiling,
   measureDaemonProcess,
   measureInbox,
-  measureRaw,
   rowShapes,
   type ThroughputResult,
 } from './throughput.js';
-import type { WatchdogChildArgs } from './child.js';
-import type { WatchdogResult } from './watchdog.js';
-import { loadUntracedDaemon } from './untraced.js';
-import { startOtlpReceiver } from '../src/tracing/otlpReceiver.js';
+import { measureWatchdogInChild } from './watchdog.js';
 
-const SECTIONS = [
-  'raw',
-  'inbox',
-  'cold',
-  'tracing',
-  'latency',
-  'watchdog',
-  'cpu',
-  'memory',
-  'drain',
-] as const;
-/** The sections of a full run; `drain` takes several minutes and runs with `--drain`. */
-const FULL_RUN: readonly Section[] = SECTIONS.filter((s) => s !== 'drain');
+const SECTIONS = ['inbox', 'cold', 'tracing', 'latency', 'watchdog', 'cli', 'drain'] as const;
 type Section = (typeof SECTIONS)[number];
 
-interface Args {
-  scale: number;
-  rounds: number;
-  /** Rounds of the latency target. */
-  latencyRounds: number;
-  only: Set<Section>;
-  /** Publish rate of the latency section; by default half the batched maximum of the run. */
-  latencyRate: number | undefined;
-  /** Record the run (latest result, history, docs): a full run at the default rate, unless --dry-run. */
-  record: boolean;
-}
-
-const positiveNumber = (flag: string) => (v: string) => {
+const positive = (integer: boolean) => (v: string) => {
   const n = Number(v);
-  if (!(n > 0)) throw new InvalidArgumentError(`${flag} must be a positive number`);
-  return n;
-};
-const positiveInteger = (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive integer');
+  if (!(n > 0) || (integer && !Number.isInteger(n)))
+    throw new InvalidArgumentError(`must be a positive ${integer ? 'integer' : 'number'}`);
   return n;
 };
 const sectionList = (v: string) => {
   const names = v.split(',');
-  for (const n of names)
-    if (!(SECTIONS as readonly string[]).includes(n))
-      throw new InvalidArgumentError(`unknown section ${n} (${SECTIONS.join(', ')})`);
+  const unknown = names.filter((n) => !(SECTIONS as readonly string[]).includes(n));
+  if (unknown.length > 0)
+    throw new InvalidArgumentError(`unknown section ${unknown.join(', ')} (${SECTIONS.join(', ')})`);
   return new Set(names as Section[]);
 };
 
-function parseArgs(argv: string[]): Args {
-  const program = new Command('bench')
-    .description('measure the daemon against its ceilings, side by side, on this machine')
-    .option('--scale <n>', 'multiply every size', positiveNumber('--scale'), 1)
-    .option('--rounds <n>', 'rounds of the compared runs (medians reported)', positiveInteger, 3)
-    .option('--latency-rounds <n>', 'rounds of the latency target', positiveInteger, 5)
-    .option('--drain', 'add the drain section to a full run (several minutes)')
-    .option(
-      '--only <sections>',
-      `run some sections only (${SECTIONS.join(',')}); records nothing`,
-      sectionList,
-    )
-    .option(
-      '--latency-rate <n>',
-      'latency at this publish rate; records nothing',
-      positiveNumber('--latency-rate'),
-    )
-    .option('--dry-run', 'a full run that records nothing')
-    .allowExcessArguments(false)
-    .parse(argv, { from: 'user' });
-  const o = program.opts<{
+const o = new Command('bench')
+  .description('measure the daemon against its ceilings, side by side, on this machine')
+  .option('--scale <n>', 'multiply every size', positive(false), 1)
+  .option('--rounds <n>', 'rounds of the compared runs (medians reported)', positive(true), 3)
+  .option('--latency-rounds <n>', 'rounds of the latency target', positive(true), 5)
+  .option('--latency-rate <n>', 'latency at this publish rate; records nothing', positive(false))
+  .option('--drain', 'add the drain section to a full run (several minutes)')
+  .option('--only <sections>', `run some sections only (${SECTIONS.join(',')}); records nothing`, sectionList)
+  .option('--dry-run', 'a full run that records nothing')
+  .allowExcessArguments(false)
+  .parse(process.argv)
+  .opts<{
     scale: number;
     rounds: number;
     latencyRounds: number;
+    latencyRate?: number;
     drain?: boolean;
     only?: Set<Section>;
-    latencyRate?: number;
     dryRun?: boolean;
   }>();
-  return {
-    scale: o.scale,
-    rounds: o.rounds,
-    latencyRounds: o.latencyRounds,
-    only: o.only ?? new Set([...FULL_RUN, ...(o.drain ? (['drain'] as const) : [])]),
-    latencyRate: o.latencyRate,
-    record: o.only === undefined && o.latencyRate === undefined && o.dryRun !== true,
-  };
-}
+const only = o.only ?? new Set(SECTIONS.filter((s) => s !== 'drain' || o.drain));
+const record = o.only === undefined && o.latencyRate === undefined && o.dryRun !== true;
 
-const here = dirname(fileURLToPath(import.meta.url));
-const repoRoot = join(here, '..', '..');
+const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 const log = (line: string) => process.stderr.write(line + '\n');
-
+const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+const cpuText = (c: CpuSplit) =>
+  `node ${c.nodeUs?.toFixed(0) ?? '?'} µs, postgres ${c.postgresUs?.toFixed(0) ?? '?'} µs, nats ${c.natsUs?.toFixed(0) ?? '?'} µs`;
 function git(args: string[]): string {
   try {
     return execFileSync('git', args, {
@@ -147,358 +83,169 @@ function git(args: string[]): string {
   }
 }
 
+const s = o.scale;
+const sizes = {
+  batched: Math.round(30_000 * s),
+  backlog: Math.round(50_000 * s),
+  drain: Math.round(1_000_000 * s),
+  warmup: 3_000,
+  latencySeconds: 10 * s,
+  watchdogRows: Math.round(1_000_000 * s),
+  watchdogDue: Math.round(100_000 * s),
+  cliRuns: 15,
+};
+const started = Date.now();
+log(`bench: scale ${s}, sections ${[...only].join(', ')}`);
+const env = await startBenchEnv();
+process.once('SIGINT', () => void env.close().finally(() => process.exit(130)));
+const cfg = env.config();
+const report: BenchReport = {
+  date: new Date().toISOString(),
+  commit: git(['rev-parse', '--short', 'HEAD']) || 'unknown',
+  dirty: git(['status', '--porcelain']) !== '',
+  scale: s,
+  machine: [
+    `${cpus().length} × ${cpus()[0]?.model ?? 'unknown'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}`,
+    `PostgreSQL ${(await env.pool.query<{ v: string }>(`SELECT current_setting('server_version') AS v`)).rows[0]!.v}`,
+    execFileSync(findNatsServerBinary(), ['--version'], { encoding: 'utf8' }).trim(),
+  ].join('; '),
+  defaults: {
+    INBOX_BATCH_SIZE: cfg.INBOX_BATCH_SIZE,
+    INBOX_CONCURRENCY: cfg.INBOX_CONCURRENCY,
+    DB_POOL_SIZE: cfg.DB_POOL_SIZE,
+    WATCHDOG_BATCH_SIZE: cfg.WATCHDOG_BATCH_SIZE,
+    WATCHDOG_CONCURRENCY: cfg.WATCHDOG_CONCURRENCY,
+  },
+};
+
+/** Run `fn` once and log its figures. */
+async function runOnce(fn: () => Promise<ThroughputResult>): Promise<ThroughputResult> {
+  const r = await fn();
+  log(
+    `  ${r.name}: ${fmt(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})` +
+      (r.startupSeconds !== undefined ? `; start → first delivery ${r.startupSeconds.toFixed(2)} s` : '') +
+      (r.maxRssBytes !== undefined ? `; max RSS ${(r.maxRssBytes / 2 ** 20).toFixed(0)} MiB` : ''),
+  );
+  return r;
+}
+
 /**
- * V8 flags of the memory child: a young generation of a fixed size, collected on the main thread.
- * By default V8 grows the young generation while the allocation rate stays high (RSS grows by
- * tens of MiB while the heap in use stays flat), and the parallel collector's threads move RSS
- * by ±15 % from run to run: with these flags RSS follows what the run retains. The same run with V8's defaults is reported beside it.
+ * Runs compared with each other, taking turns over the rounds (so a slow minute of the machine
+ * hits every side alike); each reported as its median round, with every round's rate.
  */
-export const MEMORY_V8_FLAGS = [
-  '--min-semi-space-size=16',
-  '--max-semi-space-size=16',
-  '--single-threaded-gc',
-];
-
-/** Run bench/child.ts with `args` (its progress on this process's stderr); its JSON result. */
-function child<T>(args: string[], v8Flags: string[] = []): T {
-  const r = spawnSync(process.execPath, ['--expose-gc', ...v8Flags, join(here, 'child.js'), ...args], {
-    encoding: 'utf8',
-    maxBuffer: 16 * 1024 * 1024,
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  if (r.status !== 0) throw new Error(`child ${args.join(' ')} failed (${r.status}); its output is above`);
-  return JSON.parse(r.stdout) as T;
-}
-
-const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
-const cpuText = (c: CpuSplit) =>
-  [
-    `node ${c.nodeUs?.toFixed(0) ?? '?'} µs`,
-    `postgres ${c.postgresUs?.toFixed(0) ?? '?'} µs`,
-    ...(c.natsUs !== null ? [`nats ${c.natsUs.toFixed(0)} µs`] : []),
-  ].join(', ');
-
-async function main(): Promise<void> {
-  const args = parseArgs(process.argv.slice(2));
-  const s = args.scale;
-  const sizes = {
-    perMessage: Math.round(5_000 * s),
-    batched: Math.round(30_000 * s),
-    backlog: Math.round(50_000 * s),
-    drain: Math.round(1_000_000 * s),
-    warmup: 3_000,
-    latencySeconds: 10 * s,
-    watchdogRows: Math.round(1_000_000 * s),
-    watchdogDue: [Math.round(10_000 * s), Math.round(100_000 * s)],
-    idleSweeps: 25,
-    cpuEvents: Math.round(300_000 * s),
-    memory: [Math.round(100_000 * s), Math.round(1_000_000 * s)],
-  };
-  const started = Date.now();
-  log(`bench: scale ${s}, sections ${[...args.only].join(', ')}`);
-  const env: BenchEnv = await startBenchEnv();
-  const cleanup = () => {
-    void env.close().finally(() => process.exit(130));
-  };
-  process.once('SIGINT', cleanup);
-  const report: BenchReport = {
-    date: new Date().toISOString(),
-    commit: git(['rev-parse', '--short', 'HEAD']) || 'unknown',
-    dirty: git(['status', '--porcelain']) !== '',
-    scale: s,
-    machine: {
-      cpus: cpus().length,
-      cpuModel: cpus()[0]?.model ?? 'unknown',
-      memoryGiB: Math.round(totalmem() / 2 ** 30),
-      node: process.version,
-      postgres: '',
-      natsServer: '',
-    },
-    defaults: {},
-    throughput: [],
-  };
-  try {
-    report.machine.postgres = (
-      await env.pool.query<{ v: string }>(`SELECT current_setting('server_version') AS v`)
-    ).rows[0]!.v;
-    report.machine.natsServer = execFileSync(findNatsServerBinary(), ['--version'], {
-      encoding: 'utf8',
-    }).trim();
-    const cfg = env.config();
-    report.defaults = {
-      INBOX_BATCH_SIZE: cfg.INBOX_BATCH_SIZE,
-      INBOX_CONCURRENCY: cfg.INBOX_CONCURRENCY,
-      DB_POOL_SIZE: cfg.DB_POOL_SIZE,
-      WATCHDOG_BATCH_SIZE: cfg.WATCHDOG_BATCH_SIZE,
-      WATCHDOG_CONCURRENCY: cfg.WATCHDOG_CONCURRENCY,
-    };
-
-    const runOnce = async (label: string, fn: () => Promise<ThroughputResult>) => {
-      const r = await fn();
-      log(
-        `  ${label}: ${fmt(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})` +
-          (r.startupSeconds !== undefined
-            ? `; start → first delivery ${r.startupSeconds.toFixed(2)} s`
-            : '') +
-          (r.maxRssBytes !== undefined ? `; max RSS ${(r.maxRssBytes / 2 ** 20).toFixed(0)} MiB` : ''),
-      );
-      return r;
-    };
-    /**
-     * The runs that are compared with each other, taking turns over `rounds` rounds (so a slow
-     * minute of the machine hits every side alike); each one reported as its median run.
-     */
-    const compared = async (runs: Array<[label: string, fn: () => Promise<ThroughputResult>]>) => {
-      const results = runs.map((): ThroughputResult[] => []);
-      for (let round = 1; round <= args.rounds; round++) {
-        if (args.rounds > 1) log(`round ${round} of ${args.rounds}`);
-        for (const [i, [label, fn]] of runs.entries()) results[i]!.push(await runOnce(label, fn));
-      }
-      const medians = results.map((rs) => {
-        const sorted = [...rs].sort((a, b) => a.perSecond - b.perSecond);
-        return {
-          ...sorted[Math.floor((sorted.length - 1) / 2)]!,
-          roundsPerSecond: rs.map((r) => r.perSecond),
-        };
-      });
-      report.throughput.push(...medians);
-      return medians;
-    };
-    const perMessage = { name: 'inbox, per message (batch 1, concurrency 8)', batchSize: 1, concurrency: 8 };
-    const batched = { name: 'inbox, batched (defaults)' };
-    const raw = args.only.has('raw');
-    const inbox = args.only.has('inbox');
-
-    if (raw || inbox || args.only.has('latency') || args.only.has('cold')) {
-      log('warm-up (untimed)');
-      if (raw) {
-        await measureRaw(env, 'message', sizes.warmup);
-        await measureRaw(env, 'batch', sizes.warmup);
-      }
-      await measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.warmup);
-      // The ceiling must leave the rows the inbox leaves for the same envelopes.
-      await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.warmup);
-      const inboxRows = await rowShapes(env.pool);
-      await measureCeiling(env, sizes.warmup);
-      const ceilingRows = await rowShapes(env.pool);
-      if (ceilingRows !== inboxRows) {
-        throw new Error(`the ceiling left other rows than the inbox:\n${ceilingRows}\n${inboxRows}`);
-      }
-      await measureCeiling(env, sizes.warmup, { work: 'required' });
-      if ((await rowShapes(env.pool)) !== inboxRows) {
-        throw new Error('the ceiling with the required work left other rows than the inbox');
-      }
-      log('  the ceiling (with and without the required work) and the inbox left the same rows');
-    }
-    let batchedMax: number | undefined;
-    if (raw || inbox) {
-      log(
-        `throughput: ${[raw && 'raw consumers', inbox && 'ceiling and daemon inbox'].filter(Boolean).join(' and ')}, ${args.rounds} round(s)`,
-      );
-      const perMessageRuns: Array<[string, () => Promise<ThroughputResult>]> = [];
-      const batchedRuns: Array<[string, () => Promise<ThroughputResult>]> = [];
-      if (raw) perMessageRuns.push(['raw, per message', () => measureRaw(env, 'message', sizes.perMessage)]);
-      if (inbox)
-        perMessageRuns.push([
-          'inbox, per message, warn',
-          () => measureInbox(env, { ...perMessage, logLevel: 'warn' }, sizes.perMessage),
-        ]);
-      if (inbox) {
-        batchedRuns.push(['ceiling', () => measureCeiling(env, sizes.batched)]);
-        batchedRuns.push([
-          'ceiling with the required work',
-          () => measureCeiling(env, sizes.batched, { work: 'required' }),
-        ]);
-        batchedRuns.push([
-          'inbox, batched, warn',
-          () => measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched),
-        ]);
-        batchedRuns.push([
-          'inbox, batched, info',
-          () => measureInbox(env, { ...batched, logLevel: 'info' }, sizes.batched),
-        ]);
-      }
-      if (raw) batchedRuns.push(['raw, fetched batches', () => measureRaw(env, 'batch', sizes.batched)]);
-      await compared(perMessageRuns);
-      const b = await compared(batchedRuns);
-      if (inbox) batchedMax = b[2]!.perSecond;
-    }
-    if (inbox) {
-      // Per message at info: reported, one round.
-      report.throughput.push(
-        await runOnce('inbox, per message, info', () =>
-          measureInbox(env, { ...perMessage, logLevel: 'info' }, sizes.perMessage),
-        ),
-      );
-    }
-    if (args.only.has('cold')) {
-      log(`cold start: a daemon process on a backlog of ${fmt(sizes.backlog)}, in turns with the ceiling`);
-      await compared([
-        [
-          `ceiling, ${fmt(sizes.backlog)} backlog`,
-          () =>
-            measureCeiling(env, sizes.backlog, { name: `${CEILING_NAME}, backlog of ${fmt(sizes.backlog)}` }),
-        ],
-        [
-          'daemon process, cold start',
-          () =>
-            measureDaemonProcess(
-              env,
-              { name: `daemon process, cold start on a backlog of ${fmt(sizes.backlog)}`, logLevel: 'warn' },
-              sizes.backlog,
-            ),
-        ],
-      ]);
-    }
-    if (args.only.has('tracing')) {
-      log(`tracing: the inbox batched at warn, tracing off, against the same inbox without its tracing code`);
-      const untraced = await loadUntracedDaemon();
-      const without = { name: TRACING_ROWS.without, logLevel: 'warn' as const, start: untraced };
-      const off = { name: TRACING_ROWS.off, logLevel: 'warn' as const };
-      // Both variants warmed up alike (JIT), then compared in turns.
-      await measureInbox(env, without, sizes.warmup);
-      await measureInbox(env, off, sizes.warmup);
-      await compared([
-        ['inbox without the tracing code', () => measureInbox(env, without, sizes.batched)],
-        ['inbox, tracing off', () => measureInbox(env, off, sizes.batched)],
-      ]);
-      log(
-        'tracing on: a daemon process exporting to a local OTLP receiver, beside the same process with tracing off',
-      );
-      const receiver = await startOtlpReceiver();
-      try {
-        report.throughput.push(
-          await runOnce('daemon process, tracing off', () =>
-            measureDaemonProcess(env, { name: TRACING_ROWS.processOff, logLevel: 'warn' }, sizes.batched),
-          ),
-        );
-        report.throughput.push(
-          await runOnce('daemon process, tracing on', () =>
-            measureDaemonProcess(
-              env,
-              {
-                name: TRACING_ROWS.processOn,
-                logLevel: 'warn',
-                env: { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: receiver.tracesUrl, OTEL_SDK_DISABLED: 'false' },
-              },
-              sizes.batched,
-            ),
-          ),
-        );
-        report.tracing = { spansReceived: receiver.spans().length, exportRequests: receiver.requests() };
-        log(
-          `  the receiver got ${fmt(report.tracing.spansReceived)} spans in ${report.tracing.exportRequests} export requests`,
-        );
-      } finally {
-        await receiver.close();
-      }
-    }
-    if (args.only.has('drain')) {
-      log(`drain: a daemon process on a backlog of ${fmt(sizes.drain)}, RSS sampled`);
-      const t0 = performance.now();
-      report.drain = await runOnce('daemon process, drain', () =>
-        measureDaemonProcess(
-          env,
-          { name: `daemon process, drain of a backlog of ${fmt(sizes.drain)}`, logLevel: 'warn' },
-          sizes.drain,
-        ),
-      );
-      log(
-        `  (the drain section took ${((performance.now() - t0) / 1000).toFixed(0)} s with its preparation)`,
-      );
-    }
-    if (args.only.has('latency')) {
-      // --latency-rate: a fixed rate, to compare configurations or builds at the same load.
-      const rate =
-        args.latencyRate ??
-        Math.round(
-          (batchedMax ??
-            (await measureInbox(env, { ...batched, logLevel: 'warn' }, sizes.batched)).perSecond) / 2,
-        );
-      log(
-        `latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s, ${args.latencyRounds} round(s)`,
-      );
-      const fixed = args.latencyRate === undefined ? {} : { fixedRate: true };
-      const once = async (publish: 'core' | 'jetstream') => {
-        const r: LatencyResult = {
-          ...(await measureLatency(env, rate, sizes.latencySeconds, 'warn', publish)),
-          ...fixed,
-        };
-        log(
-          `  ${publish} publish: p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`,
-        );
-        return r;
-      };
-      // The target, with the lightest publisher, over its rounds; then the same with
-      // JetStream-acknowledged publishing, one round, reported (see bench/latencyPublisher.ts).
-      report.latencyRounds = [];
-      for (let i = 0; i < args.latencyRounds; i++) report.latencyRounds.push(await once('core'));
-      report.latency = [...report.latencyRounds].sort((a, b) => a.p99Ms - b.p99Ms)[
-        Math.floor((report.latencyRounds.length - 1) / 2)
-      ];
-      report.latencyJetStream = await once('jetstream');
-    }
-    if (args.only.has('watchdog')) {
-      log(`watchdog: ${fmt(sizes.watchdogRows)} rows`);
-      // The target sweep (the last size) is repeated `rounds` times, on newly due rows each time.
-      const dues = [
-        ...sizes.watchdogDue.slice(0, -1),
-        ...Array.from({ length: args.rounds }, () => sizes.watchdogDue.at(-1)!),
-      ];
-      // In a process of its own, as the daemon runs it, not in this one with what the earlier
-      // sections left in its heap: the sweep's node CPU is part of what is timed.
-      const watchdogArgs: WatchdogChildArgs = {
-        databaseUrl: env.databaseUrl,
-        natsUrl: env.natsUrl,
-        rows: sizes.watchdogRows,
-        dues,
-        idleSweeps: sizes.idleSweeps,
-      };
-      const w = child<WatchdogResult>(['watchdog', JSON.stringify(watchdogArgs)]);
-      for (const sw of w.sweeps) {
-        log(
-          `  ${fmt(sw.due)} due: ${sw.seconds.toFixed(2)} s (${fmt(sw.perSecond)} jobs/s; CPU per job: ${cpuText(sw.cpu)})`,
-        );
-      }
-      log(`  idle sweep: median ${w.idle.medianMs.toFixed(2)} ms`);
-      report.watchdog = w;
-    }
-    if (args.only.has('cpu')) {
-      // Three fresh processes, the median one reported: V8's young-generation sizing makes a
-      // single process land in a fast or a slow regime (several times apart for the same code).
-      log('cpu per event (3 child processes)');
-      const runs = [0, 1, 2]
-        .map(() => child<CpuResult>(['cpu', String(sizes.cpuEvents)]))
-        .sort((a, b) => a.machineUs - b.machineUs);
-      const c = { ...runs[1]!, runsUs: runs.map((r) => r.machineUs) };
-      log(
-        `  decide()+diff ${c.machineUs.toFixed(2)} µs (runs: ${c.runsUs.map((u) => u.toFixed(1)).join(', ')}), switch+diff ${c.switchUs.toFixed(2)} µs`,
-      );
-      report.cpu = c;
-    }
-    if (args.only.has('memory')) {
-      log('memory (child process)');
-      const m: MemoryResult = {
-        ...child<MemoryResult>(['memory', sizes.memory.join(',')], MEMORY_V8_FLAGS),
-        v8Flags: MEMORY_V8_FLAGS,
-        withDefaultFlags: child<MemoryResult>(['memory', sizes.memory.join(',')]),
-      };
-      log(
-        `  ${m.checkpoints.map((c) => `${fmt(c.events)} events: ${(c.rssBytes / 2 ** 20).toFixed(1)} MiB`).join(', ')}`,
-      );
-      report.memory = m;
-    }
-  } finally {
-    await env.close();
+async function compared(runs: Array<() => Promise<ThroughputResult>>) {
+  const results = runs.map((): ThroughputResult[] => []);
+  for (let round = 1; round <= o.rounds; round++) {
+    if (o.rounds > 1) log(`round ${round} of ${o.rounds}`);
+    for (const [i, fn] of runs.entries()) results[i]!.push(await runOnce(fn));
   }
-  report.durationSeconds = (Date.now() - started) / 1000;
-
-  const table = renderTable(report);
-  process.stdout.write('\n' + table + '\n');
-  if (args.record) recordRun(repoRoot, report, table, log);
+  return results.map((rs) => ({
+    ...[...rs].sort((a, b) => a.perSecond - b.perSecond)[Math.floor((rs.length - 1) / 2)]!,
+    roundsPerSecond: rs.map((r) => r.perSecond),
+  }));
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`bench failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-  process.exit(1);
-});
+const daemonProcess = (name: string, n: number, extra?: Record<string, string>) => () =>
+  measureDaemonProcess(env, { name, logLevel: 'warn', env: extra }, n);
+const backlog = (n: number) => `, backlog of ${fmt(n)}`;
+
+try {
+  if (only.has('inbox') || only.has('latency') || only.has('cold')) {
+    log('warm-up (untimed)');
+    // The ceiling must leave the rows the inbox leaves for the same envelopes.
+    await measureInbox(env, { name: 'warm-up', logLevel: 'warn' }, sizes.warmup);
+    const inboxRows = await rowShapes(env.pool);
+    await measureCeiling(env, sizes.warmup);
+    const ceilingRows = await rowShapes(env.pool);
+    if (ceilingRows !== inboxRows) {
+      throw new Error(`the ceiling left other rows than the inbox:\n${ceilingRows}\n${inboxRows}`);
+    }
+    log('  the ceiling and the inbox left the same rows');
+  }
+  if (only.has('inbox')) {
+    log(`inbox: the ceiling and the daemon's inbox, ${o.rounds} round(s)`);
+    const inbox = (logLevel: 'warn' | 'info') => () =>
+      measureInbox(env, { name: `inbox, batched, LOG_LEVEL=${logLevel}`, logLevel }, sizes.batched);
+    const [ceiling, warn, info] = await compared([
+      () => measureCeiling(env, sizes.batched),
+      inbox('warn'),
+      inbox('info'),
+    ]);
+    report.inbox = { ceiling: ceiling!, warn: warn!, info: info! };
+  }
+  if (only.has('cold') || only.has('tracing')) {
+    // The daemon as shipped (tracing off) in turns with the ceiling (`cold`) and with the same
+    // daemon exporting its spans to a local OTLP receiver (`tracing`), all on the same backlog.
+    log(`cold, tracing: daemon processes on a backlog of ${fmt(sizes.backlog)}`);
+    const receiver = only.has('tracing') ? await startOtlpReceiver() : undefined;
+    try {
+      const of = backlog(sizes.backlog);
+      const daemon = 'daemon process, cold start (first delivery → last ack), tracing off, LOG_LEVEL=warn';
+      const traced = 'daemon process, tracing on (OTLP/HTTP to a local receiver), LOG_LEVEL=warn';
+      const results = await compared([
+        ...(only.has('cold') ? [() => measureCeiling(env, sizes.backlog, { name: CEILING_NAME + of })] : []),
+        daemonProcess(daemon + of, sizes.backlog),
+        ...(receiver
+          ? [
+              daemonProcess(traced + of, sizes.backlog, {
+                OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: receiver.tracesUrl,
+              }),
+            ]
+          : []),
+      ]);
+      const ceiling = only.has('cold') ? results.shift() : undefined;
+      report.cold = { ceiling, daemon: results[0]! };
+      if (receiver) {
+        const spansReceived = receiver.spans().length;
+        log(`  the receiver got ${fmt(spansReceived)} spans in ${receiver.requests()} requests`);
+        // A daemon that exported nothing did not trace: the comparison would be of off with off.
+        if (spansReceived === 0) throw new Error('the daemon with tracing on exported no span');
+        report.tracing = { on: results[1]!, spansReceived, runs: o.rounds };
+      }
+    } finally {
+      await receiver?.close();
+    }
+  }
+  if (only.has('latency')) {
+    const rate =
+      o.latencyRate ??
+      Math.round(
+        (report.inbox?.warn ?? (await measureInbox(env, { name: 'rate', logLevel: 'warn' }, sizes.batched)))
+          .perSecond / 2,
+      );
+    log(`latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s, ${o.latencyRounds} round(s)`);
+    report.latencyRounds = [];
+    for (let i = 0; i < o.latencyRounds; i++) {
+      const r = await measureLatency(env, rate, sizes.latencySeconds);
+      if (o.latencyRate !== undefined) r.fixedRate = true;
+      log(
+        `  p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`,
+      );
+      report.latencyRounds.push(r);
+    }
+  }
+  if (only.has('watchdog')) {
+    log(
+      `watchdog: ${fmt(sizes.watchdogDue)} due among ${fmt(sizes.watchdogRows)} rows, ${o.rounds} round(s)`,
+    );
+    const { watchdogRows: rows, watchdogDue: due } = sizes;
+    const { databaseUrl, nats } = env;
+    report.watchdog = measureWatchdogInChild({ databaseUrl, natsUrl: nats.url, rows, due, rounds: o.rounds });
+  }
+  if (only.has('cli')) {
+    log(`cli: the command's start-up beside node -e 0, ${sizes.cliRuns} runs each`);
+    report.cli = measureCliStartup(env.databaseUrl, sizes.cliRuns);
+    for (const c of Object.values(report.cli.commands)) log(`  ${c.label}: ${c.wallMs.toFixed(0)} ms`);
+  }
+  if (only.has('drain')) {
+    log(`drain: a daemon process on a backlog of ${fmt(sizes.drain)}, RSS sampled`);
+    report.drain = await runOnce(
+      daemonProcess('daemon process, drain, LOG_LEVEL=warn' + backlog(sizes.drain), sizes.drain),
+    );
+  }
+} finally {
+  await env.close();
+}
+report.durationSeconds = (Date.now() - started) / 1000;
+process.stdout.write('\n' + renderTable(report) + '\n');
+if (record) recordRun(repoRoot, report, log);

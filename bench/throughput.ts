@@ -1,38 +1,35 @@
 /**
- * Throughput, end to end: N published jobs, N result envelopes already in the stream; the clock
- * starts when the consumer is started and stops when JetStream reports every envelope acked
- * (`core-inbox`'s ack floor reaches the last sequence). Every run starts from the same state
- * (tables truncated and reseeded, stream recreated, a checkpoint taken) and ends with a check that
- * every job is `done` with its object, transition and file — a fast wrong run fails the bench.
- *
- * The daemon runs in this process through `startDaemon` (inbox loop only, as in production minus
- * the idle watchdog/publisher/HTTP), logging JSON lines to a temporary file at the given level;
- * or as its own process (`recognition-core start`, every loop) started on a backlog, timed from
- * its first delivery to its last ack, its RSS sampled.
+ * Throughput, end to end, from N results already in the stream for N published jobs: timed from
+ * the consumer's start (a daemon process: its first delivery) until JetStream reports the last
+ * envelope acked. Every run starts from the same state (tables reseeded, stream recreated, a
+ * checkpoint taken) and ends with a check of every row — a fast wrong run fails the bench.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pino from 'pino';
-import pg from 'pg';
-import { startDaemon } from '../src/daemon/daemon.js';
+import type pg from 'pg';
+import type { Config } from '../src/config.js';
+import { startDaemon, type DaemonOptions } from '../src/daemon/daemon.js';
 import { createLogger } from '../src/logger.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
-import { CEILING, CEILING_NAME, REQUIRED_WORK_NAME, startCeiling, type CeilingWork } from './ceiling.js';
+import { CEILING, CEILING_NAME, startCeiling } from './ceiling.js';
 import {
+  benchPool,
   checkAllDone,
   checkpoint,
   prePublish,
+  processCpuMs,
   resetStream,
+  rssBytes,
   seedPublishedJobs,
-  truncateAll,
+  startCpuSplit,
   waitAllAcked,
   type BenchEnv,
+  type CpuSplit,
 } from './env.js';
-import { backendPids, findPid, processCpuMs, startCpuSplit, type CpuSplit } from './processCpu.js';
-import { startRawConsumer } from './rawConsumer.js';
 
 /** One throughput measurement. */
 export interface ThroughputResult {
@@ -42,10 +39,8 @@ export interface ThroughputResult {
   perSecond: number;
   batchSize: number;
   concurrency: number;
-  logLevel: string | null;
-  /** Bytes the daemon logged during the run (null for the raw consumer). */
-  logBytes: number | null;
-  /** CPU per envelope of this process, the consumer's PostgreSQL backends and nats-server. */
+  logLevel: LogLevel | null;
+  /** CPU per envelope of the consumer's process, its PostgreSQL backends and nats-server. */
   cpu: CpuSplit;
   /** When measured over several rounds (this is the median one): every round's envelopes/s. */
   roundsPerSecond?: number[];
@@ -61,9 +56,11 @@ export interface TimedHooks {
   ended(): Promise<void>;
 }
 
-/** Truncate, seed `n` jobs, recreate the stream, publish `n` results, checkpoint. */
+/** The daemon's log level in a run: `warn` logs nothing per envelope, `info` one line each. */
+export type LogLevel = 'info' | 'warn';
+
+/** Seed `n` jobs, recreate the stream, publish `n` results, checkpoint; the last sequence. */
 async function prepare(env: BenchEnv, n: number): Promise<number> {
-  await truncateAll(env.pool);
   const jobs = await seedPublishedJobs(env.pool, n);
   await resetStream(env.jsm, env.config());
   const last = await prePublish(env.js, jobs);
@@ -71,84 +68,94 @@ async function prepare(env: BenchEnv, n: number): Promise<number> {
   return last;
 }
 
-function timeoutFor(n: number): number {
-  // Generous: 200 envelopes/s would be a broken run, not a slow one.
-  return 60_000 + n * 5;
-}
+/** Generous: 200 envelopes/s would be a broken run, not a slow one. */
+export const timeoutFor = (n: number) => 60_000 + n * 5;
 
-/** The raw consumer of bench/rawConsumer.ts. */
-export async function measureRaw(
+/** A consumer in this process: started on the backlog, its backends connected as `applicationName`. */
+async function inProcess(
   env: BenchEnv,
-  mode: 'message' | 'batch',
   n: number,
-): Promise<ThroughputResult> {
+  applicationName: string,
+  timed: TimedHooks | undefined,
+  start: () => Promise<{ stop(): Promise<unknown> }>,
+): Promise<Pick<ThroughputResult, 'envelopes' | 'seconds' | 'perSecond' | 'cpu'>> {
   const last = await prepare(env, n);
-  const pool = new pg.Pool({ connectionString: env.databaseUrl, max: 10, application_name: 'bench-raw' });
-  // pool.end() resolves before its connections have closed: one the bench's DROP DATABASE … FORCE
-  // reaches first emits 'error' with nobody listening, which would end the run.
-  pool.on('connect', (client) => client.on('error', () => undefined));
-  const inFlight = 8;
-  const batchSize = 100;
+  await timed?.started();
+  const split = startCpuSplit(env);
+  const started = performance.now();
+  const consumer = await start();
+  let seconds: number;
+  let cpu: CpuSplit;
   try {
-    const split = startCpuSplit(findPid(env.nats.configFile));
-    const started = performance.now();
-    const raw = await startRawConsumer({ pool, js: env.js, mode, inFlight, batchSize });
     await waitAllAcked(env.jsm, last, timeoutFor(n));
-    const seconds = (performance.now() - started) / 1000;
-    const cpu = split.end(await backendPids(env.pool, 'bench-raw'), n);
-    await raw.stop();
-    await checkAllDone(env.pool, n);
-    return {
-      name:
-        mode === 'message' ? 'raw, one tx per message, 8 in flight' : 'raw, one tx per fetched batch of 100',
-      envelopes: n,
-      seconds,
-      perSecond: n / seconds,
-      batchSize: mode === 'message' ? 1 : batchSize,
-      concurrency: mode === 'message' ? inFlight : 1,
-      logLevel: null,
-      logBytes: null,
-      cpu,
-    };
+    seconds = (performance.now() - started) / 1000;
+    cpu = await split.end(applicationName, n);
+    await timed?.ended();
   } finally {
-    await pool.end();
+    await consumer.stop();
   }
+  await checkAllDone(env.pool, n);
+  return { envelopes: n, seconds, perSecond: n / seconds, cpu };
 }
 
 /** The inbox's ceiling of bench/ceiling.ts. */
 export async function measureCeiling(
   env: BenchEnv,
   n: number,
-  opts: { name?: string; work?: CeilingWork; timed?: TimedHooks } = {},
+  opts: { name?: string; timed?: TimedHooks } = {},
 ): Promise<ThroughputResult> {
-  const last = await prepare(env, n);
-  const pool = new pg.Pool({ connectionString: env.databaseUrl, max: 10, application_name: 'bench-ceiling' });
-  pool.on('connect', (client) => client.on('error', () => undefined));
+  const pool = benchPool(env.databaseUrl, 'bench-ceiling', 10);
   try {
-    await opts.timed?.started();
-    const split = startCpuSplit(findPid(env.nats.configFile));
-    const started = performance.now();
-    const ceiling = await startCeiling({ pool, js: env.js, ...CEILING, work: opts.work });
-    await waitAllAcked(env.jsm, last, timeoutFor(n));
-    const seconds = (performance.now() - started) / 1000;
-    const cpu = split.end(await backendPids(env.pool, 'bench-ceiling'), n);
-    await opts.timed?.ended();
-    await ceiling.stop();
-    await checkAllDone(env.pool, n);
-    return {
-      name: opts.name ?? (opts.work === 'required' ? REQUIRED_WORK_NAME : CEILING_NAME),
-      envelopes: n,
-      seconds,
-      perSecond: n / seconds,
-      batchSize: CEILING.batchSize,
-      concurrency: CEILING.inFlight,
-      logLevel: null,
-      logBytes: null,
-      cpu,
-    };
+    const run = await inProcess(env, n, 'bench-ceiling', opts.timed, () => startCeiling(pool, env.js));
+    const { batchSize, inFlight: concurrency } = CEILING;
+    return { name: opts.name ?? CEILING_NAME, ...run, batchSize, concurrency, logLevel: null };
   } finally {
     await pool.end();
   }
+}
+
+/**
+ * The daemon in this process: `startDaemon` with the configuration's defaults at `logLevel`, the
+ * inbox loop only (the other loops have nothing to do on the bench's tables), logging JSON lines
+ * synchronously to a file as pino's default stdout does, so the cost of logging is measured.
+ */
+export async function startInboxDaemon(
+  env: BenchEnv,
+  logLevel: LogLevel,
+  afterInboxCommit?: DaemonOptions['afterInboxCommit'],
+): Promise<{ config: Config; stop(): Promise<void> }> {
+  const config = env.config({ LOG_LEVEL: logLevel });
+  const dir = mkdtempSync(join(tmpdir(), 'bench-log-'));
+  const dest = pino.destination({ dest: join(dir, 'daemon.log'), sync: true });
+  const close = () => {
+    dest.end();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const daemon = await startDaemon({
+    config,
+    logger: createLogger({ level: config.LOG_LEVEL, destination: dest }),
+    loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: false },
+    afterInboxCommit,
+  }).catch((err: unknown) => {
+    close();
+    throw err;
+  });
+  return { config, stop: () => daemon.stop().finally(close) };
+}
+
+/** The daemon's inbox in this process ({@link startInboxDaemon}), end to end. */
+export async function measureInbox(
+  env: BenchEnv,
+  opts: { name: string; logLevel: LogLevel; timed?: TimedHooks },
+  n: number,
+): Promise<ThroughputResult> {
+  const config = env.config({ LOG_LEVEL: opts.logLevel });
+  // The daemon's pool connects as `recognition-core` (src/db/database.ts).
+  const run = await inProcess(env, n, 'recognition-core', opts.timed, () =>
+    startInboxDaemon(env, opts.logLevel),
+  );
+  const { INBOX_BATCH_SIZE: batchSize, INBOX_CONCURRENCY: concurrency } = config;
+  return { name: opts.name, ...run, batchSize, concurrency, logLevel: opts.logLevel };
 }
 
 /**
@@ -177,47 +184,36 @@ export async function rowShapes(pool: pg.Pool): Promise<string> {
     JOIN stored_file f ON f.id = j.file_id
     LEFT JOIN s3_object o ON o.id = j.result_s3_object_id
     GROUP BY 1 ORDER BY 1`);
-  const totals = await pool.query<{ objects: string; transitions: string; quarantined: string }>(`
-    SELECT (SELECT count(*) FROM s3_object) AS objects,
-           (SELECT count(*) FROM recognition_job_transition) AS transitions,
-           (SELECT count(*) FROM inbox_quarantine) AS quarantined`);
-  return JSON.stringify({ shapes: rows.map((r) => [r.shape, Number(r.n)]), totals: totals.rows[0] });
+  return JSON.stringify(rows.map((r) => [r.shape, Number(r.n)]));
 }
 
 /** RSS sampling period of a daemon process. */
 export const RSS_EVERY_MS = 100;
 
-function rssBytes(pid: number): number | null {
-  try {
-    const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) * 1024 : null;
-  } catch {
-    return null;
-  }
-}
-
 /**
  * The daemon as operators run it: `recognition-core start` (every loop, defaults, `logLevel`,
- * its log on a file) started as a new process after `n` results are already in the stream.
- * Timed from its first delivery (`core-inbox` reports a delivered message; polled every 5 ms) to
- * its last ack: start-up, JIT and the first batches are in it. Stopped with SIGTERM after.
+ * its log on a file, `env` added to its environment) started as a new process after `n` results
+ * are already in the stream. Timed from its first delivery (`core-inbox` reports a delivered
+ * message; polled every 5 ms) to its last ack: start-up, JIT and the first batches are in it.
+ * Stopped with SIGTERM after, which must exit 0.
  */
 export async function measureDaemonProcess(
   env: BenchEnv,
-  opts: { name: string; logLevel: 'info' | 'warn'; env?: Record<string, string> },
+  opts: { name: string; logLevel: LogLevel; env?: Record<string, string> | undefined },
   n: number,
 ): Promise<ThroughputResult> {
   const last = await prepare(env, n);
   const config = env.config({ LOG_LEVEL: opts.logLevel });
   const dir = mkdtempSync(join(tmpdir(), 'bench-daemon-'));
-  const logFile = join(dir, 'daemon.log');
-  const out = openSync(logFile, 'w');
-  const bin = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bin', 'recognition-core.js');
-  const split = startCpuSplit(findPid(env.nats.configFile));
+  const out = openSync(join(dir, 'daemon.log'), 'w');
+  const bin = fileURLToPath(new URL('../../bin/recognition-core.js', import.meta.url));
+  const split = startCpuSplit(env);
   const spawned = performance.now();
+  // Tracing is what `opts.env` asks for, whatever OTEL_* variables the bench was started with.
+  const inherited = Object.entries(process.env).filter(([k]) => !k.startsWith('OTEL_'));
   const child = spawn(process.execPath, [bin, 'start'], {
     env: {
-      ...process.env,
+      ...Object.fromEntries(inherited),
       DATABASE_URL: config.DATABASE_URL,
       NATS_URL: config.NATS_URL,
       HTTP_PORT: '0',
@@ -244,8 +240,7 @@ export async function measureDaemonProcess(
     }
     await waitAllAcked(env.jsm, last, timeoutFor(n));
     const seconds = (performance.now() - firstDelivery) / 1000;
-    const pids = await backendPids(env.pool, 'recognition-core');
-    const cpu = split.end(pids, n);
+    const cpu = await split.end('recognition-core', n);
     // This process only polled: the node figure is the daemon process's whole life so far.
     const daemonMs = child.pid === undefined ? null : processCpuMs(child.pid);
     cpu.nodeUs = daemonMs === null ? null : (daemonMs * 1000) / n;
@@ -261,7 +256,6 @@ export async function measureDaemonProcess(
       batchSize: config.INBOX_BATCH_SIZE,
       concurrency: config.INBOX_CONCURRENCY,
       logLevel: opts.logLevel,
-      logBytes: statSync(logFile).size,
       cpu,
       startupSeconds: (firstDelivery - spawned) / 1000,
       maxRssBytes: maxRss,
@@ -270,73 +264,6 @@ export async function measureDaemonProcess(
     clearInterval(sampler);
     if (child.exitCode === null) child.kill('SIGKILL');
     closeSync(out);
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
-/** Options of one daemon run; unset ones are the configuration's defaults. */
-export interface InboxRunOptions {
-  name: string;
-  logLevel: 'info' | 'warn';
-  batchSize?: number;
-  concurrency?: number;
-  env?: Record<string, string>;
-  /** The daemon to start (default the shipped one; the tracing section passes bench/untraced.ts's). */
-  start?: typeof startDaemon;
-  timed?: TimedHooks;
-}
-
-/** The daemon's inbox, end to end. */
-export async function measureInbox(
-  env: BenchEnv,
-  run: InboxRunOptions,
-  n: number,
-): Promise<ThroughputResult> {
-  const last = await prepare(env, n);
-  const overrides: Record<string, string> = { LOG_LEVEL: run.logLevel, ...run.env };
-  if (run.batchSize !== undefined) overrides['INBOX_BATCH_SIZE'] = String(run.batchSize);
-  if (run.concurrency !== undefined) overrides['INBOX_CONCURRENCY'] = String(run.concurrency);
-  const config = env.config(overrides);
-  const dir = mkdtempSync(join(tmpdir(), 'bench-log-'));
-  // A real file, written synchronously like pino's default stdout: the cost of logging is measured.
-  const dest = pino.destination({ dest: join(dir, 'daemon.log'), sync: true });
-  const logger = createLogger({ level: config.LOG_LEVEL, destination: dest });
-  try {
-    await run.timed?.started();
-    const split = startCpuSplit(findPid(env.nats.configFile));
-    const started = performance.now();
-    const daemon = await (run.start ?? startDaemon)({
-      config,
-      logger,
-      loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: false },
-    });
-    let seconds: number;
-    let cpu: CpuSplit;
-    try {
-      await waitAllAcked(env.jsm, last, timeoutFor(n));
-      seconds = (performance.now() - started) / 1000;
-      // The daemon's pool connects as `recognition-core` (src/db/database.ts).
-      cpu = split.end(await backendPids(env.pool, 'recognition-core'), n);
-      await run.timed?.ended();
-    } finally {
-      await daemon.stop();
-    }
-    await checkAllDone(env.pool, n);
-    dest.flushSync();
-    const { size } = statSync(join(dir, 'daemon.log'));
-    return {
-      name: run.name,
-      envelopes: n,
-      seconds,
-      perSecond: n / seconds,
-      batchSize: config.INBOX_BATCH_SIZE,
-      concurrency: config.INBOX_CONCURRENCY,
-      logLevel: run.logLevel,
-      logBytes: size,
-      cpu,
-    };
-  } finally {
-    dest.end();
     rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -9,7 +9,10 @@
  * Terminology:
  * - *applied*: the event changed the job; a `recordTransition` effect is returned.
  * - *no change*: the event changed nothing; a `noteNoChange` effect says why (duplicate, ignored,
- *   late) so the shell can log it at the right level and count it.
+ *   late, rejected) so the shell can log it at the right level and count it.
+ * - *rejected*: an ack or result whose `service.name` is not the job's `target_service`. Checked
+ *   before anything else in every state, so no other service can move, finish or even touch a job;
+ *   the shell quarantines such an envelope (`SERVICE_MISMATCH`).
  *
  * Attempts chain: a failed job (`error`, `timeout`, `dlq`) that is still its file's current job
  * takes `RETRY_REQUESTED` and returns `createAttempt`, a new job at `attempt + 1` that starts in
@@ -81,8 +84,22 @@ function transitionDetail(event: JobEvent, context: JobContext): Record<string, 
   }
 }
 
-/** A result envelope, from any non-final state: duplicate check first, then by reported status. */
+/**
+ * The first candidate of every ack and result, in every state, final ones included: an envelope
+ * whose `service.name` is not the job's `target_service` is not the answer of the service the job
+ * was published to. It changes nothing, whatever the job's status, and the shell quarantines it.
+ * NATS permissions decide who may publish on `recognition.result`, not what `service.name` a
+ * payload carries; this guard is what binds an answer to its job's service.
+ */
+const fromAnotherService = {
+  guard: 'isFromAnotherService',
+  actions: noChange('rejected', 'service_mismatch'),
+  description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+} as const;
+
+/** A result envelope, from any non-final state: service check, duplicate check, then by reported status. */
 const resultTransitions = [
+  fromAnotherService,
   {
     guard: 'isSameResultMessage',
     actions: noChange('duplicate', 'same_msg_id'),
@@ -114,6 +131,7 @@ const resultTransitions = [
 /** Events a final state answers: nothing changes, but each is told apart for logs and counters. */
 const finalStateHandlers = {
   ENVELOPE_RESULT: [
+    fromAnotherService,
     {
       guard: 'isSameResultMessage',
       actions: noChange('duplicate', 'same_msg_id'),
@@ -124,10 +142,13 @@ const finalStateHandlers = {
       description: 'a result after a final status: logged at warn, not applied',
     },
   ],
-  ENVELOPE_PROCESSING: {
-    actions: noChange('ignored', 'ack_not_accepted'),
-    description: 'an ack after a final status',
-  },
+  ENVELOPE_PROCESSING: [
+    fromAnotherService,
+    {
+      actions: noChange('ignored', 'ack_not_accepted'),
+      description: 'an ack after a final status',
+    },
+  ],
 } as const;
 
 /**
@@ -181,6 +202,9 @@ export const recognitionJobMachine = setup({
   },
   guards: {
     fileIsCurrent: ({ context }) => context.fileIsCurrent,
+    isFromAnotherService: ({ context, event }) =>
+      (event.type === 'ENVELOPE_PROCESSING' || event.type === 'ENVELOPE_RESULT') &&
+      event.service.name !== context.targetService,
     isSameResultMessage: ({ context, event }) =>
       event.type === 'ENVELOPE_RESULT' && context.resultMsgId !== null && context.resultMsgId === event.msgId,
     reportsDone: ({ event }) => event.type === 'ENVELOPE_RESULT' && event.status === 'done',
@@ -313,10 +337,13 @@ export const recognitionJobMachine = setup({
       description: 'not waiting for delivery',
     },
     DEADLINE_PASSED: { actions: noChange('ignored', 'not_accepted'), description: 'not waiting for a reply' },
-    ENVELOPE_PROCESSING: {
-      actions: noChange('ignored', 'ack_not_accepted'),
-      description: 'an ack the status does not take',
-    },
+    ENVELOPE_PROCESSING: [
+      fromAnotherService,
+      {
+        actions: noChange('ignored', 'ack_not_accepted'),
+        description: 'an ack the status does not take',
+      },
+    ],
     RETRY_REQUESTED: {
       actions: noChange('ignored', 'not_failed'),
       description: 'only a failed job (error, timeout, dlq) is retried',
@@ -349,12 +376,15 @@ export const recognitionJobMachine = setup({
     published: {
       description: 'The job message is in the stream; waiting for the service to ack it.',
       on: {
-        ENVELOPE_PROCESSING: {
-          target: 'processing',
-          description:
-            "the service acked: started_at, service name and version; file PROCESSING (if still this job's)",
-          actions: ['applyAck', record(FILE_STATUS.PROCESSING)],
-        },
+        ENVELOPE_PROCESSING: [
+          fromAnotherService,
+          {
+            target: 'processing',
+            description:
+              "the service acked: started_at, service name and version; file PROCESSING (if still this job's)",
+            actions: ['applyAck', record(FILE_STATUS.PROCESSING)],
+          },
+        ],
         ENVELOPE_RESULT: [...resultTransitions],
         DELIVERY_EXHAUSTED: {
           target: 'dlq',
@@ -367,10 +397,13 @@ export const recognitionJobMachine = setup({
     processing: {
       description: 'The service acked the job and is working on it.',
       on: {
-        ENVELOPE_PROCESSING: {
-          actions: noChange('duplicate', 'repeated_ack'),
-          description: 'a repeated ack',
-        },
+        ENVELOPE_PROCESSING: [
+          fromAnotherService,
+          {
+            actions: noChange('duplicate', 'repeated_ack'),
+            description: 'a repeated ack',
+          },
+        ],
         ENVELOPE_RESULT: [...resultTransitions],
         DEADLINE_PASSED: [...deadlineTransitions],
       },

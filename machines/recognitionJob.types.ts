@@ -136,8 +136,11 @@ export const JOB_EVENT_TYPES = [
  */
 export const ATTEMPT_CREATED_EVENT = 'CREATED';
 
-/** What the step reports for one event. */
-export type Decision = 'applied' | 'duplicate' | 'ignored' | 'late' | 'unknown_job';
+/**
+ * What the step reports for one event. `rejected`: the event claims to come from a service other
+ * than the job's `target_service`; it changes nothing, and the inbox quarantines it.
+ */
+export type Decision = 'applied' | 'duplicate' | 'ignored' | 'late' | 'rejected' | 'unknown_job';
 
 /** Why an event changed nothing. */
 export type NoChangeReason =
@@ -148,7 +151,8 @@ export type NoChangeReason =
   | 'deadline_not_passed'
   | 'not_accepted'
   | 'not_failed'
-  | 'file_not_current';
+  | 'file_not_current'
+  | 'service_mismatch';
 
 /** The effects the machine returns as data; the shell turns each into SQL in the same transaction. */
 export interface JobEffects {

@@ -73,6 +73,8 @@ export const QUARANTINE_REASON = {
   MISSING_MSG_ID: 'MISSING_MSG_ID',
   UNKNOWN_JOB: 'UNKNOWN_JOB',
   PAYLOAD_TOO_LARGE: 'PAYLOAD_TOO_LARGE',
+  /** An ack or result whose `service.name` is not the job's `target_service`. */
+  SERVICE_MISMATCH: 'SERVICE_MISMATCH',
 } as const;
 export type QuarantineReason = (typeof QUARANTINE_REASON)[keyof typeof QUARANTINE_REASON];
 export const QUARANTINE_REASONS = Object.values(QUARANTINE_REASON) as readonly QuarantineReason[];

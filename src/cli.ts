@@ -1,39 +1,18 @@
 /**
- * The `recognition-core` command. Each group of subcommands lives in `src/cli/<group>.ts` and
- * registers itself here. Usage errors and bad configuration print one line and exit 2.
+ * The `recognition-core` command: parse the command line (`./cli/program.ts`), run the command,
+ * then export the spans still buffered. Usage errors and bad configuration print one line and
+ * exit 2.
  */
-import { Command, CommanderError } from 'commander';
+import { CommanderError } from 'commander';
 import { ConfigError, MigrationsPendingError, UsageError } from './errors.js';
-import { redactUrl } from './config.js';
-import { registerDbCommands } from './cli/db.js';
-import { registerJobsCommands } from './cli/jobs.js';
-import { registerStartCommand } from './cli/start.js';
-import { registerQuarantineCommands } from './cli/quarantine.js';
-import { registerStatechartsCommands } from './cli/statecharts.js';
-import { registerDemoCommand } from './cli/demo.js';
-import { registerServiceCommands } from './cli/service.js';
-import { registerInboxCommands } from './cli/inbox.js';
+import { buildProgram } from './cli/program.js';
 import { stopTracing } from './tracing/bootstrap.js';
 
-const program = new Command('recognition-core')
-  .description(
-    'Core of the document-recognition job exchange: NATS JetStream ⇄ PostgreSQL, one XState machine per job',
-  )
-  .showHelpAfterError('(run with --help for usage)')
-  .exitOverride();
-
-registerStartCommand(program);
-registerDbCommands(program);
-registerJobsCommands(program);
-registerQuarantineCommands(program);
-registerStatechartsCommands(program);
-registerDemoCommand(program);
-registerServiceCommands(program);
-registerInboxCommands(program);
-
 /** One line on stderr, then the exit code: 2 for usage and configuration, 1 otherwise. */
-function fail(err: unknown): never {
+async function fail(err: unknown): Promise<never> {
   if (err instanceof CommanderError) process.exit(err.exitCode === 0 ? 0 : 2);
+  // The configuration module (and its validation library) is loaded only on this path.
+  const { redactUrl } = await import('./config.js');
   const message = redactUrl(err instanceof Error ? err.message : String(err));
   process.stderr.write(`recognition-core: ${message}\n`);
   const code =
@@ -41,11 +20,21 @@ function fail(err: unknown): never {
   process.exit(code);
 }
 
+// A reader that stops early (`jobs list | head -1`) closes the pipe: what is left to write has
+// nowhere to go and nothing went wrong, so the command ends at once, quietly, with exit code 0.
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EPIPE' || err.code === 'ERR_STREAM_DESTROYED') process.exit(0);
+    process.stderr.write(`recognition-core: cannot write the output: ${err.message}\n`);
+    process.exit(1);
+  });
+}
+
 try {
-  await program.parseAsync(process.argv);
+  await buildProgram().parseAsync(process.argv);
   // Export the spans still buffered before the process ends (no-op without tracing).
   await stopTracing();
 } catch (err) {
   await stopTracing().catch(() => undefined);
-  fail(err);
+  await fail(err);
 }

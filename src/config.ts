@@ -1,9 +1,13 @@
 /**
  * Configuration: environment variables → a typed, validated object. The one place that reads
  * `process.env`. Every variable has a documented default (docs/configuration.md); a bad value
- * is a ConfigError naming the variable and the problem, and the process exits 2.
+ * is a ConfigError naming the variable and the problem, and the process exits 2. A variable that
+ * can hold a secret can be given as a file instead (`NAME_FILE`, see {@link FILE_VARIABLES}).
  */
+import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { fileProblem, PG_TLS_PARAMETERS, pgTlsFiles, pgTlsOf, type PgTlsParameter } from './db/pgTls.js';
+import { SPAN_FORMS, parseSpanMs } from './duration.js';
 import { ConfigError } from './errors.js';
 
 const int = (min: number, max = Number.MAX_SAFE_INTEGER) =>
@@ -36,6 +40,16 @@ const url = (protocols: string[]) =>
       `must be a URL (${protocols.map((p) => p + '//').join(' or ')}…)`,
     );
 
+/** A retention: a span (`30m`, `12h`, `90d`, `2w`) in milliseconds, or `0` for "keep forever". */
+const retention = z
+  .string()
+  .trim()
+  .refine(
+    (v) => v === '0' || (parseSpanMs(v) ?? 0) > 0,
+    `must be a span (${SPAN_FORMS}) or 0 to keep forever`,
+  )
+  .transform((v) => (v === '0' ? 0 : parseSpanMs(v)!));
+
 /** Variable → [schema, default, meaning]. The table in docs/configuration.md is generated from this list. */
 export const CONFIG_VARIABLES = {
   DATABASE_URL: [
@@ -49,6 +63,18 @@ export const CONFIG_VARIABLES = {
     'postgres://postgres@127.0.0.1:5432/recognition',
     'PostgreSQL connection URL',
   ],
+  DATABASE_SSLMODE: [
+    z.string().trim(),
+    '',
+    'PostgreSQL TLS: disable, require, verify-ca or verify-full (as sslmode in DATABASE_URL; unset: disable)',
+  ],
+  DATABASE_SSLROOTCERT: [
+    z.string().trim(),
+    '',
+    'path of the CA certificate (PEM) that signed the PostgreSQL server’s (as sslrootcert)',
+  ],
+  DATABASE_SSLCERT: [z.string().trim(), '', 'path of a client certificate (PEM) for PostgreSQL (as sslcert)'],
+  DATABASE_SSLKEY: [z.string().trim(), '', 'path of the client certificate’s key (PEM) (as sslkey)'],
   NATS_URL: [
     z
       .string()
@@ -109,8 +135,16 @@ export const CONFIG_VARIABLES = {
     'watchdog transactions at once while a backlog drains (the first from the oldest deadline, the second from the newest)',
   ],
   REPLY_TIMEOUT_MS: [int(1), '600000', 'how long a service has to answer after publication'],
-  MAX_PUBLISH_ATTEMPTS: [int(1, 1000), '5', 'publish attempts before a job goes to dlq'],
-  PUBLISH_BACKOFF_BASE_MS: [int(1), '1000', 'delay after the first failed publish (doubles each time)'],
+  MAX_PUBLISH_ATTEMPTS: [
+    int(1, 1000),
+    '5',
+    'publishes JetStream refuses before a job goes to dlq (a NATS outage spends none)',
+  ],
+  PUBLISH_BACKOFF_BASE_MS: [
+    int(1),
+    '1000',
+    'delay after the first refused publish (doubles each time); the first pause of an outage',
+  ],
   PUBLISH_BACKOFF_MAX_MS: [int(1), '60000', 'the longest delay between publish attempts'],
   PUBLISH_TIMEOUT_MS: [int(1), '5000', 'how long to wait for JetStream to ack a job message'],
   PUBLISHER_POLL_INTERVAL_MS: [
@@ -130,12 +164,90 @@ export const CONFIG_VARIABLES = {
   INBOX_LINGER_MS: [int(0, 10000), '2', 'longest wait of a batch that is not full, from its first envelope'],
   INBOX_ACK_WAIT_MS: [int(1000), '30000', 'JetStream redelivers an envelope not acked within this time'],
   INBOX_MAX_ACK_PENDING: [int(1), '20000', 'envelopes in flight across all instances'],
+  RETENTION_SUCCEEDED: [
+    retention,
+    '30d',
+    "done/needs_check jobs finished longer ago are deleted with their transitions, unless still their file's current job (0 = keep forever)",
+  ],
+  RETENTION_FAILED: [
+    retention,
+    '90d',
+    "error/timeout/dlq jobs finished longer ago are deleted with their transitions, unless still their file's current job (0 = keep forever)",
+  ],
+  RETENTION_QUARANTINE: [
+    retention,
+    '30d',
+    'quarantined messages received longer ago are deleted (0 = keep forever)',
+  ],
+  RETENTION_INTERVAL_MS: [
+    int(0),
+    '600000',
+    'pause between retention passes of the daemon (0 = the daemon runs none)',
+  ],
+  RETENTION_BATCH_SIZE: [
+    int(1, 100000),
+    '1000',
+    'jobs (or quarantined messages) retention looks at per transaction',
+  ],
   DB_POOL_SIZE: [int(1, 1000), '10', 'PostgreSQL connections of this instance'],
   SHUTDOWN_TIMEOUT_MS: [int(100), '30000', 'longest graceful shutdown before exiting anyway'],
 } as const;
 
 type Vars = typeof CONFIG_VARIABLES;
 export type Config = { [K in keyof Vars]: z.output<Vars[K][0]> };
+type ConfigName = keyof Vars;
+
+/**
+ * The variables that can hold a secret, so each can also be given as `NAME_FILE`: the path of a
+ * file holding the value (a systemd credential, a container secret under /run/secrets). The value
+ * is the file's content with one trailing newline (`\n` or `\r\n`) removed. Setting both `NAME`
+ * and `NAME_FILE` is a configuration error.
+ */
+export const FILE_VARIABLES: ReadonlySet<ConfigName> = new Set<ConfigName>([
+  'DATABASE_URL',
+  'NATS_URL',
+  'NATS_PASSWORD',
+  'NATS_TOKEN',
+]);
+
+/** Every environment variable the configuration reads: the table's, and the `_FILE` variants. */
+export function configVariableNames(): string[] {
+  return Object.keys(CONFIG_VARIABLES).flatMap((name) =>
+    FILE_VARIABLES.has(name as ConfigName) ? [name, `${name}_FILE`] : [name],
+  );
+}
+
+/** Where a value came from, for messages: a variable, or a file named by `NAME_FILE`. */
+interface RawValue {
+  value: string | undefined;
+  /** Set when the value was read from a file: the `NAME_FILE=path` that named it. */
+  file?: string;
+}
+
+const isSet = (v: string | undefined): v is string => v !== undefined && v !== '';
+
+/**
+ * The raw value of `name` in `env`: the variable, or the content of the file `NAME_FILE` names.
+ * Throws ConfigError when both are set, or when the file cannot be read or is empty; the message
+ * names the variable and the path, never the content.
+ */
+function rawValue(env: NodeJS.ProcessEnv, name: ConfigName): RawValue {
+  const direct = env[name];
+  if (!FILE_VARIABLES.has(name)) return { value: direct };
+  const fileVar = `${name}_FILE`;
+  const path = env[fileVar];
+  if (!isSet(path)) return { value: direct };
+  if (isSet(direct)) throw new ConfigError(`${name} and ${fileVar} are both set: set one`);
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`${fileVar}=${path} cannot be read (${fileProblem(err)})`);
+  }
+  const value = text.replace(/\r?\n$/, '');
+  if (value === '') throw new ConfigError(`${fileVar}=${path} is empty`);
+  return { value, file: `${fileVar}=${path}` };
+}
 
 /**
  * Read and validate the configuration from `env`. Throws ConfigError with one line naming the
@@ -144,14 +256,15 @@ export type Config = { [K in keyof Vars]: z.output<Vars[K][0]> };
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const out: Record<string, unknown> = {};
   for (const [name, [schema, fallback]] of Object.entries(CONFIG_VARIABLES)) {
-    const raw = env[name];
-    const value = raw === undefined || raw === '' ? fallback : raw;
+    const raw = rawValue(env, name as ConfigName);
+    const value = isSet(raw.value) ? raw.value : fallback;
     const parsed = (schema as z.ZodType).safeParse(value);
     if (!parsed.success) {
+      const problem = parsed.error.issues[0]?.message ?? 'is invalid';
+      // A value read from a file may be a secret put in the wrong file: it is never shown.
+      if (raw.file) throw new ConfigError(`${name} ${problem} (read from ${raw.file})`);
       const shown = /PASSWORD|TOKEN|URL/.test(name) ? redactUrl(String(value)) : String(value);
-      throw new ConfigError(
-        `${name} ${parsed.error.issues[0]?.message ?? 'is invalid'} (got ${JSON.stringify(shown)})`,
-      );
+      throw new ConfigError(`${name} ${problem} (got ${JSON.stringify(shown)})`);
     }
     out[name] = parsed.data;
   }
@@ -165,7 +278,40 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (Boolean(cfg.NATS_TLS_CERT) !== Boolean(cfg.NATS_TLS_KEY)) {
     throw new ConfigError('NATS_TLS_CERT and NATS_TLS_KEY go together: set both or neither');
   }
-  return cfg;
+  return { ...cfg, DATABASE_URL: withDatabaseTls(cfg) };
+}
+
+/**
+ * DATABASE_URL with the DATABASE_SSL* variables written into it as the URL parameters of the same
+ * meaning, so that everything that connects reads one URL; the TLS settings validated, and their
+ * files readable. Throws ConfigError naming the variable or the parameter: for a variable and the
+ * parameter both set, a bad combination, or a file that cannot be read.
+ */
+function withDatabaseTls(cfg: Config): string {
+  const url = new URL(cfg.DATABASE_URL);
+  const fromVariable = new Set<PgTlsParameter>();
+  for (const [parameter, variable] of Object.entries(PG_TLS_PARAMETERS) as Array<
+    [PgTlsParameter, keyof typeof CONFIG_VARIABLES]
+  >) {
+    const value = cfg[variable] as string;
+    if (!value) continue;
+    if (url.searchParams.has(parameter))
+      throw new ConfigError(
+        `${variable} and the ${parameter} parameter of DATABASE_URL are both set: set one`,
+      );
+    url.searchParams.set(parameter, value);
+    fromVariable.add(parameter);
+  }
+  const name = (p: PgTlsParameter) => (fromVariable.has(p) ? PG_TLS_PARAMETERS[p] : `DATABASE_URL ${p}`);
+  const tls = pgTlsOf(url, name);
+  for (const [parameter, path] of pgTlsFiles(tls)) {
+    try {
+      readFileSync(path);
+    } catch (err) {
+      throw new ConfigError(`${name(parameter)} ${path} cannot be read (${fileProblem(err)})`);
+    }
+  }
+  return fromVariable.size > 0 ? url.toString() : cfg.DATABASE_URL;
 }
 
 /** A URL with its password replaced, for messages and logs. Non-URLs come back unchanged. */
@@ -179,6 +325,9 @@ export function secretsOf(cfg: Config): string[] {
   try {
     const db = new URL(cfg.DATABASE_URL);
     if (db.password) secrets.push(db.password, decodeURIComponent(db.password));
+    // pg also takes the password as a URL parameter: as written in the URL, and decoded.
+    const param = /[?&]password=([^&#]*)/.exec(db.search)?.[1];
+    if (param) secrets.push(param, db.searchParams.get('password') ?? param);
   } catch {
     // loadConfig validated it; nothing to add otherwise.
   }

@@ -112,3 +112,27 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
   }
   return pino(options);
 }
+
+let warningTarget: Logger | undefined;
+
+/**
+ * Send the process's warnings (`process.emitWarning`: deprecations, a library's warning) to
+ * `logger` as one JSON line each (`event: process_warning`, at warn), instead of Node's own
+ * multi-line plain text on stderr, which would break a stream of JSON lines. The last call wins;
+ * Node's own printing is removed on the first.
+ */
+export function routeProcessWarnings(logger: Logger): void {
+  if (warningTarget === undefined) {
+    process.removeAllListeners('warning');
+    process.on('warning', (warning: Error & { code?: string }) => {
+      warningTarget?.warn(
+        {
+          event: 'process_warning',
+          warning: { name: warning.name, code: warning.code, message: warning.message },
+        },
+        `${warning.name}: ${warning.message.split('\n')[0]}`,
+      );
+    });
+  }
+  warningTarget = logger;
+}

@@ -4,6 +4,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { CORE_ERROR_CODE, QUARANTINE_REASONS } from '../machines/index.js';
+import { packageVersion } from './packageInfo.js';
 
 export interface Metrics {
   registry: Registry;
@@ -15,11 +16,16 @@ export interface Metrics {
   watchdogSweepDuration: Histogram;
   watchdogTimeouts: Counter;
   publisherResults: Counter<'result'>;
+  publisherNatsUnavailable: Gauge;
+  publisherOutageWaits: Counter;
   deadLetters: Counter<'reason'>;
   jobsByStatus: Gauge<'status'>;
   inboxPending: Gauge<'kind'>;
   ready: Gauge<'check'>;
   commitProbeDuration: Histogram<'result'>;
+  buildInfo: Gauge<'version' | 'node'>;
+  unknownMigrations: Gauge;
+  retention: RetentionMetrics;
 }
 
 /** `recognition_inbox_envelopes_total`'s outcomes. */
@@ -132,6 +138,16 @@ export function createMetrics(
       labelNames: ['result'],
       registers,
     }),
+    publisherNatsUnavailable: new Gauge({
+      name: 'recognition_publisher_nats_unavailable',
+      help: '1 while the publisher waits for NATS or JetStream to take messages again (jobs stay pending, their attempts unspent), 0 otherwise',
+      registers,
+    }),
+    publisherOutageWaits: new Counter({
+      name: 'recognition_publisher_outage_waits_total',
+      help: 'Job publishes put off because NATS or JetStream was unavailable; they spend no publish attempt',
+      registers,
+    }),
     deadLetters: new Counter({
       name: 'recognition_dead_letters_total',
       help: 'Jobs moved to dlq, by error code (PUBLISH_FAILED, MAX_DELIVERIES)',
@@ -175,10 +191,73 @@ export function createMetrics(
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
     }),
+    buildInfo: new Gauge({
+      name: 'recognition_build_info',
+      help: 'Always 1; the labels say which build runs: version (package.json) and node (the Node.js version)',
+      labelNames: ['version', 'node'],
+      registers,
+    }),
+    unknownMigrations: new Gauge({
+      name: 'recognition_db_unknown_migrations',
+      help: 'Migrations the database carries that this build does not know (applied by a newer version), counted at start',
+      registers,
+    }),
+    retention: createRetentionMetrics(registers),
   };
+  metrics.buildInfo.set({ version: packageVersion(), node: process.version }, 1);
+  metrics.unknownMigrations.set(0);
   for (const outcome of ENVELOPE_OUTCOMES) metrics.envelopes.inc({ outcome }, 0);
   for (const reason of QUARANTINE_REASONS) metrics.quarantine.inc({ reason }, 0);
   for (const result of PUBLISHER_RESULTS) metrics.publisherResults.inc({ result }, 0);
   for (const reason of DEAD_LETTER_REASONS) metrics.deadLetters.inc({ reason }, 0);
   return metrics;
+}
+
+/** The metrics of the retention loop (src/daemon/retention.ts). */
+export interface RetentionMetrics {
+  deleted: Counter<'table'>;
+  passes: Counter<'outcome'>;
+  passDuration: Histogram;
+  lastPass: Gauge;
+}
+
+/** `recognition_retention_deleted_total`'s tables. */
+export const RETENTION_DELETED_TABLES = [
+  'recognition_job',
+  'recognition_job_transition',
+  'inbox_quarantine',
+] as const;
+/** `recognition_retention_passes_total`'s outcomes. */
+export const RETENTION_PASS_OUTCOMES = ['done', 'busy', 'halted', 'failed'] as const;
+
+/** Create the retention metrics in `registers`, every known series at 0. */
+function createRetentionMetrics(registers: Registry[]): RetentionMetrics {
+  const m: RetentionMetrics = {
+    deleted: new Counter({
+      name: 'recognition_retention_deleted_total',
+      help: 'Rows retention deleted, by table (recognition_job, recognition_job_transition, inbox_quarantine)',
+      labelNames: ['table'],
+      registers,
+    }),
+    passes: new Counter({
+      name: 'recognition_retention_passes_total',
+      help: 'Retention passes by outcome (done, busy: another instance held the lock, halted: stopping, failed)',
+      labelNames: ['outcome'],
+      registers,
+    }),
+    passDuration: new Histogram({
+      name: 'recognition_retention_pass_duration_seconds',
+      help: 'Duration of one retention pass',
+      buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900],
+      registers,
+    }),
+    lastPass: new Gauge({
+      name: 'recognition_retention_last_pass_timestamp_seconds',
+      help: 'When the last retention pass of this instance that went through ended (Unix time); 0 before the first',
+      registers,
+    }),
+  };
+  for (const table of RETENTION_DELETED_TABLES) m.deleted.inc({ table }, 0);
+  for (const outcome of RETENTION_PASS_OUTCOMES) m.passes.inc({ outcome }, 0);
+  return m;
 }

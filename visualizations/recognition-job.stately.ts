@@ -33,12 +33,21 @@ export const machine = createMachine({
       ],
       description: 'not waiting for a reply',
     },
-    ENVELOPE_PROCESSING: {
-      actions: [
-        { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
-      ],
-      description: 'an ack the status does not take',
-    },
+    ENVELOPE_PROCESSING: [
+      {
+        guard: 'isFromAnotherService',
+        actions: [
+          { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+        ],
+        description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+      },
+      {
+        actions: [
+          { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
+        ],
+        description: 'an ack the status does not take',
+      },
+    ],
     RETRY_REQUESTED: {
       actions: [
         { type: 'noteNoChange', params: { decision: 'ignored', reason: 'not_failed' } },
@@ -77,6 +86,13 @@ export const machine = createMachine({
           },
         ],
         ENVELOPE_RESULT: [
+          {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
           {
             guard: 'isSameResultMessage',
             actions: [
@@ -119,15 +135,31 @@ export const machine = createMachine({
     published: {
       description: 'The job message is in the stream; waiting for the service to ack it.',
       on: {
-        ENVELOPE_PROCESSING: {
-          target: 'processing',
-          actions: [
-            'applyAck',
-            { type: 'recordAndSetFile', params: { file: 'PROCESSING' } },
-          ],
-          description: "the service acked: started_at, service name and version; file PROCESSING (if still this job's)",
-        },
+        ENVELOPE_PROCESSING: [
+          {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
+            target: 'processing',
+            actions: [
+              'applyAck',
+              { type: 'recordAndSetFile', params: { file: 'PROCESSING' } },
+            ],
+            description: "the service acked: started_at, service name and version; file PROCESSING (if still this job's)",
+          },
+        ],
         ENVELOPE_RESULT: [
+          {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
           {
             guard: 'isSameResultMessage',
             actions: [
@@ -198,13 +230,29 @@ export const machine = createMachine({
     processing: {
       description: 'The service acked the job and is working on it.',
       on: {
-        ENVELOPE_PROCESSING: {
-          actions: [
-            { type: 'noteNoChange', params: { decision: 'duplicate', reason: 'repeated_ack' } },
-          ],
-          description: 'a repeated ack',
-        },
+        ENVELOPE_PROCESSING: [
+          {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'duplicate', reason: 'repeated_ack' } },
+            ],
+            description: 'a repeated ack',
+          },
+        ],
         ENVELOPE_RESULT: [
+          {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
           {
             guard: 'isSameResultMessage',
             actions: [
@@ -270,6 +318,13 @@ export const machine = createMachine({
       on: {
         ENVELOPE_RESULT: [
           {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
             guard: 'isSameResultMessage',
             actions: [
               { type: 'noteNoChange', params: { decision: 'duplicate', reason: 'same_msg_id' } },
@@ -283,12 +338,21 @@ export const machine = createMachine({
             description: 'a result after a final status: logged at warn, not applied',
           },
         ],
-        ENVELOPE_PROCESSING: {
-          actions: [
-            { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
-          ],
-          description: 'an ack after a final status',
-        },
+        ENVELOPE_PROCESSING: [
+          {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
+            ],
+            description: 'an ack after a final status',
+          },
+        ],
       },
     },
     needs_check: {
@@ -297,6 +361,13 @@ export const machine = createMachine({
       on: {
         ENVELOPE_RESULT: [
           {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
             guard: 'isSameResultMessage',
             actions: [
               { type: 'noteNoChange', params: { decision: 'duplicate', reason: 'same_msg_id' } },
@@ -310,12 +381,21 @@ export const machine = createMachine({
             description: 'a result after a final status: logged at warn, not applied',
           },
         ],
-        ENVELOPE_PROCESSING: {
-          actions: [
-            { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
-          ],
-          description: 'an ack after a final status',
-        },
+        ENVELOPE_PROCESSING: [
+          {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
+            ],
+            description: 'an ack after a final status',
+          },
+        ],
       },
     },
     error: {
@@ -324,6 +404,13 @@ export const machine = createMachine({
       on: {
         ENVELOPE_RESULT: [
           {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
             guard: 'isSameResultMessage',
             actions: [
               { type: 'noteNoChange', params: { decision: 'duplicate', reason: 'same_msg_id' } },
@@ -337,12 +424,21 @@ export const machine = createMachine({
             description: 'a result after a final status: logged at warn, not applied',
           },
         ],
-        ENVELOPE_PROCESSING: {
-          actions: [
-            { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
-          ],
-          description: 'an ack after a final status',
-        },
+        ENVELOPE_PROCESSING: [
+          {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
+            ],
+            description: 'an ack after a final status',
+          },
+        ],
         RETRY_REQUESTED: [
           {
             guard: 'fileIsCurrent',
@@ -368,6 +464,13 @@ export const machine = createMachine({
       on: {
         ENVELOPE_RESULT: [
           {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
             guard: 'isSameResultMessage',
             actions: [
               { type: 'noteNoChange', params: { decision: 'duplicate', reason: 'same_msg_id' } },
@@ -381,12 +484,21 @@ export const machine = createMachine({
             description: 'a result after a final status: logged at warn, not applied',
           },
         ],
-        ENVELOPE_PROCESSING: {
-          actions: [
-            { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
-          ],
-          description: 'an ack after a final status',
-        },
+        ENVELOPE_PROCESSING: [
+          {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
+            ],
+            description: 'an ack after a final status',
+          },
+        ],
         RETRY_REQUESTED: [
           {
             guard: 'fileIsCurrent',
@@ -412,6 +524,13 @@ export const machine = createMachine({
       on: {
         ENVELOPE_RESULT: [
           {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
             guard: 'isSameResultMessage',
             actions: [
               { type: 'noteNoChange', params: { decision: 'duplicate', reason: 'same_msg_id' } },
@@ -425,12 +544,21 @@ export const machine = createMachine({
             description: 'a result after a final status: logged at warn, not applied',
           },
         ],
-        ENVELOPE_PROCESSING: {
-          actions: [
-            { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
-          ],
-          description: 'an ack after a final status',
-        },
+        ENVELOPE_PROCESSING: [
+          {
+            guard: 'isFromAnotherService',
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+            ],
+            description: "service.name is not the job's target_service: rejected (quarantined), nothing changes",
+          },
+          {
+            actions: [
+              { type: 'noteNoChange', params: { decision: 'ignored', reason: 'ack_not_accepted' } },
+            ],
+            description: 'an ack after a final status',
+          },
+        ],
         RETRY_REQUESTED: [
           {
             guard: 'fileIsCurrent',

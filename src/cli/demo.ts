@@ -4,10 +4,8 @@
  * 1 otherwise.
  */
 import { Option, type Command } from 'commander';
-import { DEMO_SERVER_CHOICES, type DemoServerChoice } from '../demo/demoServers.js';
-import { runDemo } from '../demo/runDemo.js';
+import { DEMO_SERVER_CHOICES, type DemoServerChoice } from '../demo/demoServerChoices.js';
 import { demoTraceReceiver, flushTracing } from '../tracing/bootstrap.js';
-import { withStopSignals } from '../process/stopSignals.js';
 import { wholeNumber } from './plumbing.js';
 
 /** Where the demo runs (`src/demo/demoServers.ts`), for `demo --help`. */
@@ -65,6 +63,10 @@ export function registerDemoCommand(program: Command): void {
         trace?: boolean;
         servers: DemoServerChoice;
       }) => {
+        const { nameEnvTypos } = await import('./commandConfig.js');
+        const { runDemo } = await import('../demo/runDemo.js');
+        const { withStopSignals } = await import('../process/stopSignals.js');
+        nameEnvTypos();
         // Ctrl-C once: stop waiting, shut down cleanly and print the summary; twice: exit now.
         await withStopSignals({}, async (stop) => {
           const result = await runDemo({

@@ -1,20 +1,15 @@
 /**
- * What the commands of `src/cli/` share, so that no command imports from another: option parsers,
- * the logger of a long-running command, the database of a one-shot command, and the inspector
- * options of the commands that can replay a run into the Stately inspector.
+ * What the commands of `src/cli/` share when they are registered, so that no command imports from
+ * another: option parsers, the inspector options, printing a result. Light on purpose: it is
+ * loaded for every command, `--help` and `--version` included, so it imports commander and
+ * nothing heavy. What an action needs at run time is in modules the action imports when it runs:
+ * `./commandConfig.ts` (the configuration), `./withDb.ts` (the database), `./commandLogger.ts`
+ * (the logger), `./inspect.ts` (the inspector).
  */
 import { InvalidArgumentError, type Command } from 'commander';
-import { loadConfig, secretsOf, type Config } from '../config.js';
-import { openDb, type Db } from '../db/database.js';
 import type { Since } from '../db/jobs.js';
-import { createLogger, type Logger } from '../logger.js';
-import { withStopSignals } from '../process/stopSignals.js';
-import {
-  DEFAULT_INSPECT_PORT,
-  inspectorInstructions,
-  startInspection,
-  type InspectionRun,
-} from '../statecharts/inspector.js';
+import { DEFAULT_INSPECT_PORT } from '../statecharts/inspectorDefaults.js';
+import { parseSpanMs } from '../duration.js';
 
 /** A commander parser for a whole number at least `min`. */
 export function wholeNumber(min: number) {
@@ -31,26 +26,6 @@ export function port(value: string): number {
   if (!Number.isInteger(n) || n < 1 || n > 65535)
     throw new InvalidArgumentError('must be a port number (1-65535)');
   return n;
-}
-
-/**
- * The root logger of a long-running command: LOG_LEVEL, pretty when LOG_PRETTY says so (`auto`:
- * when stdout is a terminal), the configured secrets scrubbed from every line.
- */
-export function commandLogger(cfg: Config, opts: { base?: Record<string, unknown> } = {}): Logger {
-  const pretty = cfg.LOG_PRETTY === 'true' || (cfg.LOG_PRETTY === 'auto' && process.stdout.isTTY === true);
-  return createLogger({ level: cfg.LOG_LEVEL, pretty, secrets: secretsOf(cfg), ...opts });
-}
-
-/** Open the configured database for one command and close it after. */
-export async function withDb<T>(fn: (db: Db) => Promise<T>): Promise<T> {
-  const cfg = loadConfig();
-  const db = openDb(cfg.DATABASE_URL, { max: 2 });
-  try {
-    return await fn(db);
-  } finally {
-    await db.close();
-  }
 }
 
 export interface InspectOptions {
@@ -74,41 +49,13 @@ export function inspectOptions(cmd: Command): Command {
 }
 
 /**
- * Start the inspection server, send `run`, print how to open it, then wait for Ctrl-C (or return
- * at once with `--inspect-exit`). Writes to stderr when stdout carries JSON.
- */
-export async function sendToInspector(
-  run: InspectionRun,
-  o: InspectOptions,
-  out: (line: string) => void,
-): Promise<void> {
-  const session = await startInspection({ port: o.inspectPort });
-  await withStopSignals({}, async (stop) => {
-    try {
-      out(inspectorInstructions(session));
-      const count = await session.send(run);
-      out(
-        `  Sent ${count} inspection events (actor ${run.sessionId}).${o.inspectExit ? '' : ' Press Ctrl-C to stop.'}`,
-      );
-      if (!o.inspectExit) await stop.received;
-    } finally {
-      await session.close();
-      // A browser still connected to the server keeps the process alive: do not wait for it.
-      setTimeout(() => process.exit(), 1_000).unref();
-    }
-  });
-}
-
-const SPAN_UNITS_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 } as const;
-
-/**
  * A commander parser for a `--…-since` moment: a span back from the database clock (`90s`, `30m`,
  * `1h`, `2d`, `1w`) or an ISO 8601 date or time.
  */
 export function sinceTime(value: string): Since {
   const text = value.trim();
-  const span = /^(\d+)(s|m|h|d|w)$/.exec(text);
-  if (span) return { agoMs: Number(span[1]) * SPAN_UNITS_MS[span[2] as keyof typeof SPAN_UNITS_MS] };
+  const agoMs = parseSpanMs(text);
+  if (agoMs !== undefined) return { agoMs };
   if (/^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}(:?\d{2})?)?)?$/.test(text)) {
     const at = new Date(text);
     if (!Number.isNaN(at.getTime())) return { at };

@@ -3,16 +3,8 @@
  * the configuration (NATS_URL and credentials), until SIGTERM or SIGINT.
  */
 import { InvalidArgumentError, type Command } from 'commander';
-import { loadConfig } from '../config.js';
-import { connectNats } from '../nats/connection.js';
-import { withStopSignals } from '../process/stopSignals.js';
-import {
-  DEFAULT_WEIGHTS,
-  parseWeights,
-  startTabularParser,
-  TABULAR_PARSER,
-} from '../reference/tabularParserService.js';
-import { commandLogger, wholeNumber } from './plumbing.js';
+import { DEFAULT_WEIGHTS, parseWeights, TABULAR_PARSER } from '../reference/fates.js';
+import { wholeNumber } from './plumbing.js';
 
 function weights(value: string) {
   try {
@@ -40,7 +32,12 @@ export function registerServiceCommands(program: Command): void {
     .option('--weights <list>', 'relative weights of the fates', weights, DEFAULT_WEIGHTS)
     .option('--delay <ms>', 'mean delay between the ack and the result', wholeNumber(0), 400)
     .action(async (o: { seed: number; weights: ReturnType<typeof parseWeights>; delay: number }) => {
-      const cfg = loadConfig();
+      const { longRunningConfig } = await import('./commandConfig.js');
+      const { commandLogger } = await import('./commandLogger.js');
+      const { connectNats } = await import('../nats/connection.js');
+      const { withStopSignals } = await import('../process/stopSignals.js');
+      const { startTabularParser } = await import('../reference/tabularParserService.js');
+      const cfg = longRunningConfig();
       const logger = commandLogger(cfg, { base: { service: TABULAR_PARSER } });
       const nats = await connectNats(cfg, logger, { name: TABULAR_PARSER });
       try {

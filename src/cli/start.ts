@@ -3,17 +3,17 @@
  * The first signal stops gracefully (exit 0); a second one, or SHUTDOWN_TIMEOUT_MS, forces exit 1.
  */
 import type { Command } from 'commander';
-import { loadConfig } from '../config.js';
-import { startDaemon } from '../daemon/daemon.js';
-import { withStopSignals } from '../process/stopSignals.js';
-import { commandLogger } from './plumbing.js';
 
 /**
  *   1. configuration and logger; 2. the daemon; 3. wait for a stop signal;
  *   4. stop gracefully within SHUTDOWN_TIMEOUT_MS (exit 1 when it fails or a second signal comes).
  */
 async function runInForeground(): Promise<void> {
-  const cfg = loadConfig();
+  const { longRunningConfig } = await import('./commandConfig.js');
+  const { commandLogger } = await import('./commandLogger.js');
+  const { startDaemon } = await import('../daemon/daemon.js');
+  const { withStopSignals } = await import('../process/stopSignals.js');
+  const cfg = longRunningConfig();
   const logger = commandLogger(cfg);
   const daemon = await startDaemon({ config: cfg, logger });
   const signals = {

@@ -4,16 +4,11 @@
  */
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
-import type { JobStatus } from '../../machines/index.js';
-import {
-  defaultVisualizationsDir,
-  findStaleFiles,
-  generateStatecharts,
-  writeStatecharts,
-} from '../statecharts/generate.js';
+import type { JobStatus } from '../../machines/statuses.js';
 import type { InspectionRun } from '../statecharts/inspector.js';
-import { formatTrace, loadScenario, runScenario, startingRow, type Trace } from '../statecharts/scenario.js';
-import { inspectOptions, sendToInspector, type InspectOptions } from './plumbing.js';
+import { defaultVisualizationsDir } from '../statecharts/paths.js';
+import type { Trace } from '../statecharts/scenario.js';
+import { inspectOptions, type InspectOptions } from './plumbing.js';
 
 /** Exit code of `statecharts --check` when a file is stale, and of `simulate` when `expect` fails. */
 export class CheckFailed extends Error {
@@ -47,6 +42,8 @@ export function registerStatechartsCommands(program: Command): void {
     .option('--out <dir>', 'output folder', defaultVisualizationsDir())
     .option('--check', 'regenerate in memory and exit 1 naming every committed file that differs')
     .action(async (o: { out: string; check?: boolean }) => {
+      const { findStaleFiles, generateStatecharts, writeStatecharts } =
+        await import('../statecharts/generate.js');
       const dir = resolve(o.out);
       const files = await generateStatecharts();
       if (o.check) {
@@ -74,12 +71,15 @@ export function registerStatechartsCommands(program: Command): void {
       )
       .option('--json', 'print the trace as JSON'),
   ).action(async (file: string, o: InspectOptions & { json?: boolean }) => {
+    const { formatTrace, loadScenario, runScenario, startingRow } =
+      await import('../statecharts/scenario.js');
     const scenario = await loadScenario(file);
     const trace = runScenario(scenario);
     process.stdout.write(o.json ? JSON.stringify(trace, null, 2) + '\n' : formatTrace(trace));
     if (o.inspect) {
       const startRow = JSON.parse(JSON.stringify(startingRow(scenario))) as Record<string, unknown>;
       const log = (line: string) => (o.json ? process.stderr : process.stdout).write(line + '\n');
+      const { sendToInspector } = await import('./inspect.js');
       await sendToInspector(scenarioRun(trace, startRow), o, log);
     }
     if (trace.unmet.length)

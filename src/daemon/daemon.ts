@@ -1,16 +1,17 @@
 /**
- * The daemon: one process running the inbox, the watchdog and the publisher, with health and
- * metrics over HTTP. `startDaemon` brings it up in order and `stop` takes it down in reverse.
+ * The daemon: one process running the inbox, the watchdog, the publisher and retention, with
+ * health and metrics over HTTP. `startDaemon` brings it up in order and `stop` takes it down in
+ * reverse.
  */
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { sql } from 'kysely';
 import type { Config } from '../config.js';
-import { openDb, pendingMigrations, type Db } from '../db/database.js';
+import { migrationStatus, openDb, type Db } from '../db/database.js';
 import { MigrationsPendingError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { createMetrics, type Metrics } from '../metrics.js';
 import { connectFailureReason, connectNats, type Nats } from '../nats/connection.js';
-import { provisionStreams } from '../nats/provision.js';
+import { oneAtATime, provisionStreams } from '../nats/provision.js';
 import { CONTRACT_NAMES, type ExchangeNames } from '../nats/subjects.js';
 import {
   readiness,
@@ -25,12 +26,21 @@ import { createStatechartRoutes } from '../statecharts/livePage.js';
 import { createDeadLetters, type DeadLetters } from './deadLetters.js';
 import { createPublisher, type Publisher } from './publisher.js';
 import { createWatchdog, type Watchdog } from './watchdog.js';
+import { createRetention, retentionSettings, type Retention } from './retention.js';
 
 export interface DaemonOptions {
   config: Config;
   logger: Logger;
   /** Which loops to run (all by default); tests and benchmarks run parts. */
-  loops?: { inbox?: boolean; watchdog?: boolean; publisher?: boolean; deadLetters?: boolean; http?: boolean };
+  loops?: {
+    inbox?: boolean;
+    watchdog?: boolean;
+    publisher?: boolean;
+    deadLetters?: boolean;
+    http?: boolean;
+    /** The retention loop (also off when `RETENTION_INTERVAL_MS` is 0). */
+    retention?: boolean;
+  };
   /** Extra HTTP pages (default: the live statechart, /statechart and /statechart.json). */
   routes?: (d: { db: Db; metrics: Metrics }) => Record<string, RouteHandler>;
   /**
@@ -53,6 +63,7 @@ export interface Daemon {
   watchdog: Watchdog | undefined;
   publisher: Publisher | undefined;
   deadLetters: DeadLetters | undefined;
+  retention: Retention | undefined;
   /** Graceful stop: stop pulling, finish and commit in-flight work, drain NATS, close the pool. */
   stop(): Promise<void>;
 }
@@ -65,7 +76,8 @@ async function dbReachable(db: Db): Promise<boolean> {
 
 /**
  * Start the daemon:
- *   1. open the pool; the database must answer and its migrations be current (else refuse);
+ *   1. open the pool; the database must answer and carry every migration of this build (else
+ *      refuse); migrations it carries that this build does not know are logged and counted;
  *   2. connect to NATS; create or update the streams and core-inbox (unless NATS_PROVISION=false);
  *   3. start the loops;
  *   4. serve /healthz, /readyz, /metrics.
@@ -79,6 +91,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     publisher: true,
     deadLetters: true,
     http: true,
+    retention: true,
     ...opts.loops,
   };
 
@@ -90,25 +103,38 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   let nats: Nats | undefined;
   let commitProbe: CommitProbe | undefined;
   try {
-    const pending = await pendingMigrations(db.db).catch((err: unknown) => {
+    const migrations = await migrationStatus(db.db).catch((err: unknown) => {
       throw new Error(`PostgreSQL (DATABASE_URL) is not usable: ${(err as Error).message}`, { cause: err });
     });
+    const pending = migrations.filter((m) => m.state === 'pending').map((m) => m.name);
     if (pending.length > 0) throw new MigrationsPendingError(pending);
+    // Migrations of a newer version: it runs on (an older version tolerates additive migrations,
+    // and only those are allowed, docs/operations.md), and says so once.
+    const unknown = migrations.filter((m) => m.state === 'unknown').map((m) => m.name);
+    if (unknown.length > 0)
+      logger.warn(
+        { event: 'db_unknown_migrations', migrations: unknown },
+        `the database carries ${unknown.length} migration(s) this version does not know (${unknown.join(', ')}): a newer version migrated it; running on`,
+      );
 
     // 2. NATS.
     nats = await connectNats(cfg, logger).catch((err: unknown) => {
       throw new Error(`NATS (NATS_URL) is not usable: ${connectFailureReason(cfg, err)}`, { cause: err });
     });
     const jsm = await jetstreamManager(nats.nc);
-    if (cfg.NATS_PROVISION) {
-      await provisionStreams(jsm, {
-        duplicateWindowMs: cfg.NATS_DUPLICATE_WINDOW_MS,
-        replicas: cfg.NATS_STREAM_REPLICAS,
-        ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
-        maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
-        names,
-      });
-    }
+    // Provisioning again is how the loops heal a stream or consumer that disappears under them.
+    const provision = cfg.NATS_PROVISION
+      ? oneAtATime(() =>
+          provisionStreams(jsm, {
+            duplicateWindowMs: cfg.NATS_DUPLICATE_WINDOW_MS,
+            replicas: cfg.NATS_STREAM_REPLICAS,
+            ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
+            maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
+            names,
+          }),
+        )
+      : undefined;
+    await provision?.();
     const js = jetstream(nats.nc);
     // The checks of /readyz, also exported as `recognition_ready{check}`; the consumer's is added
     // once the inbox runs.
@@ -146,6 +172,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       checks.commits = () => probe.check();
     }
 
+    metrics.unknownMigrations.set(unknown.length);
+
     // 3. Loops.
     const inbox = loops.inbox
       ? await startInbox({
@@ -160,6 +188,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
           ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
           names,
+          provision,
           beforeBatch: opts.beforeInboxBatch,
           afterCommit: opts.afterInboxCommit,
         })
@@ -184,6 +213,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           pool: db.pool,
           js,
           isConnected: nats.isConnected,
+          onReconnect: nats.onReconnect,
+          provision,
           logger,
           metrics,
           config: cfg,
@@ -191,10 +222,24 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         })
       : undefined;
     await publisher?.start();
+    // NATS is red too while the publisher waits out an outage the connection does not show
+    // (a frozen server, JetStream unavailable).
+    if (publisher) checks.nats = () => n.isConnected() && publisher.isNatsAvailable();
     const deadLetters = loops.deadLetters
       ? createDeadLetters({ db: db.db, nc: nats.nc, jsm, logger, metrics, stream: names.jobsStream })
       : undefined;
     await deadLetters?.start();
+    const retention =
+      loops.retention && cfg.RETENTION_INTERVAL_MS > 0
+        ? createRetention({
+            db: db.db,
+            logger,
+            metrics,
+            settings: retentionSettings(cfg),
+            intervalMs: cfg.RETENTION_INTERVAL_MS,
+          })
+        : undefined;
+    retention?.start();
 
     // 4. HTTP.
     const http = loops.http
@@ -222,6 +267,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       watchdog,
       publisher,
       deadLetters,
+      retention,
       stop() {
         stopped ??= (async () => {
           logger.info({ event: 'stopping' }, 'stopping: finishing in-flight work');
@@ -231,6 +277,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
             publisher?.stop(),
             deadLetters?.stop(),
             commitProbe?.stop(),
+            retention?.stop(),
           ]);
           await n.nc.drain().catch(() => undefined);
           await http?.close();

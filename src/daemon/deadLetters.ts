@@ -1,5 +1,5 @@
 /**
- * Dead letters from JetStream (SPEC §6): a job message that reached a consumer's `max_deliver`
+ * Dead letters from JetStream (docs/lifecycle.md, "The loops"): a job message that reached a consumer's `max_deliver`
  * without being acked means no service could take the job. JetStream announces it with a
  * max-deliveries advisory; this loop turns the advisory into `DELIVERY_EXHAUSTED` for the job
  * (→ `dlq`, `error_code = MAX_DELIVERIES`, file `ERROR`) through the step.

@@ -1,21 +1,17 @@
 /**
  * The inbox loop: envelopes from `core-inbox` (a durable pull consumer shared by every instance),
- * applied in batches, acked only after commit.
+ * applied in batches, acked only after commit. Three parts, one file each:
  *
- * One `consume()` on the consumer feeds the inbox (several concurrent pulls on one consumer slow
- * nats-server down; one refilling pull subscription does not). Per message: decode (size, JSON,
- * schema, msg id) → wait with the others received → a batch of at most INBOX_BATCH_SIZE leaves
- * when full, or INBOX_LINGER_MS after its first envelope → one transaction → commit → ack. Up to
- * INBOX_CONCURRENCY batch transactions run at once, each on its own pooled connection.
- *
- * Per-job order: a job's envelopes are applied in stream order, never two at once. A batch takes
- * the waiting envelopes in arrival order, but not those of a job that a running batch holds,
- * nor any envelope after one it left behind for that reason: a job in flight holds its later
- * envelopes back until its batch has committed (or failed), and they then leave first.
- *
- * Back-pressure: at most `2 × INBOX_BATCH_SIZE × INBOX_CONCURRENCY` envelopes are received and not
- * yet acked; the reader stops taking messages from the subscription then, and the client sends no
- * further pull until it takes them again.
+ * - the reader (`inboxReader.ts`): one `consume()` on the consumer, handing each message to the
+ *   scheduler no faster than batches settle (back-pressure), and healing a consumer that
+ *   disappears;
+ * - the scheduler (`inboxScheduler.ts`): which envelopes leave together — a batch of at most
+ *   INBOX_BATCH_SIZE leaves when full, or INBOX_LINGER_MS after its first envelope; up to
+ *   INBOX_CONCURRENCY batch transactions run at once; a job's envelopes are applied in stream
+ *   order, never two at once: a job in flight holds its later envelopes back until its batch has
+ *   committed (or failed), and they then leave first;
+ * - this file: what becomes of a batch — decode (size, JSON, schema, msg id), one transaction,
+ *   commit, ack, one log line per decision and the counters — and the wiring of the three.
  *
  * The hot path runs on the pg pool when one is given: the step's statements are prepared once per
  * connection, and a batch costs four round trips (BEGIN, lock, write, COMMIT) whatever its size.
@@ -24,14 +20,12 @@
  * Failures: a retryable one (database unreachable, deadlock, serialization) naks the whole batch
  * with a delay that grows with the delivery count — JetStream ignores the consumer's backoff for a
  * plain nak — so it is redelivered as often as it takes. Any other failure of a batch falls back to
- * applying its messages one by one, so a single bad message cannot block its neighbours.
+ * applying its messages one by one, so a single bad message cannot block its neighbours. Either
+ * way the batch settles once, when all of it is acked or nak'd.
  *
- * Stop: the pull subscription is drained — the server stops delivering to it once it has the
- * unsubscription, and whatever it sent before arrives still — so no pull is left open with
- * deliveries going nowhere; then everything received is applied and acked.
+ * Stop: the reader drains the pull subscription; then everything received is applied and acked.
  */
-import type { Consumer, ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
-import type { Subscription } from '@nats-io/nats-core';
+import type { JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
 import type { Counter } from 'prom-client';
 import { QUARANTINE_REASON } from '../../machines/index.js';
@@ -50,7 +44,10 @@ import {
   type PgPool,
   type RawMessage,
 } from './inboxBatch.js';
+import { startInboxReader } from './inboxReader.js';
+import { InboxScheduler } from './inboxScheduler.js';
 
+/** What {@link startInbox} needs: where to read, where to write, and how to batch. */
 export interface InboxOptions {
   db: Kysely<Database>;
   /**
@@ -71,12 +68,19 @@ export interface InboxOptions {
   ackWaitMs: number;
   /** The results stream and inbox consumer to read (the contract's by default). */
   names?: ExchangeNames | undefined;
+  /**
+   * Create or update the streams and `core-inbox` (`provisionStreams`), where the core provisions
+   * them (`NATS_PROVISION=true`): called when the consumer or its stream is missing. Without it
+   * the inbox waits for them to be created.
+   */
+  provision?: (() => Promise<void>) | undefined;
   /** Test hook: called before each batch transaction. */
   beforeBatch?: (items: readonly InboxItem[]) => Promise<void> | void;
   /** Test and bench hook: called as soon as a batch has committed, before its messages are acked. */
   afterCommit?: (items: readonly InboxItem[], outcomes: readonly InboxOutcome[]) => void;
 }
 
+/** A running inbox. */
 export interface Inbox {
   /** Stop pulling, apply and ack what was already received, then resolve. */
   stop(): Promise<void>;
@@ -122,194 +126,32 @@ class ReceivedMessage implements RawMessage {
   }
 }
 
-const ENTRY = Symbol('entry');
-
 /** A received message: decoded, with the key its job is ordered by. */
 interface Entry extends InboxItem {
   msg: JsMsg;
   /** The job id; for a message naming none, a key of its own. */
   key: string;
-  [ENTRY]: true;
 }
 
-const isEntry = (w: JsMsg | Entry): w is Entry => ENTRY in w;
-
-/**
- * How long one pull waits on the server (the client's minimum): an idle inbox asks again this
- * often, and a stop waits at most about this long for the server to end the pulls in progress.
- */
-const PULL_EXPIRES_MS = 1_000;
-
-/** Never wait longer than this at start for a dead instance's envelopes (ack wait is the bound). */
-const MAX_ORPHAN_WAIT_MS = 60_000;
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-/**
- * After a crash, the envelopes the dead process had received stay unacked until the ack wait
- * expires, while newer envelopes would be delivered at once: a job's result could then overtake
- * its ack. When nobody else is pulling (no other live instance) and some envelopes are still
- * unacked, wait until the ack wait of the last delivery has passed: JetStream then serves the
- * redeliveries before new messages, and every job's envelopes are applied in stream order.
- * (With other instances alive they take those redeliveries, and the machine copes with the
- * reordering: a result before its ack is applied, the ack after it is ignored.)
- */
-async function letOrphansComeFirst(consumer: Consumer, ackWaitMs: number, log: Logger): Promise<void> {
-  const info = await consumer.info();
-  if (info.num_ack_pending === 0 || info.num_waiting > 0) return;
-  // The server sends an RFC 3339 time here, though the client's type says nanoseconds.
-  const raw = info.delivered.last_active as unknown;
-  const parsed = typeof raw === 'string' ? Date.parse(raw) : NaN;
-  const lastActive = Number.isFinite(parsed) ? parsed : Date.now();
-  const waitMs = Math.min(lastActive + ackWaitMs + 250 - Date.now(), ackWaitMs + 250, MAX_ORPHAN_WAIT_MS);
-  if (waitMs <= 0) return;
-  log.info(
-    { event: 'orphans_wait', ack_pending: info.num_ack_pending, wait_ms: waitMs },
-    'unacked envelopes of a stopped instance: letting them be redelivered first, so each job stays in order',
-  );
-  await sleep(waitMs);
-}
-
-/**
- * Drain the pull subscription behind `messages`: the client unsubscribes and flushes, the server
- * delivers nothing to it after the unsubscription (a pull's deliveries go only to a reply subject
- * with interest) and everything it sent before arrives before the flush returns; the iterator
- * then yields what is left and ends. `close()` alone would unsubscribe at once and drop the
- * deliveries already on their way, which would then wait unacked for the ack wait.
- */
-async function drainPulls(messages: ConsumerMessages): Promise<void> {
-  // The client keeps the subscription of a consume() on `sub` and ends the iterator once it is
-  // drained, but offers no call for it.
-  const sub = (messages as Partial<{ sub: Subscription }>).sub;
-  try {
-    if (sub && !sub.isClosed()) {
-      await sub.drain();
-      return;
-    }
-  } catch {
-    // The connection is closing: nothing more can arrive anyway.
-  }
-  await messages.close();
+/** Decode a message (once, when the scheduler first looks at it) and key it by its job. */
+function entryOf(msg: JsMsg, maxBytes: number): Entry {
+  const msgId = msg.headers?.get('Nats-Msg-Id');
+  const decoded = decodeEnvelope({ data: msg.data, msgId, maxBytes });
+  const key = decoded.ok ? decoded.envelope.job_id : (decoded.jobId ?? `seq:${msg.seq}`);
+  return { raw: new ReceivedMessage(msg), decoded, msg, key };
 }
 
 type CounterName = 'envelopes' | 'quarantine' | 'transitions';
 
-/** Start consuming `core-inbox`. Resolves once the consumer is bound. */
-export async function startInbox(opts: InboxOptions): Promise<Inbox> {
-  const { logger, metrics, batchSize, concurrency } = opts;
-  const lingerMs = opts.lingerMs ?? 2;
-  const log = logger.child({ loop: 'inbox' });
-  const names = opts.names ?? CONTRACT_NAMES;
-  const consumer = await opts.js.consumers.get(names.resultsStream, names.inboxConsumer);
-  await letOrphansComeFirst(consumer, opts.ackWaitMs, log);
+/**
+ * What becomes of a batch, as a function that applies one: one transaction, then ack, log and
+ * count (one line per decision); nak on a retryable failure; on any other, each message on its
+ * own, and one the database still refuses is quarantined. Resolves when every message of the
+ * batch is acked or nak'd; never rejects but for a bug.
+ */
+function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Promise<void> {
+  const { metrics } = opts;
   const target = opts.pool ?? opts.db;
-  // Enough for every batch in flight and as many more gathering; more would only make the
-  // messages live long enough to reach V8's old generation, which costs more to collect.
-  const maxHeld = Math.max(batchSize * concurrency * 2, 64);
-
-  /**
-   * Received and not yet taken by a batch, in arrival order. A message is decoded when a batch
-   * first looks at it: until then it is only the client's message, so the envelopes that wait
-   * keep few objects alive through the young generation's collections.
-   */
-  let waiting: Array<JsMsg | Entry> = [];
-  /** Jobs (keys) a running batch holds. */
-  const running = new Set<string>();
-  /** The running batches. */
-  const active = new Set<Promise<void>>();
-  /** Received and not yet acked or nak'd. */
-  let held = 0;
-  let lingerTimer: NodeJS.Timeout | undefined;
-  /** The oldest waiting envelope has waited for its linger: a batch may leave not full. */
-  let lingered = false;
-  let stopping = false;
-  let bound = false;
-  let messages: ConsumerMessages | undefined;
-  let wakeReader: (() => void) | undefined;
-
-  const onLinger = () => {
-    lingerTimer = undefined;
-    lingered = true;
-    schedule();
-  };
-
-  /**
-   * The next batch: waiting envelopes in arrival order, up to `batchSize`, leaving behind every
-   * envelope of a job a running batch holds and every later envelope of a job left behind.
-   */
-  function take(): Entry[] {
-    const batch: Entry[] = [];
-    let left: Entry[] | undefined;
-    let leftJobs: Set<string> | undefined;
-    let i = 0;
-    for (; i < waiting.length && batch.length < batchSize; i++) {
-      const w = waiting[i]!;
-      const e = isEntry(w) ? w : entryOf(w);
-      if (running.has(e.key) || leftJobs?.has(e.key) === true) {
-        (leftJobs ??= new Set()).add(e.key);
-        (left ??= []).push(e);
-      } else batch.push(e);
-    }
-    waiting = left ? [...left, ...waiting.slice(i)] : waiting.slice(i);
-    for (const e of batch) running.add(e.key);
-    return batch;
-  }
-
-  /**
-   * Start batches while fewer than `concurrency` run and one may leave: a full one, or any once
-   * the oldest envelope has lingered (or the inbox stops). Envelopes that only wait for their
-   * job's batch to settle do not linger: that batch's end schedules them again.
-   */
-  function schedule(): void {
-    let blocked = false;
-    while (
-      active.size < concurrency &&
-      waiting.length > 0 &&
-      (waiting.length >= batchSize || lingered || stopping)
-    ) {
-      const batch = take();
-      if (batch.length === 0) {
-        blocked = true; // every waiting envelope's job is in flight
-        break;
-      }
-      start(batch);
-    }
-    if (waiting.length === 0 || blocked) {
-      lingered = false;
-      if (lingerTimer) clearTimeout(lingerTimer);
-      lingerTimer = undefined;
-    } else if (!lingered && lingerTimer === undefined) {
-      lingerTimer = setTimeout(onLinger, lingerMs);
-    }
-  }
-
-  function start(batch: Entry[]): void {
-    const p = applyBatch(batch)
-      .catch((err: unknown) => log.error({ err, event: 'batch_failed' }, 'a batch failed unexpectedly'))
-      .finally(() => {
-        for (const e of batch) running.delete(e.key);
-        held -= batch.length;
-        active.delete(p);
-        schedule();
-        wakeReader?.();
-      });
-    active.add(p);
-  }
-
-  function entryOf(msg: JsMsg): Entry {
-    const msgId = msg.headers?.get('Nats-Msg-Id');
-    const decoded = decodeEnvelope({ data: msg.data, msgId, maxBytes: opts.maxEnvelopeBytes });
-    const key = decoded.ok ? decoded.envelope.job_id : (decoded.jobId ?? `seq:${msg.seq}`);
-    return { raw: new ReceivedMessage(msg), decoded, msg, key, [ENTRY]: true };
-  }
-
-  function admit(msg: JsMsg): void {
-    waiting.push(msg);
-    held++;
-    if (waiting.length >= batchSize) schedule();
-    else if (!lingered && lingerTimer === undefined) lingerTimer = setTimeout(onLinger, lingerMs);
-  }
-
   /** Log one line per decision (only at the levels enabled); count per batch. */
   function report(entries: readonly Entry[], outs: readonly InboxOutcome[], traced?: InboxTrace): void {
     const counts = new Map<string, { counter: CounterName; labels: Record<string, string>; n: number }>();
@@ -445,48 +287,69 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     }
   }
 
-  /**
-   * The reader: one consume() on the consumer, its messages admitted as they come; taken no
-   * faster than the batches settle them (back-pressure). A failed subscription is consumed again
-   * after a second; a stop drains it and takes what is left.
-   */
-  async function read(): Promise<void> {
-    while (!stopping) {
-      try {
-        messages = await consumer.consume({ max_messages: maxHeld, expires: PULL_EXPIRES_MS });
-        bound = true;
-        if (stopping) await drainPulls(messages);
-        for await (const msg of messages) {
-          admit(msg);
-          while (held >= maxHeld) await new Promise<void>((resolve) => (wakeReader = resolve));
-        }
-        bound = false;
-        // The client ended the subscription without an error (its connection closed): again.
-        if (!stopping) await sleep(1000);
-      } catch (err) {
-        bound = false;
-        log.warn({ err, event: 'consume_error' }, 'consuming core-inbox failed; retrying');
-        if (!stopping) await sleep(1000);
-      }
-    }
-    bound = false;
-  }
+  return applyBatch;
+}
 
-  const reader = read();
+/** Start consuming `core-inbox`. Resolves once the consumer is bound. */
+export async function startInbox(opts: InboxOptions): Promise<Inbox> {
+  const log = opts.logger.child({ loop: 'inbox' });
+  const applyBatch = batchApplier(opts, log);
+  /** The batches in flight, settled when their promise ends. */
+  const active = new Set<Promise<void>>();
+  /** Wakes the reader waiting for room; set once the reader runs. */
+  let wakeReader = (): void => {};
+  let lingerTimer: NodeJS.Timeout | undefined;
+  const onLinger = () => {
+    lingerTimer = undefined;
+    scheduler.lingerPassed();
+  };
+  const maxBytes = opts.maxEnvelopeBytes;
+  const scheduler: InboxScheduler<JsMsg, Entry> = new InboxScheduler(
+    {
+      batchSize: opts.batchSize,
+      concurrency: opts.concurrency,
+      lingerMs: opts.lingerMs ?? 2,
+      entryOf: (msg) => entryOf(msg, maxBytes),
+    },
+    {
+      start(batch) {
+        const p = applyBatch(batch)
+          .catch((err: unknown) => log.error({ err, event: 'batch_failed' }, 'a batch failed unexpectedly'))
+          .finally(() => {
+            active.delete(p);
+            scheduler.settle(batch);
+            wakeReader();
+          });
+        active.add(p);
+      },
+      armLinger(ms) {
+        lingerTimer = setTimeout(onLinger, ms);
+      },
+      cancelLinger() {
+        clearTimeout(lingerTimer);
+        lingerTimer = undefined;
+      },
+    },
+  );
+  const reader = await startInboxReader({
+    js: opts.js,
+    names: opts.names ?? CONTRACT_NAMES,
+    log,
+    ackWaitMs: opts.ackWaitMs,
+    provision: opts.provision,
+    sink: scheduler,
+    maxMessages: scheduler.maxHeld,
+  });
+  wakeReader = reader.wake;
   return {
     async stop() {
-      stopping = true;
-      if (messages) await drainPulls(messages);
-      wakeReader?.();
-      await reader;
-      // Apply and ack what was received: it is ours until acked.
-      schedule();
-      while (active.size > 0) {
-        await Promise.all(active);
-        schedule();
-      }
+      // Nothing waits for more from now on; what the drained subscription still delivers, and
+      // everything received before, is applied and acked: it is ours until acked.
+      scheduler.drain();
+      await reader.stop();
+      while (active.size > 0) await Promise.all(active);
     },
-    isBound: () => bound,
-    inFlight: () => held,
+    isBound: reader.isBound,
+    inFlight: () => scheduler.held,
   };
 }

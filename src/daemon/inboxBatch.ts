@@ -2,16 +2,17 @@
  * Applying a batch of inbox messages: the part of the inbox that knows the database but not NATS,
  * shared by the live inbox and `quarantine replay`.
  *
- * One transaction per batch: the valid envelopes go through the step (in stream order), the invalid
- * ones and the envelopes of unknown jobs are written to `inbox_quarantine`. The caller acks every
- * message after this returns (commit first, ack after), or naks them all when it throws.
+ * One transaction per batch: the valid envelopes go through the step (in stream order); the invalid
+ * ones, the envelopes of unknown jobs and those the machine rejects (from a service other than the
+ * job's `target_service`) are written to `inbox_quarantine`. The caller acks every message after
+ * this returns (commit first, ack after), or naks them all when it throws.
  */
 import type { Kysely } from 'kysely';
 import { QUARANTINE_REASON, type QuarantineReason } from '../../machines/index.js';
 import { inPgTransaction, withPgClient, type PgPool } from '../db/pgTransaction.js';
 import type { Database } from '../db/schema.js';
 import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
-import { envelopeToJobEvent } from '../messages/envelopeToJobEvent.js';
+import { envelopeToJobEvent, serviceMismatchDetails } from '../messages/envelopeToJobEvent.js';
 import {
   applyEvents,
   applyEventsOptimistic,
@@ -120,7 +121,9 @@ async function quarantine(tx: StepTransaction, rows: QuarantineInsert[]): Promis
 
 /**
  * Apply a batch inside the caller's transaction. Returns one outcome per item, in order.
- * Unknown jobs are quarantined (`UNKNOWN_JOB`) in the same transaction.
+ * Envelopes of unknown jobs (`UNKNOWN_JOB`) and envelopes the machine rejects because they come
+ * from a service other than the job's `target_service` (`SERVICE_MISMATCH`, both names in the
+ * details) are quarantined in the same transaction; the job is left as it was.
  */
 export async function applyInboxBatch(
   tx: StepTransaction,
@@ -162,6 +165,16 @@ export async function applyInboxBatch(
       };
       quarantined.push(q);
       outcomes[i] = { kind: 'quarantined', ...q };
+    } else if (outcome.decision === 'rejected' && item.decoded.ok) {
+      const q = {
+        raw: item.raw,
+        reason: QUARANTINE_REASON.SERVICE_MISMATCH,
+        jobId: outcome.jobId,
+        msgId,
+        details: serviceMismatchDetails(outcome.targetService, item.decoded.envelope.service.name),
+      };
+      quarantined.push(q);
+      outcomes[i] = { kind: 'quarantined', ...q };
     } else {
       outcomes[i] = { kind: 'step', outcome, msgId };
     }
@@ -196,7 +209,8 @@ export async function applyInboxBatchTx(
  * A batch of valid envelopes that all name one job — every batch in per-message mode, and a
  * quiet stream's usual batch — on the step's unlocked path: two statements instead of four
  * (see `applyEventsOptimistic`). `null` when the batch is anything else, or the path hands the
- * work back (an unknown job is quarantined by the transaction); nothing is written then.
+ * work back (an unknown job, or an envelope the machine rejects, is quarantined by the
+ * transaction); nothing is written then.
  * Only one job: a single statement updating several rows in no set order could deadlock with
  * another instance's, which the locked path avoids by locking in id order.
  */

@@ -1,5 +1,5 @@
 /**
- * The publisher (SPEC §6): a transactional outbox from `recognition_job` rows in `pending` to the
+ * The publisher (docs/lifecycle.md, "The loops"): a transactional outbox from `recognition_job` rows in `pending` to the
  * `RECOGNITION_JOBS` stream.
  *
  * A round locks due `pending` jobs (`FOR UPDATE OF j SKIP LOCKED`), publishes each job message
@@ -7,15 +7,35 @@
  * through the step (`PUBLISHED` or `PUBLISH_FAILED`) in the same transaction. The row locks are held
  * across the publish on purpose: another instance skips those jobs instead of publishing them too.
  *
+ * Outage or rejection: a publish fails either because NATS or JetStream cannot take any message
+ * now (disconnected, no ack in time, no stream answering, JetStream unavailable) or because
+ * JetStream refuses this message (see `classifyPublishFailure`). Only a refusal is recorded as
+ * `PUBLISH_FAILED`, spends one of the job's `MAX_PUBLISH_ATTEMPTS` and ends in `dlq` when they are
+ * spent. An outage records nothing: the job stays `pending` and due, its attempts unspent, and the
+ * publisher waits — the `recognition_publisher_nats_unavailable` gauge is 1, /readyz says
+ * `nats: false`, one line logs the start and one the end. Meanwhile each round tries one job only
+ * (the oldest due), after a pause that doubles from `PUBLISH_BACKOFF_BASE_MS` up to
+ * {@link OUTAGE_PAUSE_MAX_MS}, and at once when the client reconnects; the first round that JetStream
+ * answers ends the outage and the next takes a full batch.
+ *
+ * A 503 ("no responders") on a job subject means no stream took the message. Where the core
+ * provisions the streams (`provision` given), its jobs stream binds every job subject, so the
+ * stream is gone or without a leader: an outage, and the streams are provisioned again once it has
+ * lasted `PROVISION_AGAIN_AFTER_MS`. Otherwise JetStream is asked which stream binds the subject:
+ * none while another stream binds job subjects means this job's target service has no stream (a
+ * refusal); no stream for job subjects at all means the jobs stream is missing (an outage, until an
+ * operator creates it).
+ *
  * Exactly one message per job, in effect:
  * - a crash after JetStream's ack but before the commit leaves the job `pending`; the next round
  *   publishes it again with the same msg id and JetStream drops it as a duplicate (its ack says
  *   so) as long as it comes within the stream's duplicate window (2 min by default);
- * - a publish that timed out while NATS was unreachable may still reach the stream when the client
- *   reconnects and flushes its buffer; the retry carries the same msg id and is deduplicated too,
- *   provided the backoff stays shorter than the duplicate window (PUBLISH_BACKOFF_MAX_MS defaults
- *   to 60 s against a 120 s window). With `isConnected` given, nothing is handed to a client that
- *   knows it is disconnected, which leaves only the publishes caught by the disconnect itself.
+ * - a publish caught by an outage (sent, never acked: a frozen server, a dropped connection) may
+ *   still reach the stream when the server resumes or the client flushes its buffer on reconnect;
+ *   the job's next publish carries the same msg id and follows within one outage pause, well
+ *   inside the duplicate window, so JetStream drops it. With `isConnected` given, nothing is handed
+ *   to a client that knows it is disconnected, which leaves only the publishes caught by the
+ *   disconnect itself.
  *   A job that went to `dlq` meanwhile and whose late message a service still takes gets its
  *   result logged as `late` by the inbox, never applied.
  * A job message republished after a lost commit carries a later `reply_deadline` than the copy the
@@ -25,9 +45,9 @@
  * Wake-ups: a `LISTEN recognition_job_created` connection (the insert trigger NOTIFYs), a timer to
  * the earliest future `next_publish_at` (backoff retries), and a poll every
  * `PUBLISHER_POLL_INTERVAL_MS` as the safety net. A round that filled its batch is followed by
- * another at once.
+ * another at once. During an outage only the outage pause and the client's reconnects wake it.
  */
-import type { JetStreamClient, PubAck } from '@nats-io/jetstream';
+import type { JetStreamClient, JetStreamManager, PubAck } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/nats-core';
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Pool } from 'pg';
@@ -39,7 +59,15 @@ import { isRetryable } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { checkJobMessage, type JobMessage } from '../messages/schemas.js';
 import type { Metrics } from '../metrics.js';
-import { jobMsgId, jobSubject, RESULT_SUBJECT, type ExchangeNames } from '../nats/subjects.js';
+import { classifyPublishFailure } from '../nats/classifyPublishFailure.js';
+import { PROVISION_AGAIN_AFTER_MS } from '../nats/provision.js';
+import {
+  CONTRACT_NAMES,
+  jobMsgId,
+  jobSubject,
+  RESULT_SUBJECT,
+  type ExchangeNames,
+} from '../nats/subjects.js';
 import {
   endPublishTrace,
   publishLogFields,
@@ -62,6 +90,11 @@ const MIN_WAKE_DELAY_MS = 100;
  * a failure that repeats (a bug, a broken database) must not turn into a tight loop of errors.
  */
 const ROUND_RETRY_BASE_MS = 500;
+/**
+ * The longest pause between two tries during an outage: the end of an outage that no reconnect
+ * announces (a frozen server that resumes keeps its connection) is noticed within this time.
+ */
+export const OUTAGE_PAUSE_MAX_MS = 5_000;
 
 /** The configuration the publisher reads. */
 export type PublisherConfig = Pick<
@@ -86,11 +119,18 @@ export interface PublisherOptions {
   pool?: Pool;
   js: JetStreamClient;
   /**
-   * Whether the NATS connection is up (`Nats.isConnected`). While it is down a job fails at once
-   * instead of being handed to the client: a publish the client buffers while reconnecting can
-   * reach the stream after its job has gone on (even to `dlq`). Without it, every publish is tried.
+   * Whether the NATS connection is up (`Nats.isConnected`). While it is down no job is handed to the
+   * client (the publisher waits for NATS, spending no attempt): a publish the client buffers while
+   * reconnecting reaches the stream whenever it reconnects. Without it, every publish is tried.
    */
   isConnected?: () => boolean;
+  /** `Nats.onReconnect`: during an outage, a reconnect starts the next try at once. */
+  onReconnect?: (listener: () => void) => () => void;
+  /**
+   * Create or update the streams and `core-inbox` again (`provisionStreams`), given where the core
+   * provisions them (`NATS_PROVISION=true`). Called when no stream answered on a job subject.
+   */
+  provision?: () => Promise<void>;
   logger: Logger;
   metrics?: Metrics;
   config: PublisherConfig;
@@ -119,6 +159,11 @@ export interface Publisher {
   publishDue(): Promise<number>;
   /** Whether the LISTEN connection is up (false without a pool). */
   isListening(): boolean;
+  /**
+   * False while the publisher waits for NATS or JetStream (an outage: the last publish it tried
+   * failed for a cause that is not the message's); true otherwise. For /readyz.
+   */
+  isNatsAvailable(): boolean;
 }
 
 /** A due job as the publisher's query returns it: the job, its upload and the database clock. */
@@ -165,7 +210,7 @@ function nextDueQuery() {
 }
 
 /**
- * The job message for a due job (SPEC §5). Pure. `reply_deadline` is `db_now + replyTimeoutMs`,
+ * The job message for a due job (docs/contract.md). Pure. `reply_deadline` is `db_now + replyTimeoutMs`,
  * exactly what `PUBLISHED` stores: the step computes it from the same transaction's clock.
  */
 export function buildJobMessage(
@@ -184,10 +229,35 @@ export function buildJobMessage(
   };
 }
 
-/** One job's publish attempt. */
+/**
+ * One job's publish: published (JetStream acked it), refused (an attempt spent; `permanent` when no
+ * retry can help), or put off by an outage (nothing recorded).
+ */
 type Attempt = { row: DueJobRow; msgId: string; subject: string; trace?: PublishTrace | undefined } & (
-  { ok: true; ack: PubAck } | { ok: false; error: string; permanent: boolean }
+  | { kind: 'published'; ack: PubAck }
+  | { kind: 'rejected'; error: string; permanent: boolean }
+  | { kind: 'unavailable'; error: string }
 );
+
+/** What a round did: every attempt, the outcomes of those it recorded, and whether it was full. */
+interface RoundResult {
+  attempts: Attempt[];
+  recorded: Array<{ attempt: Attempt & { kind: 'published' | 'rejected' }; outcome: StepOutcome }>;
+  full: boolean;
+  /** No stream answered on a job subject where the core provisions them: provision again. */
+  provisionWanted: boolean;
+}
+
+/** An outage the publisher waits out. */
+interface Outage {
+  since: number;
+  /** The failure that began it. */
+  reason: string;
+  /** Publishes put off since it began. */
+  deferred: number;
+  /** Rounds that found NATS still unavailable (the pause doubles with each). */
+  rounds: number;
+}
 
 /** NATS headers holding `fields`. */
 function withHeaders(fields: { traceparent: string; tracestate?: string | null | undefined }) {
@@ -196,9 +266,11 @@ function withHeaders(fields: { traceparent: string; tracestate?: string | null |
   return h;
 }
 
-function describeError(err: unknown): string {
-  if (err instanceof Error) return `${err.name}: ${err.message}`;
-  return String(err);
+/** Names of the streams that bind `subject` (a wildcard finds the streams with subjects under it). */
+async function streamsBinding(jsm: JetStreamManager, subject: string): Promise<string[]> {
+  const names: string[] = [];
+  for await (const name of jsm.streams.names(subject)) names.push(name);
+  return names;
 }
 
 /** Create a publisher. Nothing runs until `start()` (or a direct `publishDue()`). */
@@ -207,6 +279,7 @@ export function createPublisher(opts: PublisherOptions): Publisher {
   const apply = opts.applyEvents ?? applyEvents;
   const log = opts.logger.child({ loop: 'publisher' });
   const batchSize = cfg.PUBLISHER_BATCH_SIZE;
+  const jobSubjects = `${(opts.names ?? CONTRACT_NAMES).jobSubjectPrefix}>`;
   const policy: PublishRetryPolicy = {
     maxAttempts: cfg.MAX_PUBLISH_ATTEMPTS,
     baseDelayMs: cfg.PUBLISH_BACKOFF_BASE_MS,
@@ -221,14 +294,55 @@ export function createPublisher(opts: PublisherOptions): Publisher {
   let looping: Promise<void> | undefined;
   let timer: NodeJS.Timeout | undefined;
   let listener: NotificationListener | undefined;
+  let stopReconnectWake: (() => void) | undefined;
   let failures = 0;
+  let outage: Outage | undefined;
+  let jsm: Promise<JetStreamManager> | undefined;
   /** Resolved after the loop's next round (and when the loop stops). */
   const roundWaiters: Array<() => void> = [];
   const releaseWaiters = () => {
     for (const resolve of roundWaiters.splice(0)) resolve();
   };
 
-  async function publishOne(row: DueJobRow): Promise<Attempt> {
+  /**
+   * What a 503 on `subject` means where the core does not provision the streams: a refusal when
+   * streams bind job subjects but none binds this one, an outage when none binds any job subject
+   * (the jobs stream is missing) or one binds it and did not answer (no leader). Asked once per
+   * subject and round.
+   */
+  async function noRespondersMeaning(subject: string): Promise<{ rejected: boolean; error: string }> {
+    try {
+      jsm ??= js.jetstreamManager(false);
+      const manager = await jsm;
+      const binding = await streamsBinding(manager, subject);
+      if (binding.length > 0) {
+        return { rejected: false, error: `stream ${binding.join(', ')} binds ${subject} but did not answer` };
+      }
+      const jobStreams = await streamsBinding(manager, jobSubjects);
+      if (jobStreams.length > 0) {
+        return {
+          rejected: true,
+          error: `no stream binds subject ${subject} (streams for job subjects: ${jobStreams.join(', ')})`,
+        };
+      }
+      return {
+        rejected: false,
+        error: `no stream binds job subjects (${jobSubjects}): the jobs stream is missing`,
+      };
+    } catch (err) {
+      jsm = undefined;
+      return {
+        rejected: false,
+        error: `no stream answered on ${subject}; asking JetStream failed: ${String(err)}`,
+      };
+    }
+  }
+
+  async function publishOne(
+    row: DueJobRow,
+    noResponders: Map<string, Promise<{ rejected: boolean; error: string }>>,
+    state: { provisionWanted: boolean },
+  ): Promise<Attempt> {
     const msgId = jobMsgId(row.job_id, row.attempt);
     const subject = jobSubject(row.target_service, opts.names);
     const message = buildJobMessage(row, {
@@ -242,13 +356,13 @@ export function createPublisher(opts: PublisherOptions): Publisher {
         row,
         msgId,
         subject,
-        ok: false,
+        kind: 'rejected',
         permanent: true,
         error: `invalid job message (a bug): ${detail}`,
       };
     }
     if (opts.isConnected && !opts.isConnected()) {
-      return { row, msgId, subject, ok: false, permanent: false, error: 'NATS is not connected' };
+      return { row, msgId, subject, kind: 'unavailable', error: 'NATS is not connected' };
     }
     const trace = startPublishTrace({
       stored: row.trace_parent ? { traceparent: row.trace_parent, tracestate: row.trace_state } : undefined,
@@ -264,18 +378,36 @@ export function createPublisher(opts: PublisherOptions): Publisher {
         timeout: cfg.PUBLISH_TIMEOUT_MS,
         ...(trace?.headers ? { headers: withHeaders(trace.headers) } : {}),
       });
-      attempt = { row, msgId, subject, trace, ok: true, ack };
+      attempt = { row, msgId, subject, trace, kind: 'published', ack };
     } catch (err) {
-      attempt = { row, msgId, subject, trace, ok: false, permanent: false, error: describeError(err) };
+      const failure = classifyPublishFailure(err);
+      if (failure.kind === 'rejected') {
+        attempt = { row, msgId, subject, trace, kind: 'rejected', permanent: false, error: failure.reason };
+      } else if (failure.kind === 'unavailable') {
+        attempt = { row, msgId, subject, trace, kind: 'unavailable', error: failure.reason };
+      } else if (opts.provision) {
+        state.provisionWanted = true;
+        const error = `no stream answered on ${subject}: the jobs stream is missing or has no leader`;
+        attempt = { row, msgId, subject, trace, kind: 'unavailable', error };
+      } else {
+        let meaning = noResponders.get(subject);
+        if (!meaning) noResponders.set(subject, (meaning = noRespondersMeaning(subject)));
+        const { rejected, error } = await meaning;
+        attempt = rejected
+          ? { row, msgId, subject, trace, kind: 'rejected', permanent: false, error }
+          : { row, msgId, subject, trace, kind: 'unavailable', error };
+      }
     }
     endPublishTrace(
       trace,
-      attempt.ok ? { ok: true, streamSeq: attempt.ack.seq, duplicate: attempt.ack.duplicate } : attempt,
+      attempt.kind === 'published'
+        ? { ok: true, streamSeq: attempt.ack.seq, duplicate: attempt.ack.duplicate }
+        : { ok: false, error: attempt.error },
     );
     return attempt;
   }
 
-  function report(attempt: Attempt, outcome: StepOutcome): void {
+  function report(attempt: Attempt & { kind: 'published' | 'rejected' }, outcome: StepOutcome): void {
     const fields = {
       job_id: attempt.row.job_id,
       msg_id: attempt.msgId,
@@ -291,7 +423,7 @@ export function createPublisher(opts: PublisherOptions): Publisher {
       return;
     }
     metrics?.transitions.inc({ from: outcome.from, event: outcome.event, to: outcome.to });
-    if (attempt.ok) {
+    if (attempt.kind === 'published') {
       metrics?.publisherResults.inc({ result: 'published' });
       log.info(
         {
@@ -314,7 +446,7 @@ export function createPublisher(opts: PublisherOptions): Publisher {
           attempts: attempt.row.publish_attempts + 1,
           error: attempt.error,
         },
-        'job publish failed for the last time: dead letter',
+        'job message refused for the last time: dead letter',
       );
     } else {
       const attempts = attempt.row.publish_attempts + 1;
@@ -327,41 +459,106 @@ export function createPublisher(opts: PublisherOptions): Publisher {
           retry_in_ms: publishBackoffMs(attempts, policy),
           error: attempt.error,
         },
-        'job publish failed; will retry',
+        'job message refused; will retry',
       );
     }
   }
 
-  async function round(): Promise<number> {
+  /** Begin, continue or end the outage after a round, and say so once at each end. */
+  function noteAvailability(result: RoundResult): void {
+    const deferred = result.attempts.filter((a) => a.kind === 'unavailable');
+    if (deferred.length > 0) {
+      metrics?.publisherOutageWaits.inc(deferred.length);
+      const reason = deferred[0]!.error;
+      if (!outage) {
+        outage = { since: Date.now(), reason, deferred: 0, rounds: 0 };
+        metrics?.publisherNatsUnavailable.set(1);
+        log.warn(
+          { event: 'publisher_nats_unavailable', reason, deferred: deferred.length },
+          'NATS unavailable: publishing waits; jobs stay pending, their publish attempts unspent',
+        );
+      }
+      outage.deferred += deferred.length;
+      outage.rounds += 1;
+      log.debug(
+        {
+          event: 'publisher_nats_still_unavailable',
+          reason,
+          deferred: outage.deferred,
+          retry_in_ms: outagePause(),
+        },
+        'NATS still unavailable',
+      );
+      return;
+    }
+    // JetStream answered (or nothing was due to try): the outage, if any, is over.
+    if (!outage) return;
+    log.info(
+      {
+        event: 'publisher_nats_available',
+        unavailable_ms: Date.now() - outage.since,
+        deferred: outage.deferred,
+        reason: outage.reason,
+      },
+      'NATS available again: publishing resumes',
+    );
+    outage = undefined;
+    metrics?.publisherNatsUnavailable.set(0);
+  }
+
+  /** The pause before the next try of an outage: doubles per round, capped. */
+  function outagePause(): number {
+    const rounds = outage?.rounds ?? 1;
+    const cap = Math.min(OUTAGE_PAUSE_MAX_MS, cfg.PUBLISH_BACKOFF_MAX_MS);
+    return Math.min(cfg.PUBLISH_BACKOFF_BASE_MS * 2 ** Math.min(rounds - 1, 20), cap);
+  }
+
+  async function round(): Promise<RoundResult> {
     const started = performance.now();
-    const results = await db.transaction().execute(async (tx: Transaction<Database>) => {
+    // During an outage one job (the oldest due) tries whether NATS is back.
+    const limit = outage ? 1 : batchSize;
+    const state = { provisionWanted: false };
+    const noResponders = new Map<string, Promise<{ rejected: boolean; error: string }>>();
+    const { attempts, recorded } = await db.transaction().execute(async (tx: Transaction<Database>) => {
       // 1. Lock the due jobs (rows other instances hold are skipped).
-      const { rows } = await duePublishQuery(batchSize).execute(tx);
-      if (rows.length === 0) return [];
+      const { rows } = await duePublishQuery(limit).execute(tx);
+      if (rows.length === 0) return { attempts: [], recorded: [] };
       // 2. Build, check and publish every message at once; wait for every ack or failure.
-      const attempts = await Promise.all(rows.map(publishOne));
-      // 3. Record every outcome in one step, still holding the locks.
-      const items: StepItem[] = attempts.map((a) => ({
+      const attempts = await Promise.all(rows.map((row) => publishOne(row, noResponders, state)));
+      // 3. Record the outcome of every publish JetStream answered, still holding the locks; one put
+      //    off by an outage leaves its job as it is.
+      const decided = attempts.filter(
+        (a): a is Attempt & { kind: 'published' | 'rejected' } => a.kind !== 'unavailable',
+      );
+      if (decided.length === 0) return { attempts, recorded: [] };
+      const items: StepItem[] = decided.map((a) => ({
         jobId: a.row.job_id,
-        event: a.ok
-          ? { type: 'PUBLISHED', replyTimeoutMs: cfg.REPLY_TIMEOUT_MS }
-          : { type: 'PUBLISH_FAILED', error: a.error, policy: a.permanent ? permanentPolicy : policy },
+        event:
+          a.kind === 'published'
+            ? { type: 'PUBLISHED', replyTimeoutMs: cfg.REPLY_TIMEOUT_MS }
+            : { type: 'PUBLISH_FAILED', error: a.error, policy: a.permanent ? permanentPolicy : policy },
       }));
       const outcomes = await apply(tx, items);
-      return attempts.map((a, i) => ({ attempt: a, outcome: outcomes[i]! }));
+      return { attempts, recorded: decided.map((attempt, i) => ({ attempt, outcome: outcomes[i]! })) };
       // 4. Commit (on return).
     });
     // 5. Report, only after the commit.
-    if (results.length > 0) {
+    if (recorded.length > 0) {
       metrics?.stepDuration.observe({ loop: 'publisher' }, (performance.now() - started) / 1000);
-      metrics?.batchSize.observe({ loop: 'publisher' }, results.length);
+      metrics?.batchSize.observe({ loop: 'publisher' }, recorded.length);
     }
-    for (const { attempt, outcome } of results) report(attempt, outcome);
-    return results.length;
+    for (const { attempt, outcome } of recorded) report(attempt, outcome);
+    const result = {
+      attempts,
+      recorded,
+      full: attempts.length >= limit,
+      provisionWanted: state.provisionWanted,
+    };
+    noteAvailability(result);
+    return result;
   }
 
-  function publishDue(): Promise<number> {
-    const p = round();
+  function track<T>(p: Promise<T>): Promise<T> {
     inFlight.add(p);
     void p.then(
       () => inFlight.delete(p),
@@ -370,8 +567,30 @@ export function createPublisher(opts: PublisherOptions): Publisher {
     return p;
   }
 
+  function publishDue(): Promise<number> {
+    return track(round()).then((r) => r.attempts.length);
+  }
+
+  /** Provision the streams again after no stream answered on a job subject; a failure is logged. */
+  async function provisionAgain(): Promise<void> {
+    if (!opts.provision) return;
+    try {
+      await opts.provision();
+      log.info(
+        { event: 'publisher_provisioned' },
+        'no stream answered on a job subject: streams provisioned again',
+      );
+    } catch (err) {
+      log.warn(
+        { err, event: 'publisher_provision_failed' },
+        'provisioning the streams again failed; retrying',
+      );
+    }
+  }
+
   /** How long to sleep before the next round: until the earliest retry, at most one poll interval. */
   async function nextDelay(): Promise<number> {
+    if (outage) return outagePause();
     const poll = cfg.PUBLISHER_POLL_INTERVAL_MS;
     const floor =
       failures > 0 ? Math.min(ROUND_RETRY_BASE_MS * 2 ** (failures - 1), poll) : MIN_WAKE_DELAY_MS;
@@ -392,8 +611,12 @@ export function createPublisher(opts: PublisherOptions): Publisher {
         if (again) {
           again = false;
           try {
-            // A full batch means more may be due: go again at once.
-            if ((await publishDue()) >= batchSize) again = true;
+            const r = await track(round());
+            // Other code that deleted the stream gets a moment to re-create it before we do.
+            if (r.provisionWanted && outage && Date.now() - outage.since >= PROVISION_AGAIN_AFTER_MS)
+              await provisionAgain();
+            // A full batch means more may be due: go again at once (not while NATS is away).
+            if (r.full && !outage) again = true;
             failures = 0;
           } catch (err) {
             failures += 1;
@@ -430,17 +653,24 @@ export function createPublisher(opts: PublisherOptions): Publisher {
     async start() {
       if (running) return;
       running = true;
-      // 1. LISTEN first, so no job created from now on waits for the poll.
+      // 1. LISTEN first, so no job created from now on waits for the poll. A job created during an
+      //    outage waits for the outage's next try like the others.
       if (opts.pool) {
         listener = await listenForNotifications({
           connection: opts.pool.options,
           channel: JOB_CREATED_CHANNEL,
           applicationName: 'recognition-core:publisher-listen',
           logger: log,
-          onNotify: () => wake(),
+          onNotify: () => {
+            if (!outage) wake();
+          },
         });
       }
-      // 2. A round at once: jobs may have been waiting while no publisher ran. Resolve after it,
+      // 2. A reconnect ends the pause of an outage at once.
+      stopReconnectWake = opts.onReconnect?.(() => {
+        if (outage) wake();
+      });
+      // 3. A round at once: jobs may have been waiting while no publisher ran. Resolve after it,
       //    so that from then on every round is the answer to a wake-up.
       const firstRound = new Promise<void>((resolve) => roundWaiters.push(resolve));
       wake();
@@ -450,6 +680,8 @@ export function createPublisher(opts: PublisherOptions): Publisher {
       running = false;
       if (timer) clearTimeout(timer);
       timer = undefined;
+      stopReconnectWake?.();
+      stopReconnectWake = undefined;
       releaseWaiters();
       await listener?.close();
       listener = undefined;
@@ -458,5 +690,6 @@ export function createPublisher(opts: PublisherOptions): Publisher {
     },
     publishDue,
     isListening: () => listener?.isListening() ?? false,
+    isNatsAvailable: () => outage === undefined,
   };
 }

@@ -1,5 +1,5 @@
 /**
- * The watchdog (SPEC §3.3, §6): turns passed `reply_deadline`s into `DEADLINE_PASSED` events.
+ * The watchdog (docs/lifecycle.md, "Timeouts and dead letters"): turns passed `reply_deadline`s into `DEADLINE_PASSED` events.
  *
  * It schedules sweeps and reports; the step (`applyPassedDeadlines`) locks a batch of due rows,
  * decides and writes. Due rows (and their files) are locked `FOR UPDATE SKIP LOCKED`, so several

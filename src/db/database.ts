@@ -2,10 +2,18 @@
  * Connections to PostgreSQL: the pool, the typed Kysely handle, creating the database and
  * running migrations. Everything that knows about `pg` lives under `src/db/`.
  */
-import { Kysely, Migrator, PostgresDialect, sql, type MigrationResult } from 'kysely';
+import {
+  DEFAULT_MIGRATION_TABLE,
+  Kysely,
+  Migrator,
+  PostgresDialect,
+  sql,
+  type MigrationResult,
+} from 'kysely';
 import pg from 'pg';
 import { isUnusableConnection } from '../errors.js';
 import { migrations } from './migrations/index.js';
+import { pgConnection } from './pgTls.js';
 import type { Database } from './schema.js';
 
 /** A typed database handle and the pool behind it. */
@@ -61,10 +69,15 @@ const types = {
       : pg.types.getTypeParser(oid, format ?? 'text')) as typeof pg.types.getTypeParser,
 };
 
-/** Open a pool and a Kysely handle on `url`. The caller closes it. */
+/**
+ * Open a pool and a Kysely handle on `url`. The caller closes it. TLS follows the URL's `sslmode`,
+ * `sslrootcert`, `sslcert` and `sslkey` with libpq's meaning (see `pgTls.ts`); their files are
+ * read now, and one that cannot be read is a ConfigError. Every connection of the pool, and the
+ * LISTEN connection that copies the pool's settings, uses the same TLS.
+ */
 export function openDb(url: string, opts: DbOptions = {}): Db {
   const pool = new pg.Pool({
-    connectionString: url,
+    ...pgConnection(url),
     max: opts.max ?? 10,
     connectionTimeoutMillis: opts.connectionTimeoutMillis ?? 5_000,
     // A dead server must not hang a step forever: fail the statement and let the loop nak.
@@ -133,16 +146,29 @@ export function databaseName(url: string): string {
 
 /**
  * Create the database named in `url` when it does not exist, through the server's `postgres`
- * database; as a copy of `template` when given. Resolves with whether it created it.
+ * database; as a copy of `template` when given. Resolves with whether it created it. An existing
+ * database is found by connecting to it, so a role that may connect to its own database only (and
+ * has no CREATEDB) can run this.
  */
 export async function createDatabaseIfMissing(
   url: string,
   { template }: { template?: string | undefined } = {},
 ): Promise<boolean> {
   const name = databaseName(url);
+  const own = new pg.Client(pgConnection(url));
+  own.on('error', () => undefined);
+  try {
+    await own.connect();
+    return false;
+  } catch (err) {
+    // 3D000: the database does not exist. Anything else (refused, TLS, password) is the answer.
+    if ((err as { code?: string }).code !== '3D000') throw err;
+  } finally {
+    await own.end().catch(() => undefined);
+  }
   const admin = new URL(url);
   admin.pathname = '/postgres';
-  const client = new pg.Client({ connectionString: admin.toString() });
+  const client = new pg.Client(pgConnection(admin.toString()));
   await client.connect();
   try {
     const found = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
@@ -167,7 +193,7 @@ export async function dropDatabase(url: string): Promise<void> {
   const admin = new URL(url);
   const name = databaseName(url);
   admin.pathname = '/postgres';
-  const client = new pg.Client({ connectionString: admin.toString() });
+  const client = new pg.Client(pgConnection(admin.toString()));
   await client.connect();
   try {
     await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(name)} WITH (FORCE)`);
@@ -191,6 +217,41 @@ export async function migrateToLatest(db: Kysely<Database>): Promise<MigrationRe
 export async function pendingMigrations(db: Kysely<Database>): Promise<string[]> {
   const infos = await migrator(db).getMigrations();
   return infos.filter((m) => !m.executedAt).map((m) => m.name);
+}
+
+/**
+ * One migration as this build and the database see it: `applied` (known here, applied there),
+ * `pending` (known here, not applied there), `unknown` (applied there, not known here: a newer
+ * version of recognition-core applied it).
+ */
+export interface MigrationState {
+  name: string;
+  state: 'applied' | 'pending' | 'unknown';
+  /** When the database applied it; null while pending. */
+  appliedAt: Date | null;
+}
+
+/**
+ * Every migration this build knows and every one the database has applied, by name. Reads the
+ * migration table directly (absent on a database never migrated: every migration is pending), so
+ * that migrations unknown to this build are listed instead of refused.
+ */
+export async function migrationStatus(db: Kysely<Database>): Promise<MigrationState[]> {
+  let applied: Array<{ name: string; timestamp: string }> = [];
+  try {
+    ({ rows: applied } = await sql<{ name: string; timestamp: string }>`
+      SELECT name, timestamp FROM ${sql.table(DEFAULT_MIGRATION_TABLE)}`.execute(db));
+  } catch (err) {
+    // 42P01: undefined_table.
+    if ((err as { code?: string }).code !== '42P01') throw err;
+  }
+  const appliedAt = new Map(applied.map((m) => [m.name, new Date(m.timestamp)]));
+  const names = [...new Set([...Object.keys(migrations), ...appliedAt.keys()])].sort();
+  return names.map((name) => ({
+    name,
+    state: !(name in migrations) ? 'unknown' : appliedAt.has(name) ? 'applied' : 'pending',
+    appliedAt: appliedAt.get(name) ?? null,
+  }));
 }
 
 /** The database clock; every timestamp the project writes comes from it. */

@@ -6,9 +6,10 @@ import { sql, type Kysely } from 'kysely';
 import {
   FAILED_JOB_STATUSES,
   FILE_STATUS,
+  JOB_STATUSES,
   type FailedJobStatus,
   type JobStatus,
-} from '../../machines/index.js';
+} from '../../machines/statuses.js';
 import { UsageError } from '../errors.js';
 import type { Database, FileRow, JobRow, S3ObjectRow, TransitionRow } from './schema.js';
 
@@ -150,7 +151,7 @@ export async function loadTransitions(db: Kysely<Database>, jobId: string): Prom
 export type Since = { agoMs: number } | { at: Date };
 
 /** The SQL value of `since`: spans are taken back from the database clock, never this process's. */
-function sinceSql(since: Since) {
+export function sinceSql(since: Since) {
   return 'agoMs' in since
     ? sql<Date>`now() - ${since.agoMs} * interval '1 millisecond'`
     : sql<Date>`${since.at.toISOString()}::timestamptz`;
@@ -167,19 +168,41 @@ export interface JobFilter {
 }
 
 /**
- * Jobs matching `filter`, newest first (by `created_at`, then id), at most `limit`. A status filter
- * is served by a partial index for the open and the failed statuses, a file by the unique
- * (file_id, attempt) index; the other filters alone read the table.
+ * Jobs matching `filter`, newest first (by `created_at`, then id, both descending), at most
+ * `limit`.
+ *
+ * The query reads each status on its own — the newest `limit` rows of each, merged — so that
+ * every part is served by an index whatever the history: a final status by the partial
+ * (status, created_at, id) index, read backwards and stopped after `limit` rows; an open status
+ * by its due index (migration 0001), which holds only the jobs in flight. One query over all
+ * statuses at once would have to sort every matching row, and rows of finished jobs grow without
+ * bound. A file filter is served by the unique (file_id, attempt) index in every part.
  */
 export async function listJobs(db: Kysely<Database>, filter: JobFilter): Promise<JobRow[]> {
+  return listJobsQuery(db, filter).execute();
+}
+
+/** The query of {@link listJobs}, not run: a test explains it. Throws a UsageError on a malformed file id. */
+export function listJobsQuery(db: Kysely<Database>, filter: JobFilter) {
   if (filter.fileId !== undefined) assertUuid(filter.fileId, 'file id');
-  let q = db.selectFrom('recognition_job').selectAll();
-  if (filter.statuses?.length) q = q.where('status', 'in', [...filter.statuses]);
-  if (filter.service !== undefined) q = q.where('target_service', '=', filter.service);
-  if (filter.fileId !== undefined) q = q.where('file_id', '=', filter.fileId);
-  if (filter.createdSince) q = q.where('created_at', '>=', sinceSql(filter.createdSince));
-  if (filter.finishedSince) q = q.where('finished_at', '>=', sinceSql(filter.finishedSince));
-  return q.orderBy('created_at', 'desc').orderBy('id').limit(filter.limit).execute();
+  const statuses = filter.statuses?.length ? [...new Set(filter.statuses)] : [...JOB_STATUSES];
+  const parts = statuses.map((status) => {
+    // The status as a literal: the planner proves the partial index's predicate from it.
+    let q = db.selectFrom('recognition_job').selectAll().where('status', '=', sql.lit(status));
+    if (filter.service !== undefined) q = q.where('target_service', '=', filter.service);
+    if (filter.fileId !== undefined) q = q.where('file_id', '=', filter.fileId);
+    if (filter.createdSince) q = q.where('created_at', '>=', sinceSql(filter.createdSince));
+    if (filter.finishedSince) q = q.where('finished_at', '>=', sinceSql(filter.finishedSince));
+    const newest = q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(filter.limit);
+    return db.selectFrom(newest.as('part')).selectAll();
+  });
+  const merged = parts.slice(1).reduce((all, part) => all.unionAll(part), parts[0]!);
+  return db
+    .selectFrom(merged.as('j'))
+    .selectAll()
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .limit(filter.limit);
 }
 
 /** What {@link findRetryCandidates} selects. */
@@ -200,7 +223,7 @@ export type RetryCandidate = Pick<
 /**
  * Failed jobs (of `filter.statuses`) that are still their files' current jobs, oldest failure
  * first, at most `limit`; read without locks (the retry locks and decides again). Served by the
- * partial index of failed jobs, the files by their primary key.
+ * partial (status, finished_at, id) index of finished jobs, the files by their primary key.
  */
 export async function findRetryCandidates(
   db: Kysely<Database>,

@@ -1,6 +1,6 @@
 /**
  * The typed Kysely view of the database the migrations create. Column names are contracts
- * (SPEC §4): never rename them.
+ * (docs/lifecycle.md, "The data model"): never rename them.
  */
 import type { ColumnType, Generated, Insertable, Selectable } from 'kysely';
 import type { BucketRole, FileStatus, JobStatus, QuarantineReason } from '../../machines/index.js';

@@ -20,10 +20,9 @@ import {
 import { findNatsServerBinary, startNatsServer, type NatsServerHandle } from '../localServers/natsServer.js';
 import { findPgBinDir, startPgCluster, type PgClusterHandle } from '../localServers/pgCluster.js';
 
-/** Which servers the demo runs on: private ones of its own, or those the environment names. */
-export type DemoServerChoice = 'private' | 'existing';
-/** The choices of `demo --servers`, the default first. */
-export const DEMO_SERVER_CHOICES: readonly DemoServerChoice[] = ['private', 'existing'];
+import type { DemoServerChoice } from './demoServerChoices.js';
+
+export { DEMO_SERVER_CHOICES, type DemoServerChoice } from './demoServerChoices.js';
 
 /**
  * Variables of the user's NATS that a private nats-server has no use for: it asks for no

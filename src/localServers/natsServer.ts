@@ -70,6 +70,13 @@ export interface NatsServerHandle extends LocalServerHandle {
    * running) and resolve once it accepts TCP connections.
    */
   restart(): Promise<void>;
+  /**
+   * Freeze the server (SIGSTOP): its sockets stay open and nothing answers, as with a server that
+   * hangs. {@link NatsServerHandle.resume} thaws it; stop, kill, restart and cleanup thaw it first.
+   */
+  pause(): void;
+  /** Thaw a server frozen by {@link NatsServerHandle.pause} (SIGCONT). No-op if it is not frozen. */
+  resume(): void;
 }
 
 /** A cluster started by {@link startNatsCluster}. */
@@ -220,7 +227,16 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
     }
   }
 
-  const signalAndWait = (signal: NodeJS.Signals) => stopChild(child?.proc, signal, STOP_TIMEOUT_MS);
+  let frozen = false;
+  const thaw = () => {
+    if (frozen && running()) child!.proc.kill('SIGCONT');
+    frozen = false;
+  };
+  const signalAndWait = (signal: NodeJS.Signals) => {
+    // A frozen process acts on no signal but SIGKILL until it is thawed.
+    thaw();
+    return stopChild(child?.proc, signal, STOP_TIMEOUT_MS);
+  };
   const handle: NatsServerHandle = {
     url: `nats://127.0.0.1:${port}`,
     port,
@@ -239,6 +255,12 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
       await signalAndWait('SIGTERM');
       await removeDirs();
     },
+    pause() {
+      if (!running()) throw new Error('nats-server is not running');
+      child!.proc.kill('SIGSTOP');
+      frozen = true;
+    },
+    resume: thaw,
   };
 
   try {

@@ -1,6 +1,6 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { chown } from 'node:fs/promises';
+import { chmod, chown, copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -23,6 +23,19 @@ import { MissingServerBinaryError } from './missingBinary.js';
 export interface PgClusterOptions extends LocalServerOptions {
   /** Extra server settings passed as `-c name=value` (override the helper's defaults). */
   settings?: Record<string, string | number>;
+  /**
+   * Serve TLS (`ssl=on`) with this certificate and key (PEM file paths); with `ca`, client
+   * certificates signed by it are accepted (and `clientcert=` in {@link PgClusterOptions.hba} can
+   * require one). The files are copied into the cluster's directory, owned by the user PostgreSQL
+   * runs as, the key with mode 0600 (PostgreSQL refuses a key others can read).
+   */
+  ssl?: { cert: string; key: string; ca?: string };
+  /**
+   * The lines of `pg_hba.conf`, replacing initdb's (which trusts every local and TCP connection),
+   * e.g. `hostssl all all 127.0.0.1/32 scram-sha-256`. A first line `local all postgres trust`
+   * is always kept: the helper's own checks connect over the Unix socket when this is given.
+   */
+  hba?: string[];
 }
 
 /** A temporary PostgreSQL cluster started by {@link startPgCluster}. */
@@ -31,8 +44,13 @@ export interface PgClusterHandle extends LocalServerHandle {
   readonly dir: string;
   /** The data directory. */
   readonly dataDir: string;
-  /** `postgres://postgres@127.0.0.1:PORT/<db>` (trust auth, no password). */
+  /** `postgres://postgres@127.0.0.1:PORT/<db>` (trust auth, no password, unless `hba` says otherwise). */
   url(db?: string): string;
+  /**
+   * Settings of a `pg` client connecting as the superuser `postgres` over the Unix socket in
+   * {@link PgClusterHandle.dir}: trusted whatever {@link PgClusterOptions.hba} says.
+   */
+  socket(db?: string): { host: string; port: number; user: string; database: string };
   /** Fast shutdown (SIGINT) and resolve once the postmaster has exited; SIGKILL after 30 s. No-op if stopped. */
   stop(): Promise<void>;
   /**
@@ -162,6 +180,37 @@ function run(
   });
 }
 
+function serverArgs(dataDir: string, settings: Record<string, string | number>): string[] {
+  return ['-D', dataDir, ...Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`])];
+}
+
+/**
+ * Copy the TLS files into `dir`, owned by the server's user, the key readable by it alone, and
+ * return the server settings that use them.
+ */
+async function installTls(
+  files: NonNullable<PgClusterOptions['ssl']>,
+  dir: string,
+  asUser: { uid: number; gid: number } | undefined,
+): Promise<Record<string, string>> {
+  await mkdir(dir, { mode: 0o700 });
+  const install = async (from: string, name: string) => {
+    const to = join(dir, name);
+    await copyFile(from, to);
+    await chmod(to, 0o600);
+    if (asUser) await chown(to, asUser.uid, asUser.gid);
+    return to;
+  };
+  if (asUser) await chown(dir, asUser.uid, asUser.gid);
+  const settings: Record<string, string> = {
+    ssl: 'on',
+    ssl_cert_file: await install(files.cert, 'server.crt'),
+    ssl_key_file: await install(files.key, 'server.key'),
+  };
+  if (files.ca) settings.ssl_ca_file = await install(files.ca, 'ca.crt');
+  return settings;
+}
+
 /**
  * Creates and starts a throwaway PostgreSQL cluster for tests.
  *
@@ -172,7 +221,7 @@ function run(
  * - `postgres` is spawned directly (it is the child process, so kill() hits the real postmaster) with
  *   `listen_addresses=127.0.0.1`, the given or a free port, `unix_socket_directories=<tempdir>`, fsync and
  *   full_page_writes off (synchronous_commit stays on, so acknowledged commits survive kill()), plus
- *   `opts.settings`.
+ *   `opts.settings`; with `opts.ssl`, TLS on; with `opts.hba`, that `pg_hba.conf`.
  * - Resolves once `select 1` succeeds over TCP (retried, at most ~30 s). Rejects with the server's output when it
  *   exits or the deadline passes; the temp dir is removed then.
  * - A postmaster still alive when this process exits is SIGKILLed, and the temp dir is removed.
@@ -203,7 +252,7 @@ export async function startPgCluster(opts: PgClusterOptions = {}): Promise<PgClu
     max_connections: 100,
     ...opts.settings,
   };
-  const postgresArgs = ['-D', dataDir, ...Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`])];
+  let postgresArgs = serverArgs(dataDir, settings);
 
   let child: ServerChild | undefined;
   const output = createOutputTail();
@@ -215,9 +264,13 @@ export async function startPgCluster(opts: PgClusterOptions = {}): Promise<PgClu
   };
   const running = (): boolean => child !== undefined && !hasExited(child.proc);
   const url = (db = 'postgres'): string => `postgres://postgres@127.0.0.1:${port}/${db}`;
+  const socket = (db = 'postgres') => ({ host: dir, port, user: 'postgres', database: db });
 
   async function selectOne(): Promise<boolean> {
-    const client = new pg.Client({ connectionString: url(), connectionTimeoutMillis: 2_000 });
+    const client = new pg.Client({
+      ...(opts.hba ? socket() : { connectionString: url() }),
+      connectionTimeoutMillis: 2_000,
+    });
     client.on('error', () => undefined);
     try {
       await client.connect();
@@ -280,6 +333,7 @@ export async function startPgCluster(opts: PgClusterOptions = {}): Promise<PgClu
     dir,
     dataDir,
     url,
+    socket,
     isRunning: running,
     output: output.text,
     stop: () => signalAndWait('SIGINT', 30_000),
@@ -316,6 +370,14 @@ export async function startPgCluster(opts: PgClusterOptions = {}): Promise<PgClu
       ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync'],
       { ...ids, cwd: dir },
     );
+    if (opts.ssl) Object.assign(settings, await installTls(opts.ssl, join(dir, 'tls'), asUser));
+    if (opts.hba) {
+      const hbaFile = join(dir, 'pg_hba.conf');
+      await writeFile(hbaFile, ['local all postgres trust', ...opts.hba, ''].join('\n'));
+      if (asUser) await chown(hbaFile, asUser.uid, asUser.gid);
+      settings.hba_file = hbaFile;
+    }
+    postgresArgs = serverArgs(dataDir, settings);
     await launch();
   } catch (err) {
     await signalAndWait('SIGKILL', 10_000);

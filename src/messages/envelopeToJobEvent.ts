@@ -37,3 +37,24 @@ export function envelopeToJobEvent(envelope: ResultEnvelope, msgId: string | nul
     },
   };
 }
+
+/** The `details` of a `SERVICE_MISMATCH` quarantine row: both names, and a sentence naming them. */
+export interface ServiceMismatchDetails {
+  /** The job's `target_service`: the only service whose envelopes the job takes. */
+  expected: string;
+  /** The envelope's `service.name`. */
+  got: string;
+  message: string;
+}
+
+/**
+ * The quarantine details of an envelope whose `service.name` (`got`) is not its job's
+ * `target_service` (`expected`); the inbox and scenario runs write the same (pure).
+ */
+export function serviceMismatchDetails(expected: string, got: string): ServiceMismatchDetails {
+  return {
+    expected,
+    got,
+    message: `service.name ${JSON.stringify(got)} is not the job's target_service ${JSON.stringify(expected)}`,
+  };
+}

@@ -18,7 +18,7 @@ import { ENVELOPE_STATUS } from '../../machines/statuses.js';
  * `urn:uuid:` prefix, which PostgreSQL's `uuid` type rejects: such a message would pass the schema
  * and then fail in the database on every redelivery.
  */
-const UUID_PATTERN = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
+export const UUID_PATTERN = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
 
 /** Upper bounds keep one hostile field from filling a text column or a log line. */
 const NAME_MAX = 200;
@@ -33,13 +33,27 @@ const dateTime = { type: 'string', format: 'date-time' } as const;
 const text = <const N extends number>(maxLength: N) => ({ type: 'string', minLength: 1, maxLength }) as const;
 
 /**
- * A closed object whose every property is required (in the order listed), as the nested parts
- * of both messages are: a misspelt or extra field is an error, not silently ignored.
+ * A closed object whose every property is required (in the order listed), as the nested parts of
+ * an envelope are: the core reads them, and a misspelt or extra field there is an error, not
+ * silently ignored. A new field in one is a change the core accepts first (see docs/contract.md).
  */
 function closedObject<const P extends Record<string, JSONSchema>>(properties: P) {
   return {
     type: 'object',
     additionalProperties: false,
+    required: Object.keys(properties) as Array<keyof P & string>,
+    properties,
+  } as const;
+}
+
+/**
+ * An open object whose every listed property is required and strictly typed, and which allows
+ * fields it does not list, as the parts of a job message are: a service reads them, and a field
+ * the core adds later must not make a service that validates refuse the job (a tolerant reader).
+ */
+function openObject<const P extends Record<string, JSONSchema>>(properties: P) {
+  return {
+    type: 'object',
     required: Object.keys(properties) as Array<keyof P & string>,
     properties,
   } as const;
@@ -96,14 +110,16 @@ export const resultEnvelopeSchema = {
 
 /**
  * `schemas/recognition-job-message.schema.json`: the job the core publishes on
- * `recognition.job.<target_service>`. Closed: every field required, nothing else allowed.
+ * `recognition.job.<target_service>`. Every listed field is required and strictly typed; fields
+ * it does not list are allowed, at the top level and in `source_s3` and `result_s3_prefix`, so
+ * that the core can add a field without breaking a service that validates job messages. The
+ * core itself publishes only the listed fields (the publisher builds them one by one).
  */
 export const jobMessageSchema = {
   $schema: 'https://json-schema.org/draft/2020-12/schema',
   $id: 'https://recognition-core/schemas/recognition-job-message.schema.json',
   title: 'Recognition job message (core → service, subject recognition.job.<target_service>)',
   type: 'object',
-  additionalProperties: false,
   required: [
     'job_id',
     'file_id',
@@ -118,8 +134,8 @@ export const jobMessageSchema = {
     job_id: uuid,
     file_id: uuid,
     attempt: { type: 'integer', minimum: 1 },
-    source_s3: s3Object,
-    result_s3_prefix: closedObject({ bucket, key_prefix: text(KEY_MAX) }),
+    source_s3: openObject({ bucket, key: text(KEY_MAX) }),
+    result_s3_prefix: openObject({ bucket, key_prefix: text(KEY_MAX) }),
     reply_subject: { type: 'string', const: 'recognition.result' },
     reply_deadline: dateTime,
     published_at: dateTime,

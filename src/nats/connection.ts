@@ -24,6 +24,11 @@ type NatsConfig = Pick<
 export interface Nats {
   nc: NatsConnection;
   isConnected(): boolean;
+  /**
+   * Call `listener` each time the client has reconnected (after the reconnect is logged), so a
+   * loop that waits for NATS resumes at once. Returns the function that removes it.
+   */
+  onReconnect(listener: () => void): () => void;
 }
 
 /** Connection options from the configuration (exported for tests). */
@@ -98,6 +103,7 @@ export async function connectNats(
 ): Promise<Nats> {
   const nc = await connect(natsOptions(cfg, name));
   let connected = true;
+  const reconnectListeners = new Set<() => void>();
   void (async () => {
     for await (const s of nc.status()) {
       switch (s.type) {
@@ -108,6 +114,7 @@ export async function connectNats(
         case 'reconnect':
           connected = true;
           logger.info({ event: 'nats_reconnected', server: s.server }, 'NATS reconnected');
+          for (const listener of reconnectListeners) listener();
           break;
         case 'error':
           logger.warn({ event: 'nats_error', err: s.error }, 'NATS error');
@@ -120,5 +127,12 @@ export async function connectNats(
   void nc.closed().then(() => {
     connected = false;
   });
-  return { nc, isConnected: () => connected && !nc.isClosed() };
+  return {
+    nc,
+    isConnected: () => connected && !nc.isClosed(),
+    onReconnect(listener) {
+      reconnectListeners.add(listener);
+      return () => reconnectListeners.delete(listener);
+    },
+  };
 }

@@ -1,5 +1,5 @@
 /**
- * Creating or updating the streams and the inbox consumer (SPEC §5). Idempotent: doing it again at
+ * Creating or updating the streams and the inbox consumer (docs/contract.md). Idempotent: doing it again at
  * every start is harmless. Operators who provision streams themselves set NATS_PROVISION=false.
  */
 import { nanos } from '@nats-io/nats-core';
@@ -84,4 +84,24 @@ export async function provisionStreams(jsm: JetStreamManager, opts: ProvisionOpt
     if (!/consumer not found/i.test((err as Error).message)) throw err;
     await jsm.consumers.add(names.resultsStream, consumer);
   }
+}
+
+/**
+ * How long a stream or consumer found missing under a running daemon stays missing before the
+ * daemon provisions it again: code that deletes and re-creates it has done so by then, and a
+ * creation racing that code's (with another configuration) can leave nats-server 2.9 with a
+ * stream whose files are gone.
+ */
+export const PROVISION_AGAIN_AFTER_MS = 1_000;
+
+/**
+ * `provision` run at most once at a time: a call while a run is under way shares that run's
+ * result, so the inbox and the publisher finding the streams gone at once create them once.
+ */
+export function oneAtATime(provision: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  return () =>
+    (running ??= provision().finally(() => {
+      running = undefined;
+    }));
 }

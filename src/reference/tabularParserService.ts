@@ -7,7 +7,10 @@
  * (`status = processing`), later a result (`done`, `needs_check` or `error`).
  *
  * Per job message:
- *   1. validate it against the job schema (an invalid one is terminated: retrying cannot fix it);
+ *   1. validate it against the job schema, which allows fields this version does not know (the
+ *      core may add some). An invalid one cannot be fixed by redelivering it: when its `job_id`
+ *      can be read, the service answers with an `error` result (`INVALID_JOB_MESSAGE`) so the job
+ *      ends now instead of timing out; either way it terminates the message (`term()`);
  *   2. draw its fate from the seeded generator: `done`, `needs_check`, `error` or `silent`;
  *   3. publish the ack envelope (`Nats-Msg-Id = ack:<job_id>:<attempt>`);
  *   4. `silent`: ack the job message and never answer (the core's watchdog times the job out);
@@ -34,23 +37,46 @@ import {
 } from '@nats-io/jetstream';
 import { headers as natsHeaders, nanos, type NatsConnection } from '@nats-io/nats-core';
 import type { Logger } from '../logger.js';
-import { checkJobMessage, type JobMessage } from '../messages/schemas.js';
+import { UUID_PATTERN, checkJobMessage, type JobMessage, type SchemaError } from '../messages/schemas.js';
 import { CONTRACT_NAMES, jobSubject, type ExchangeNames } from '../nats/subjects.js';
 import { startServiceJobTrace, type ServiceJobTrace } from '../tracing/jobSpans.js';
 import { headerFieldsOf } from '../tracing/tracing.js';
+import { DEFAULT_WEIGHTS, FATES, TABULAR_PARSER, type Fate, type FateWeights } from './fates.js';
 
-/** The service's name: its subject suffix, its durable consumer and `service.name` in envelopes. */
-export const TABULAR_PARSER = 'tabular-parser';
+export { DEFAULT_WEIGHTS, FATES, TABULAR_PARSER, parseWeights } from './fates.js';
+export type { Fate, FateWeights } from './fates.js';
 
-/** What the service does with one job. `silent` acks the job but never sends a result. */
-export type Fate = 'done' | 'needs_check' | 'error' | 'silent';
-export const FATES: readonly Fate[] = ['done', 'needs_check', 'error', 'silent'];
+/**
+ * The `error.code` of the result a service sends for a job message that does not match the job
+ * schema (docs/contract.md): the job ends `error` at once instead of waiting for its deadline.
+ */
+export const INVALID_JOB_MESSAGE = 'INVALID_JOB_MESSAGE';
 
-/** Relative weights of the fates (any non-negative numbers; at least one positive). */
-export type FateWeights = Record<Fate, number>;
+const UUID = new RegExp(UUID_PATTERN);
+/** At most this much of the validator's errors goes into the error result's message. */
+const INVALID_MESSAGE_MAX = 2_000;
 
-/** The default mix: mostly `done`, with enough of every other fate that a demo of 50 jobs shows each. */
-export const DEFAULT_WEIGHTS: FateWeights = { done: 55, needs_check: 15, error: 15, silent: 15 };
+/**
+ * What the service can still answer for a job message that is not valid: the job it names, when
+ * its `job_id` is a uuid, and the `Nats-Msg-Id` of the error result, `result:<job_id>:<attempt>`
+ * with the message's `attempt` when it is a whole number from 1, else `0` (no real attempt has it),
+ * so that a redelivered message gives the same id. `null` when no job can be named. Pure.
+ */
+export function invalidJobAnswer(value: unknown): { jobId: string; resultMsgId: string } | null {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return null;
+  const { job_id: jobId, attempt } = value as Record<string, unknown>;
+  if (typeof jobId !== 'string' || !UUID.test(jobId)) return null;
+  const n = typeof attempt === 'number' && Number.isInteger(attempt) && attempt >= 1 ? attempt : 0;
+  return { jobId, resultMsgId: `result:${jobId}:${n}` };
+}
+
+/** The validator's errors in one line, for the error result and the log. Pure. */
+export function describeInvalidJob(errors: readonly SchemaError[]): string {
+  const text = `the job message does not match recognition-job-message.schema.json: ${errors
+    .map((e) => `${e.instancePath || '/'} ${e.message ?? e.keyword}`)
+    .join('; ')}`;
+  return text.length > INVALID_MESSAGE_MAX ? `${text.slice(0, INVALID_MESSAGE_MAX - 1)}…` : text;
+}
 
 /** Error codes a real parser reports; the generator picks one for each `error`. */
 const ERROR_CODES = [
@@ -83,21 +109,6 @@ export function pickFate(weights: FateWeights, r: number): Fate {
     if (x < 0) return f;
   }
   return FATES.filter((f) => weights[f] > 0).at(-1)!;
-}
-
-/** Parse `done=55,needs_check=15,error=15,silent=15` (missing fates weigh 0). */
-export function parseWeights(text: string): FateWeights {
-  const out: FateWeights = { done: 0, needs_check: 0, error: 0, silent: 0 };
-  for (const part of text.split(',')) {
-    const [name, value] = part.split('=').map((s) => s.trim());
-    if (!name || !(FATES as readonly string[]).includes(name))
-      throw new Error(`unknown fate ${JSON.stringify(name)} (use ${FATES.join(', ')})`);
-    const n = Number(value);
-    if (!Number.isFinite(n) || n < 0) throw new Error(`weight of ${name} must be a non-negative number`);
-    out[name as Fate] = n;
-  }
-  if (!FATES.some((f) => out[f] > 0)) throw new Error('at least one weight must be positive');
-  return out;
 }
 
 export interface TabularParserOptions {
@@ -212,7 +223,7 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
   let messages: ConsumerMessages | undefined;
 
   async function publish(
-    job: JobMessage,
+    jobId: string,
     msgId: string,
     body: Record<string, unknown>,
     traced: ServiceJobTrace | undefined,
@@ -223,7 +234,7 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
     try {
       await js.publish(
         names.resultSubject,
-        JSON.stringify({ job_id: job.job_id, service, ...body, sent_at: new Date().toISOString() }),
+        JSON.stringify({ job_id: jobId, service, ...body, sent_at: new Date().toISOString() }),
         h ? { msgID: msgId, headers: h } : { msgID: msgId },
       );
       send?.end();
@@ -250,7 +261,7 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
     const jlog = log.child({ job_id: job.job_id, ...traced?.logFields });
     try {
       // 3. Ack envelope: the core moves the job to processing.
-      await publish(job, `ack:${job.job_id}:${job.attempt}`, { status: 'processing' }, traced);
+      await publish(job.job_id, `ack:${job.job_id}:${job.attempt}`, { status: 'processing' }, traced);
       stats.acked++;
       if (fate !== 'silent') {
         // 4. The "work", then the result.
@@ -259,14 +270,14 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
         const metrics = { pages: 1 + (errorPick % 12), duration_ms: Math.round(delayMs) };
         if (fate === 'error') {
           await publish(
-            job,
+            job.job_id,
             resultMsgId,
             { status: 'error', error: ERROR_CODES[errorPick % ERROR_CODES.length], metrics },
             traced,
           );
         } else {
           await publish(
-            job,
+            job.job_id,
             resultMsgId,
             {
               status: fate,
@@ -298,18 +309,64 @@ export async function startTabularParser(opts: TabularParserOptions): Promise<Ta
     }
   }
 
+  /**
+   * Step 1 for a job message that is not valid: answer its job with an `error` result when it
+   * names one, then terminate the message. A failed publish gives the message back, as for a
+   * valid job.
+   */
+  async function answerInvalid(msg: JsMsg, value: unknown, reason: string): Promise<void> {
+    const answer = invalidJobAnswer(value);
+    const fields = { event: 'invalid_job_message', stream_seq: msg.seq, reason };
+    if (!answer) {
+      msg.term();
+      log.warn(fields, 'invalid job message naming no job: terminated');
+      return;
+    }
+    try {
+      await publish(
+        answer.jobId,
+        answer.resultMsgId,
+        { status: 'error', error: { code: INVALID_JOB_MESSAGE, message: reason } },
+        undefined,
+      );
+    } catch (err) {
+      stats.retried++;
+      msg.nak(1_000);
+      log.warn(
+        { ...fields, err, job_id: answer.jobId },
+        'could not answer an invalid job message; it will come back',
+      );
+      return;
+    }
+    msg.term();
+    log.warn(
+      { ...fields, job_id: answer.jobId },
+      `invalid job message: answered ${INVALID_JOB_MESSAGE}, terminated`,
+    );
+  }
+
   function onMessage(msg: JsMsg): void {
     stats.received++;
-    let job: JobMessage;
+    let value: unknown;
+    let job: JobMessage | undefined;
+    let reason: string;
     try {
-      // 1. Validate.
-      const check = checkJobMessage(msg.json());
-      if (!check.valid) throw new Error(JSON.stringify(check.errors));
-      job = check.value;
+      // 1. Validate (fields this version does not know are allowed, and ignored).
+      value = msg.json();
+      const check = checkJobMessage(value);
+      if (check.valid) job = check.value;
+      reason = check.valid ? '' : describeInvalidJob(check.errors);
     } catch (err) {
+      reason = `the job message is not JSON: ${(err as Error).message}`;
+    }
+    if (!job) {
       stats.invalid++;
-      msg.term();
-      log.warn({ err, event: 'invalid_job_message', stream_seq: msg.seq }, 'invalid job message: terminated');
+      const task = answerInvalid(msg, value, reason).finally(() => {
+        inFlight.delete(task);
+        stats.inFlight = inFlight.size;
+      });
+      inFlight.add(task);
+      stats.inFlight = inFlight.size;
       return;
     }
     // 2. Draw everything random now, in delivery order, so a seed gives a repeatable mix.

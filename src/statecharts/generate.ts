@@ -2,10 +2,8 @@
  * The generated statecharts in `visualizations/`: produce them from the machine, write them, and
  * tell which committed files are stale.
  */
-import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import type { AnyStateMachine } from 'xstate';
 import { recognitionJobMachine } from '../../machines/index.js';
 import { legalEdges, readMachineGraph } from './machineGraph.js';
@@ -82,18 +80,4 @@ export async function findStaleFiles(dir: string, files: Record<string, string>)
   return stale;
 }
 
-/** The package root (the folder of recognition-core's package.json), from source or from dist. */
-export function packageRoot(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (;;) {
-    if (existsSync(join(dir, 'package.json')) && existsSync(join(dir, 'machines'))) return dir;
-    const up = dirname(dir);
-    if (up === dir) return process.cwd();
-    dir = up;
-  }
-}
-
-/** `visualizations/` of this package. */
-export function defaultVisualizationsDir(): string {
-  return resolve(packageRoot(), 'visualizations');
-}
+export { defaultVisualizationsDir } from './paths.js';

@@ -22,9 +22,9 @@ import WebSocket, { WebSocketServer } from 'ws';
 import { UsageError } from '../errors.js';
 import { readMachineGraph } from './machineGraph.js';
 import { statelyConfig } from './render.js';
+import { DEFAULT_INSPECT_PORT } from './inspectorDefaults.js';
 
-/** Not 8080: that is the daemon's default HTTP_PORT, and a developer often runs both. */
-export const DEFAULT_INSPECT_PORT = 8090;
+export { DEFAULT_INSPECT_PORT } from './inspectorDefaults.js';
 /** The hosted inspector the local page embeds. */
 export const HOSTED_INSPECTOR_URL = 'https://stately.ai/inspect';
 

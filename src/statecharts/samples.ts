@@ -18,6 +18,8 @@ export const SAMPLE_FILE_ID = '00000000-0000-4000-8000-000000000002';
 /** The id a sample retry gives the next attempt. */
 export const SAMPLE_NEXT_JOB_ID = '00000000-0000-4000-8000-000000000003';
 export const SAMPLE_SERVICE = { name: 'tabular-parser', version: '1.4.2' } as const;
+/** A service other than the sample job's `target_service`: its envelopes are rejected. */
+export const SAMPLE_OTHER_SERVICE = { name: 'impostor', version: '6.6.6' } as const;
 export const SAMPLE_REPLY_TIMEOUT_MS = 10 * 60_000;
 export const SAMPLE_PUBLISH_POLICY: PublishRetryPolicy = {
   maxAttempts: 3,
@@ -156,6 +158,16 @@ export function eventVariants(): Record<JobEvent['type'], EventVariant[]> {
         event: { type: 'ENVELOPE_PROCESSING', now, msgId: 'ack-1', service },
         context: {},
       },
+      {
+        name: "ack from a service other than the job's target_service",
+        event: {
+          type: 'ENVELOPE_PROCESSING',
+          now,
+          msgId: 'ack-other-1',
+          service: { ...SAMPLE_OTHER_SERVICE },
+        },
+        context: {},
+      },
     ],
     ENVELOPE_RESULT: [
       { name: 'result done', event: done, context: {} },
@@ -180,6 +192,11 @@ export function eventVariants(): Record<JobEvent['type'], EventVariant[]> {
         name: 'the result already applied (same msg id)',
         event: done,
         context: { resultMsgId: DONE_MSG_ID },
+      },
+      {
+        name: "result from a service other than the job's target_service",
+        event: { ...done, msgId: 'result-other-1', service: { ...SAMPLE_OTHER_SERVICE } },
+        context: {},
       },
     ],
     DEADLINE_PASSED: [

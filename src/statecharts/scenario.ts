@@ -11,6 +11,7 @@ import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
 import {
   JOB_STATUSES,
+  QUARANTINE_REASON,
   decide,
   recognitionJobMachine,
   type JobEffect,
@@ -20,7 +21,7 @@ import {
 import { changedColumns, rowToJobState } from '../db/jobRow.js';
 import type { JobRow } from '../db/schema.js';
 import { decodeEnvelope } from '../messages/decodeEnvelope.js';
-import { envelopeToJobEvent } from '../messages/envelopeToJobEvent.js';
+import { envelopeToJobEvent, serviceMismatchDetails } from '../messages/envelopeToJobEvent.js';
 import { UsageError } from '../errors.js';
 import { readMachineGraph } from './machineGraph.js';
 import { DECISION_LOG_LEVEL, chooseTransition } from './stateEventTable.js';
@@ -148,9 +149,15 @@ export interface TraceStep {
   note: string | null;
   /** The scenario event in a few words. */
   input: string;
-  /** The machine event built from it (dates as ISO strings); null when the envelope was quarantined. */
+  /**
+   * The machine event built from it (dates as ISO strings); null when the decoder quarantined the
+   * envelope (one the machine rejected has both its event and its quarantine).
+   */
   event: Record<string, unknown> | null;
-  /** Why the inbox would quarantine the envelope instead of applying it. */
+  /**
+   * Why the inbox would quarantine the envelope instead of applying it: the decoder's reason, or
+   * `SERVICE_MISMATCH` when the machine rejected it.
+   */
   quarantine: { reason: string; details: unknown } | null;
   /** The transition the machine took: its guard and the guards tried before it, all false. */
   guard: { name: string | null; description: string; via: 'state' | 'root'; failed: string[] } | null;
@@ -226,6 +233,11 @@ function plain(value: unknown): unknown {
   return JSON.parse(JSON.stringify(value)) as unknown;
 }
 
+/** The quarantine of an envelope from a service other than the job's target (as the inbox writes it). */
+function serviceMismatch(expected: string, got: string): { reason: string; details: unknown } {
+  return { reason: QUARANTINE_REASON.SERVICE_MISMATCH, details: serviceMismatchDetails(expected, got) };
+}
+
 function describeInput(e: ScenarioEvent): string {
   if ('publish' in e)
     return e.publish === 'accepted'
@@ -299,10 +311,15 @@ export function runScenario(s: Scenario): Trace {
     const chosen = chooseTransition(recognitionJobMachine, graph, state.status, state.context, event);
     const d = decide(state, event);
     const next = { status: d.to, context: d.context };
+    // A rejected envelope is one the inbox quarantines, as it does an invalid one.
+    const mismatch =
+      d.decision === 'rejected' && (event.type === 'ENVELOPE_PROCESSING' || event.type === 'ENVELOPE_RESULT')
+        ? serviceMismatch(state.context.targetService, event.service.name)
+        : null;
     steps.push({
       ...base,
       event: plain(event) as Record<string, unknown>,
-      quarantine: null,
+      quarantine: mismatch,
       guard: chosen.transition
         ? {
             name: chosen.transition.guard,
@@ -313,7 +330,7 @@ export function runScenario(s: Scenario): Trace {
         : null,
       from: d.from,
       to: d.to,
-      decision: d.decision,
+      decision: d.decision === 'rejected' ? 'quarantined' : d.decision,
       reason: d.reason,
       level: DECISION_LOG_LEVEL[d.decision],
       effects: plain(d.effects) as JobEffect[],
@@ -410,10 +427,10 @@ export function formatTrace(t: Trace): string {
   for (const s of t.steps) {
     out.push('');
     out.push(`${s.index}. ${offset(t.start.at, s.at)} (${s.at})  ${s.input}${s.note ? `  — ${s.note}` : ''}`);
-    if (s.quarantine) {
+    if (s.quarantine)
       out.push(`   quarantined: ${s.quarantine.reason}: ${quarantineText(s.quarantine.details)}`);
-    } else {
-      out.push(`   event:     ${String(s.event?.['type'])}`);
+    if (s.event) {
+      out.push(`   event:     ${String(s.event['type'])}`);
       if (s.guard) {
         const tried = s.guard.failed.length ? `${s.guard.failed.map((g) => `${g} ✗`).join(', ')}, ` : '';
         const taken = s.guard.name ? `${s.guard.name} ✓` : s.guard.failed.length ? 'else ✓' : 'no guard';

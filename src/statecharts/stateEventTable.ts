@@ -24,12 +24,14 @@ const EFFECT_TYPES: ReadonlySet<string> = new Set<string>(JOB_EFFECT_TYPES);
 /**
  * The level the inbox logs each decision at (`src/daemon/inbox.ts`). The other loops follow it but
  * for two cases they call out themselves: the watchdog's no-change ticks (debug), dead letters (warn).
+ * A `rejected` envelope is quarantined (`SERVICE_MISMATCH`), and a quarantine is logged at warn.
  */
 export const DECISION_LOG_LEVEL: Record<Exclude<Decision, 'unknown_job'>, 'debug' | 'info' | 'warn'> = {
   applied: 'info',
   duplicate: 'debug',
   ignored: 'info',
   late: 'warn',
+  rejected: 'warn',
 };
 
 /** What one event does to one job, on any machine with the lifecycle's effect vocabulary. */

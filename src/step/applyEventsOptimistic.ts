@@ -2,10 +2,10 @@
  * The unlocked path, for a few events of one job (the inbox's batches of one job): two autocommit
  * statements instead of BEGIN, lock, write, COMMIT.
  */
-import { decideAndWrite, WRITE_CHUNK } from './decideAndWrite.js';
-import type { StepItem, StepOutcome } from './plan.js';
+import { WRITE_CHUNK } from './decideAndWrite.js';
+import { planBatch, type StepItem, type StepOutcome } from './plan.js';
 import type { StepSql } from './sql.js';
-import { CONFIRM, READ, type VersionedRow } from './statements.js';
+import { CONFIRM, READ, WRITE, type VersionedRow } from './statements.js';
 
 /** Reads of the unlocked path before it hands the work to the locked one. */
 const OPTIMISTIC_ATTEMPTS = 3;
@@ -23,9 +23,9 @@ const SERIALIZATION_FAILURE = '40001';
  *
  * One statement is one transaction: the outcome is exactly that of the locked path run at the
  * moment of the write. Resolves with `null` when this path cannot finish the work — the events name
- * more than one job, the job does not exist (the caller quarantines in a transaction), more events
- * than one write holds, or the row kept changing — and the caller then runs the locked path;
- * nothing has been written.
+ * more than one job, the job does not exist or an event is `rejected` (the caller quarantines such
+ * a message in a transaction), more events than one write holds, or the row kept changing — and the
+ * caller then runs the locked path; nothing has been written.
  * A decision that writes nothing (a duplicate, a late result) costs the read and the check.
  */
 export async function applyEventsOptimistic(
@@ -40,17 +40,22 @@ export async function applyEventsOptimistic(
     const rows = await sql.query<VersionedRow>(READ, [jobId]);
     const read = rows[0];
     if (!read) return null;
-    let result: Awaited<ReturnType<typeof decideAndWrite>>;
-    try {
-      result = await decideAndWrite({ sql, items, read: { locked: false, rows } });
-    } catch (err) {
-      if ((err as { code?: unknown }).code !== SERIALIZATION_FAILURE) throw err;
-      continue;
+    // One chunk: the items fit in one write.
+    const { outcomes, write } = planBatch({ locked: false, rows }).next(items);
+    // Decided before anything is written: the caller quarantines a rejected event in a transaction.
+    if (outcomes.some((o) => o.decision === 'rejected')) return null;
+    if (write) {
+      try {
+        await sql.query(WRITE[write.mode], write.params);
+      } catch (err) {
+        if ((err as { code?: unknown }).code !== SERIALIZATION_FAILURE) throw err;
+        continue;
+      }
+      return outcomes;
     }
-    if (result.wrote) return result.outcomes;
     // Nothing written: the decision stands only if no transaction was changing the row.
     const now = await sql.query<{ id: string; version: string }>(CONFIRM, [jobId]);
-    if (now.length === 1 && read.version === now[0]!.version) return result.outcomes;
+    if (now.length === 1 && read.version === now[0]!.version) return outcomes;
   }
   return null;
 }

@@ -19,9 +19,15 @@ export interface StepItem {
   event: JobEventInput;
 }
 
-/** What happened to one item. `unknown_job` when no job has that id. */
+/**
+ * What happened to one item. `unknown_job` when no job has that id. A decided item names the job's
+ * file and its `target_service` as read (what a `rejected` envelope is told apart from).
+ */
 export type StepOutcome =
-  | ({ jobId: string; event: JobEventInput['type'] } & Omit<JobDecision, 'context'> & { fileId: string })
+  | ({ jobId: string; event: JobEventInput['type'] } & Omit<JobDecision, 'context'> & {
+        fileId: string;
+        targetService: string;
+      })
   | {
       jobId: string;
       event: JobEventInput['type'];
@@ -158,6 +164,7 @@ function decideAll(
     outcomes.push({
       jobId: item.jobId,
       fileId: state.context.fileId,
+      targetService: state.context.targetService,
       event: item.event.type,
       decision: d.decision,
       from: d.from,

@@ -51,6 +51,11 @@ export async function startTracingFromEnv(opts: {
   return true;
 }
 
+/** Whether {@link startTracingFromEnv} started the SDK (and it is not stopped yet). */
+export function tracingStarted(): boolean {
+  return sdk !== undefined;
+}
+
 /** The receiver `demo --trace` exports to, when it started one. */
 export function demoTraceReceiver(): OtlpReceiver | undefined {
   return demoReceiver;

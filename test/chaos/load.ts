@@ -470,6 +470,20 @@ export function invalidMessage(
       const pad = 'p'.repeat(opts.maxEnvelopeBytes + rng.int(1, 2_000));
       return { data: enc.encode(json({ ...valid, pad })), headers, msgId };
     }
+    case 'SERVICE_MISMATCH': {
+      // A well-formed ack or result for a real job, from a service the job was not published to.
+      // Before any job exists, the same envelope names an unknown job.
+      const jobId = opts.realJobId ?? someId;
+      const expect = opts.realJobId === undefined ? 'UNKNOWN_JOB' : reason;
+      const body = rng.chance(0.5)
+        ? { job_id: jobId, status: 'processing', service: svc }
+        : { job_id: jobId, status: 'error', service: svc, error: { code: 'HIJACK', message: 'not mine' } };
+      return {
+        data: enc.encode(json(body)),
+        headers: { ...headers, [EXPECT_HEADER]: expect },
+        msgId: `result:${jobId}:hostile:${someId}`,
+      };
+    }
   }
 }
 

@@ -25,6 +25,8 @@ export const FILE_ID = '0b8f7a52-51d4-4f5e-a0a7-6c3d2e1f9a10';
 /** The id a sample retry gives the next attempt. */
 export const NEXT_JOB_ID = '7c2d9e4a-1b3f-4a5c-8d6e-9f0a1b2c3d44';
 export const SERVICE = { name: 'tabular-parser', version: '1.4.2' } as const;
+/** A service other than the sample job's `target_service`: its envelopes are rejected. */
+export const OTHER_SERVICE = { name: 'impostor', version: '6.6.6' } as const;
 
 export const REPLY_TIMEOUT_MS = 10 * 60_000;
 /** Three attempts in all: the first two failures are retried, the third is the last. */
@@ -38,6 +40,8 @@ export const ACK_MSG_ID = `ack:${JOB_ID}:1`;
 export const DONE_MSG_ID = `result:${JOB_ID}:done`;
 export const NEEDS_CHECK_MSG_ID = `result:${JOB_ID}:needs_check`;
 export const ERROR_MSG_ID = `result:${JOB_ID}:error`;
+export const OTHER_ACK_MSG_ID = `ack:${JOB_ID}:impostor`;
+export const OTHER_RESULT_MSG_ID = `result:${JOB_ID}:impostor`;
 /** The result that finished a job in the sample `done`/`needs_check`/`error` contexts. */
 export const EARLIER_RESULT_MSG_ID = `result:${JOB_ID}:earlier`;
 
@@ -171,6 +175,20 @@ export function sampleEventsByKind(now: Date = NOW) {
       service: { ...SERVICE },
       error: { ...SERVICE_ERROR },
     },
+    otherServiceAck: {
+      type: 'ENVELOPE_PROCESSING',
+      now,
+      msgId: OTHER_ACK_MSG_ID,
+      service: { ...OTHER_SERVICE },
+    },
+    otherServiceError: {
+      type: 'ENVELOPE_RESULT',
+      now,
+      msgId: OTHER_RESULT_MSG_ID,
+      status: 'error',
+      service: { ...OTHER_SERVICE },
+      error: { code: 'HIJACKED', message: 'not the service the job was published to' },
+    },
     deadlinePassed: { type: 'DEADLINE_PASSED', now: at(now, REPLY_TIMEOUT_MS + MINUTE) },
     deadlineNotPassed: { type: 'DEADLINE_PASSED', now },
     retryRequested: { type: 'RETRY_REQUESTED', now, newJobId: NEXT_JOB_ID },
@@ -193,6 +211,8 @@ export const EVENT_VARIANT_NAMES = [
   'ENVELOPE_RESULT needs_check, without result_s3',
   'ENVELOPE_RESULT error',
   'ENVELOPE_RESULT, msg id already applied',
+  'ENVELOPE_PROCESSING, from another service',
+  'ENVELOPE_RESULT, from another service',
   'DEADLINE_PASSED, deadline passed',
   'DEADLINE_PASSED, deadline not passed',
   'RETRY_REQUESTED',
@@ -223,6 +243,8 @@ export function eventVariants(now: Date = NOW): EventVariant[] {
     { name: 'ENVELOPE_RESULT needs_check, without result_s3', event: e.needsCheck, context: {} },
     { name: 'ENVELOPE_RESULT error', event: e.error, context: {} },
     { name: 'ENVELOPE_RESULT, msg id already applied', event: e.done, context: { resultMsgId: DONE_MSG_ID } },
+    { name: 'ENVELOPE_PROCESSING, from another service', event: e.otherServiceAck, context: {} },
+    { name: 'ENVELOPE_RESULT, from another service', event: e.otherServiceError, context: {} },
     { name: 'DEADLINE_PASSED, deadline passed', event: e.deadlinePassed, context: {} },
     { name: 'DEADLINE_PASSED, deadline not passed', event: e.deadlineNotPassed, context: {} },
     { name: 'RETRY_REQUESTED', event: e.retryRequested, context: {} },

@@ -1,7 +1,7 @@
 /**
  * A test client that talks to the core exactly as a recognition service would: JetStream publish
  * to `recognition.result` with a `Nats-Msg-Id` header and the schema's fields. Tests read like the
- * scenarios of SPEC §3: `svc.ack(job)`, `svc.done(job)`, `svc.error(job, code, message)`.
+ * rules of docs/lifecycle.md: `svc.ack(job)`, `svc.done(job)`, `svc.error(job, code, message)`.
  */
 import { headers as natsHeaders, type NatsConnection } from '@nats-io/nats-core';
 import { jetstream, type PubAck } from '@nats-io/jetstream';

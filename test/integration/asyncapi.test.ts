@@ -1,8 +1,10 @@
 /**
  * `schemas/asyncapi.yaml` against a real nats-server: the streams and consumers the core and the
  * reference service create are the ones its JetStream extensions describe, and the reference
- * service answers the document's job example with envelopes that its messages describe.
+ * service answers the document's job example with envelopes that its messages describe, reads job
+ * messages tolerantly and answers an invalid one as the contract says.
  */
+import { randomUUID } from 'node:crypto';
 import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { headers as natsHeaders, nanos, type NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
@@ -11,8 +13,9 @@ import { loadConfig } from '../../src/config.js';
 import { decodeEnvelope } from '../../src/messages/decodeEnvelope.js';
 import { SCHEMA_FILES } from '../../src/messages/schemas.js';
 import { provisionStreams } from '../../src/nats/provision.js';
-import { INBOX_CONSUMER, RESULTS_STREAM, jobSubject } from '../../src/nats/subjects.js';
+import { INBOX_CONSUMER, JOBS_STREAM, RESULTS_STREAM, jobSubject } from '../../src/nats/subjects.js';
 import {
+  INVALID_JOB_MESSAGE,
   TABULAR_PARSER,
   startTabularParser,
   type TabularParserService,
@@ -141,5 +144,105 @@ describe('the reference service and the document agree', () => {
       expect(decoded.envelope.service.name).toBe(TABULAR_PARSER);
     }
     expect(statuses).toEqual(['processing', 'done']);
+  });
+});
+
+/** The envelopes on RECOGNITION_RESULTS for `jobId`, once `count` of them are there (read-only). */
+async function envelopesFor(jobId: string, count: number) {
+  const js = jetstream(nc);
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const found: Array<{ msgId: string | undefined; body: Record<string, unknown> }> = [];
+    const consumer = await js.consumers.get(RESULTS_STREAM);
+    const { num_pending: pending } = await consumer.info();
+    if (pending > 0) {
+      const batch = await consumer.fetch({ max_messages: pending, expires: 2_000 });
+      for await (const m of batch) {
+        const body = m.json<Record<string, unknown>>();
+        if (body['job_id'] === jobId) found.push({ msgId: m.headers?.get('Nats-Msg-Id'), body });
+        if (m.info.pending === 0) break;
+      }
+    }
+    if (found.length >= count || Date.now() > deadline) return found;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Publish a job message as the core does: on the service's subject, with its Nats-Msg-Id. */
+async function publishJob(payload: unknown, msgId: string): Promise<void> {
+  await jetstream(nc).publish(jobSubject(TABULAR_PARSER), JSON.stringify(payload), { msgID: msgId });
+}
+
+/** The reference service's durable: nothing left to ack once every job message is settled. */
+async function jobsSettled(): Promise<boolean> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const info = await jsm.consumers.info(JOBS_STREAM, TABULAR_PARSER);
+    if (info.num_pending === 0 && info.num_ack_pending === 0) return true;
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe('a service reads job messages tolerantly (docs/contract.md, "Evolving the contract")', () => {
+  const example = () =>
+    structuredClone(messageExamples(doc as never).find((e) => e.message === 'job')!.payload) as Record<
+      string,
+      unknown
+    >;
+
+  it('a job message with fields the service does not know is answered as usual', async () => {
+    const jobId = randomUUID();
+    const payload = {
+      ...example(),
+      job_id: jobId,
+      priority: 'high',
+      routing: { tenant: 'acme' },
+      source_s3: { ...(example()['source_s3'] as object), version_id: 'v7' },
+    };
+    await publishJob(payload, `job:${jobId}:1`);
+    const envelopes = await envelopesFor(jobId, 2);
+    expect(envelopes.map((e) => [e.body['status'], e.msgId])).toEqual([
+      ['processing', `ack:${jobId}:1`],
+      ['done', `result:${jobId}:1`],
+    ]);
+    expect(await jobsSettled()).toBe(true);
+  });
+
+  it('an invalid job message naming its job: an error result INVALID_JOB_MESSAGE, then terminated', async () => {
+    const jobId = randomUUID();
+    const before = service.stats().invalid;
+    await publishJob(
+      { ...example(), job_id: jobId, attempt: 3, source_s3: 'not an object' },
+      `job:${jobId}:3`,
+    );
+    const [answer, ...more] = await envelopesFor(jobId, 1);
+    expect(more).toEqual([]);
+    expect(answer!.msgId).toBe(`result:${jobId}:3`);
+    expect(answer!.body).toMatchObject({
+      job_id: jobId,
+      status: 'error',
+      service: { name: TABULAR_PARSER },
+      error: { code: INVALID_JOB_MESSAGE, message: expect.stringContaining('/source_s3') },
+    });
+    const decoded = decodeEnvelope({
+      data: new TextEncoder().encode(JSON.stringify(answer!.body)),
+      msgId: answer!.msgId,
+      maxBytes: cfg.MAX_ENVELOPE_BYTES,
+    });
+    expect(decoded.ok).toBe(true);
+    expect(await jobsSettled()).toBe(true);
+    expect(service.stats().invalid).toBe(before + 1);
+  });
+
+  it('an invalid job message naming no job (not JSON): terminated, nothing published', async () => {
+    const before = (await jsm.streams.info(RESULTS_STREAM)).state.messages;
+    const invalid = service.stats().invalid;
+    await jetstream(nc).publish(jobSubject(TABULAR_PARSER), 'this is {not json', {
+      msgID: `job:${randomUUID()}:1`,
+    });
+    expect(await jobsSettled()).toBe(true);
+    expect(service.stats().invalid).toBe(invalid + 1);
+    expect((await jsm.streams.info(RESULTS_STREAM)).state.messages).toBe(before);
   });
 });

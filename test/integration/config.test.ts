@@ -4,6 +4,9 @@
  * naming the variable; a database whose migrations are behind is refused with a hint to migrate.
  */
 import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing, dropDatabase } from '../../src/db/database.js';
 import { runCli } from '../helpers/cliProcess.js';
@@ -59,6 +62,43 @@ describe.concurrent(
       expect(r.stderr[0]).toMatch(new RegExp(`^recognition-core: ${name} `));
       expect(r.stderr[0]).toMatch(problem);
       expect(r.stdout).toEqual([]);
+    });
+
+    it('refuses a secret set both directly and as a file, or a file it cannot read, naming them', async ({
+      expect,
+    }) => {
+      const dir = await mkdtemp(join(tmpdir(), 'config-cli-'));
+      try {
+        const file = join(dir, 'nats-password');
+        await writeFile(file, 'File-Secret-77\n');
+        for (const [env, line] of [
+          [
+            { NATS_USER: 'core', NATS_PASSWORD: 'Env-Secret-77', NATS_PASSWORD_FILE: file },
+            'recognition-core: NATS_PASSWORD and NATS_PASSWORD_FILE are both set: set one',
+          ],
+          [
+            { DATABASE_URL_FILE: join(dir, 'missing') },
+            `recognition-core: DATABASE_URL_FILE=${join(dir, 'missing')} cannot be read (no such file)`,
+          ],
+          [
+            { DATABASE_URL_FILE: file },
+            `recognition-core: DATABASE_URL must be a URL (postgres:// or postgresql://…) (read from DATABASE_URL_FILE=${file})`,
+          ],
+        ] as const) {
+          // The database from the file alone (unreachable() sets DATABASE_URL).
+          const { DATABASE_URL, ...base } = await unreachable();
+          const r = await runCli(['start'], {
+            ...base,
+            ...('DATABASE_URL_FILE' in env ? {} : { DATABASE_URL }),
+            ...env,
+          });
+          expect(r.code, r.output).toBe(2);
+          expect(r.stderr).toEqual([line]);
+          expect(r.output).not.toMatch(/Secret-77/);
+        }
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
     });
 
     it('does not repeat the password of a bad DATABASE_URL', async ({ expect }) => {

@@ -1,5 +1,5 @@
 /**
- * The inbox over a real NATS JetStream and real PostgreSQL: the scenarios of SPEC §3.1 and §3.2
+ * The inbox over a real NATS JetStream and real PostgreSQL: the rules of docs/lifecycle.md ("A service's ack", "Results, applied idempotently")
  * driven by publishing real messages to `recognition.result`, duplicates, hostile input, and a
  * database outage in the middle of a stream.
  */
@@ -46,7 +46,7 @@ async function consumerIdle(): Promise<boolean> {
 /** Wait until core-inbox has acked everything published so far. */
 const drained = () => inboxDrained(nc);
 
-describe('SPEC §3.1: the service confirmed', () => {
+describe("a service's ack: the service confirmed", () => {
   it('an ack moves a published job to processing, with started_at, service and the file PROCESSING', async () => {
     const job = await insertJob(t.db, { status: 'published' });
     await svc.ack(job);
@@ -89,7 +89,7 @@ describe('SPEC §3.1: the service confirmed', () => {
   });
 });
 
-describe('SPEC §3.2: results applied idempotently', () => {
+describe('results, applied idempotently', () => {
   it('success: done, result object registered, file stays PROCESSING; one info line naming the envelope', async () => {
     const job = await insertJob(t.db, { status: 'processing' });
     const { seq } = await svc.done(job);
@@ -203,6 +203,42 @@ describe('SPEC §3.2: results applied idempotently', () => {
     }
     expect((await t.db.selectFrom('inbox_quarantine').select('id').execute()).length).toBe(quarantineBefore);
     expect(await consumerIdle()).toBe(true);
+  });
+});
+
+describe('a contract that can grow: fields the core does not know are ignored (docs/contract.md)', () => {
+  it('an ack and a result with extra top-level fields are applied as without them', async () => {
+    const job = await insertJob(t.db, { status: 'published' });
+    const service = { name: 'tabular-parser', version: '2.4.0' };
+    const extra = { priority: 'high', worker: { host: 'w-7', pool: ['a', 'b'] }, retry_hint: null };
+    await svc.envelope({ job_id: job.jobId, status: 'processing', service, ...extra }, `ack:${job.jobId}:1`);
+    await svc.envelope(
+      {
+        job_id: job.jobId,
+        status: 'done',
+        service,
+        result_s3: { bucket: 'arm-ka', key: `results/${job.fileId}/${job.jobId}/result.json` },
+        metrics: { pages: 2 },
+        ...extra,
+        confidence: 0.97,
+      },
+      `result:${job.jobId}:1`,
+    );
+    await drained();
+    const { job: row, transitions } = await loadAll(t.db, job.jobId);
+    expect(row).toMatchObject({
+      status: 'done',
+      service_version: '2.4.0',
+      metrics: { pages: 2 },
+      result_msg_id: `result:${job.jobId}:1`,
+    });
+    expect(transitions.map((r) => r.to_status)).toEqual(['processing', 'done']);
+    const quarantined = await t.db
+      .selectFrom('inbox_quarantine')
+      .select('id')
+      .where('job_id', '=', job.jobId)
+      .execute();
+    expect(quarantined).toEqual([]);
   });
 });
 

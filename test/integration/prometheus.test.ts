@@ -153,6 +153,11 @@ describe('a real Prometheus scraping the daemon', () => {
     }
     expect(failures).toEqual([]);
     const ready = await query('min by (instance, check) (recognition_ready{job=~"recognition-core"})');
-    expect(ready.result.map((r) => r.metric.check).sort()).toEqual(['consumer', 'database', 'nats']);
+    expect(ready.result.map((r) => r.metric.check).sort()).toEqual([
+      'commits',
+      'consumer',
+      'database',
+      'nats',
+    ]);
   });
 });

@@ -1,8 +1,9 @@
 /**
  * The publisher against real PostgreSQL and a real nats-server: a created job reaches the stream
  * promptly (NOTIFY), a crash between JetStream's ack and the commit leaves one message, NATS being
- * unreachable backs off to dlq (or recovers), invalid messages are dead letters, and several
- * publishers never publish a job twice.
+ * unreachable spends no attempt (the job waits and is published once NATS is back), a message
+ * JetStream refuses backs off to dlq, invalid messages are dead letters, and several publishers
+ * never publish a job twice.
  */
 import { randomUUID } from 'node:crypto';
 import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
@@ -229,9 +230,6 @@ describe('exactly one message per job', () => {
     expect(transitions.map((r) => r.event)).toEqual(['PUBLISHED']);
     // JetStream kept the first copy and dropped the second as a duplicate.
     expect(await streamMessagesFor(jobId)).toHaveLength(1);
-    expect(logs.lines.find((l) => l.job_id === jobId && l.event === 'PUBLISHED')).toMatchObject({
-      duplicate: true,
-    });
   });
 
   it('two publishers racing over 200 jobs publish each exactly once', async () => {
@@ -299,12 +297,13 @@ describe('NATS unreachable', () => {
     return { proxy, publisher: p, logs, metrics, nats };
   }
 
-  it('publish_attempts grow with exponential backoff and the job ends dlq (PUBLISH_FAILED), file ERROR', async () => {
+  it('an outage longer than the attempts spends none: the job waits, pending, and is published once NATS is back', async () => {
+    // With the outage counted as attempts, this job would be dlq after 2 tries (100 ms apart).
     const cfg = config({
-      MAX_PUBLISH_ATTEMPTS: 4,
+      MAX_PUBLISH_ATTEMPTS: 2,
       PUBLISH_BACKOFF_BASE_MS: 100,
-      PUBLISH_BACKOFF_MAX_MS: 300,
-      PUBLISH_TIMEOUT_MS: 300,
+      PUBLISH_BACKOFF_MAX_MS: 400,
+      PUBLISH_TIMEOUT_MS: 1_000,
     });
     const { proxy, publisher: p, logs, metrics, nats } = await behindProxy(cfg);
     proxy.cut();
@@ -312,6 +311,108 @@ describe('NATS unreachable', () => {
     await p.start();
 
     const { jobId } = await newJob();
+    const waits = async () => (await metrics.publisherOutageWaits.get()).values[0]?.value ?? 0;
+    // The publisher tried more often than the job has attempts, and spent none of them.
+    await vi.waitFor(async () => expect(await waits()).toBeGreaterThanOrEqual(cfg.MAX_PUBLISH_ATTEMPTS + 3), {
+      timeout: 10_000,
+      interval: 20,
+    });
+    expect(p.isNatsAvailable()).toBe(false);
+    expect((await metrics.publisherNatsUnavailable.get()).values[0]?.value).toBe(1);
+    const waiting = await loadAll(t.db, jobId);
+    expect(waiting.job).toMatchObject({ status: 'pending', publish_attempts: 0, error_code: null });
+    expect(waiting.transitions).toEqual([]);
+    expect(waiting.file.status).toBe('QUEUED');
+
+    proxy.restore();
+    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('published'), {
+      timeout: 10_000,
+      interval: 20,
+    });
+    const { job, transitions } = await loadAll(t.db, jobId);
+    expect(job.publish_attempts).toBe(1);
+    expect(transitions.map((r) => [r.from_status, r.to_status, r.event])).toEqual([
+      ['pending', 'published', 'PUBLISHED'],
+    ]);
+    expect(job.reply_deadline!.getTime() - job.published_at!.getTime()).toBe(cfg.REPLY_TIMEOUT_MS);
+    expect(await streamMessagesFor(jobId)).toHaveLength(1);
+
+    // One line when the outage began, one when it ended; no failed publish, no dead letter.
+    expect(logs.lines.filter((l) => l.event === 'publisher_nats_unavailable')).toEqual([
+      expect.objectContaining({ level: 'warn', reason: 'NATS is not connected' }),
+    ]);
+    expect(logs.lines.filter((l) => l.event === 'publisher_nats_available')).toEqual([
+      expect.objectContaining({ level: 'info', unavailable_ms: expect.any(Number) }),
+    ]);
+    expect(p.isNatsAvailable()).toBe(true);
+    expect((await metrics.publisherNatsUnavailable.get()).values[0]?.value).toBe(0);
+    const results = (await metrics.publisherResults.get()).values.map((v) => [v.labels.result, v.value]);
+    expect(Object.fromEntries(results)).toEqual({ published: 1, failed: 0, dlq: 0 });
+  });
+
+  it('without the connected check, a publish that gets no ack in time spends no attempt; the job is published, once, when NATS is back', async () => {
+    const cfg = config({ MAX_PUBLISH_ATTEMPTS: 1, PUBLISH_BACKOFF_BASE_MS: 100, PUBLISH_TIMEOUT_MS: 300 });
+    const { proxy, nats } = await behindProxy(cfg);
+    const blind = createPublisher({
+      db: t.db,
+      js: jetstream(nats.nc),
+      logger: createLogSink().logger,
+      config: cfg,
+    });
+    proxy.cut();
+    await vi.waitFor(() => expect(nats.isConnected()).toBe(false), { timeout: 5_000, interval: 10 });
+
+    const { jobId } = await newJob();
+    const before = await jobRow(jobId);
+    const startedAt = Date.now();
+    expect(await blind.publishDue()).toBe(1);
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(290);
+    // A timeout is an outage: nothing recorded, the job as it was (still due), the publisher waits.
+    expect(await jobRow(jobId)).toEqual(before);
+    expect((await loadAll(t.db, jobId)).transitions).toEqual([]);
+    expect(blind.isNatsAvailable()).toBe(false);
+
+    // Whatever the client sends of that publish when it reconnects, the stream keeps one copy.
+    proxy.restore();
+    await vi.waitFor(() => expect(nats.isConnected()).toBe(true), { timeout: 10_000, interval: 20 });
+    await vi.waitFor(
+      async () => {
+        await blind.publishDue();
+        expect((await jobRow(jobId)).status).toBe('published');
+      },
+      { timeout: 10_000, interval: 50 },
+    );
+    expect(blind.isNatsAvailable()).toBe(true);
+    expect((await jobRow(jobId)).publish_attempts).toBe(1);
+    expect(await streamMessagesFor(jobId)).toHaveLength(1);
+  });
+});
+
+describe('a job message JetStream refuses', () => {
+  /** A valid key (at most 1024 characters) that makes the job message larger than 1 KiB. */
+  const bigKey = () => `uploads/${randomUUID()}-${'k'.repeat(960)}.xlsx`;
+
+  /** Lower the jobs stream's largest message for one test (an operator's limit). */
+  async function withMaxMsgSize(bytes: number) {
+    const { config: c } = await jsm.streams.info(JOBS_STREAM);
+    await jsm.streams.update(JOBS_STREAM, { ...c, max_msg_size: bytes });
+    cleanups.push(async () => {
+      const { config: now } = await jsm.streams.info(JOBS_STREAM);
+      await jsm.streams.update(JOBS_STREAM, { ...now, max_msg_size: c.max_msg_size });
+    });
+  }
+
+  it('over the stream’s max_msg_size: publish_attempts grow with exponential backoff and the job ends dlq (PUBLISH_FAILED), file ERROR', async () => {
+    await withMaxMsgSize(1024);
+    const cfg = config({
+      MAX_PUBLISH_ATTEMPTS: 4,
+      PUBLISH_BACKOFF_BASE_MS: 100,
+      PUBLISH_BACKOFF_MAX_MS: 300,
+    });
+    const { publisher: p, logs, metrics } = publisher({ config: cfg });
+    await p.start();
+
+    const { jobId } = await newJob(bigKey());
     await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('dlq'), {
       timeout: 10_000,
       interval: 20,
@@ -321,7 +422,7 @@ describe('NATS unreachable', () => {
     expect(job).toMatchObject({
       status: 'dlq',
       error_code: 'PUBLISH_FAILED',
-      error_message: 'NATS is not connected',
+      error_message: 'JetStreamApiError: message size exceeds maximum allowed',
       publish_attempts: 4,
       next_publish_at: null,
       published_at: null,
@@ -346,81 +447,26 @@ describe('NATS unreachable', () => {
       ['warn', 3, 300],
       ['error', 4, undefined],
     ]);
+    // A refusal is no outage.
+    expect(logs.lines.filter((l) => l.event === 'publisher_nats_unavailable')).toEqual([]);
+    expect(p.isNatsAvailable()).toBe(true);
     const results = (await metrics.publisherResults.get()).values.map((v) => [v.labels.result, v.value]);
     expect(Object.fromEntries(results)).toEqual({ published: 0, failed: 3, dlq: 1 });
     const deadLetters = (await metrics.deadLetters.get()).values.map((v) => [v.labels.reason, v.value]);
     expect(Object.fromEntries(deadLetters)).toEqual({ PUBLISH_FAILED: 1, MAX_DELIVERIES: 0 });
+    expect((await metrics.publisherOutageWaits.get()).values[0]?.value).toBe(0);
     expect(await streamMessagesFor(jobId)).toEqual([]);
   });
 
-  it('without the connected check, a publish that gets no ack in time fails the attempt all the same', async () => {
-    const cfg = config({ MAX_PUBLISH_ATTEMPTS: 2, PUBLISH_BACKOFF_BASE_MS: 100, PUBLISH_TIMEOUT_MS: 300 });
-    const { proxy, nats } = await behindProxy(cfg);
-    const blind = createPublisher({
-      db: t.db,
-      js: jetstream(nats.nc),
-      logger: createLogSink().logger,
-      config: cfg,
-    });
-    proxy.cut();
-    await vi.waitFor(() => expect(nats.isConnected()).toBe(false), { timeout: 5_000, interval: 10 });
-
-    const { jobId } = await newJob();
-    const before = Date.now();
-    expect(await blind.publishDue()).toBe(1);
-    expect(Date.now() - before).toBeGreaterThanOrEqual(290);
-    const job = await jobRow(jobId);
-    expect(job).toMatchObject({ status: 'pending', publish_attempts: 1 });
-    expect(job.next_publish_at).toBeInstanceOf(Date);
-    const { transitions } = await loadAll(t.db, jobId);
-    expect(transitions[0]!.detail).toMatchObject({ error: expect.stringMatching(/timeout/i) });
-
-    await vi.waitFor(
-      async () => {
-        await blind.publishDue();
-        expect((await jobRow(jobId)).status).toBe('dlq');
-      },
-      { timeout: 5_000, interval: 50 },
-    );
-    // The connection is closed without ever coming back, so its buffered publishes die with it.
-  });
-
-  it('NATS back before the attempts run out: the job is published, once', async () => {
-    const cfg = config({
-      MAX_PUBLISH_ATTEMPTS: 20,
-      PUBLISH_BACKOFF_BASE_MS: 100,
-      PUBLISH_BACKOFF_MAX_MS: 400,
-      PUBLISH_TIMEOUT_MS: 1_000,
-    });
-    const { proxy, publisher: p, nats } = await behindProxy(cfg);
-    proxy.cut();
-    await vi.waitFor(() => expect(nats.isConnected()).toBe(false), { timeout: 5_000, interval: 10 });
-    await p.start();
-
-    const { jobId } = await newJob();
-    await vi.waitFor(async () => expect((await jobRow(jobId)).publish_attempts).toBeGreaterThanOrEqual(2), {
-      timeout: 5_000,
-      interval: 10,
-    });
-    proxy.restore();
-    await vi.waitFor(async () => expect((await jobRow(jobId)).status).toBe('published'), {
-      timeout: 10_000,
-      interval: 20,
-    });
-
-    const { job, transitions } = await loadAll(t.db, jobId);
-    expect(job.publish_attempts).toBeGreaterThanOrEqual(3);
-    expect(job.publish_attempts).toBeLessThan(20);
-    expect(transitions.at(-1)).toMatchObject({
-      from_status: 'pending',
-      to_status: 'published',
-      event: 'PUBLISHED',
-    });
-    expect(
-      transitions.slice(0, -1).every((r) => r.event === 'PUBLISH_FAILED' && r.to_status === 'pending'),
-    ).toBe(true);
-    expect(job.reply_deadline!.getTime() - job.published_at!.getTime()).toBe(cfg.REPLY_TIMEOUT_MS);
-    expect(await streamMessagesFor(jobId)).toHaveLength(1);
+  it('a refused job does not hold back the others of its round', async () => {
+    await withMaxMsgSize(1024);
+    const cfg = config({ MAX_PUBLISH_ATTEMPTS: 1 });
+    const { publisher: p } = publisher({ config: cfg });
+    const big = await newJob(bigKey());
+    const small = await newJob();
+    expect(await p.publishDue()).toBeGreaterThanOrEqual(2);
+    expect((await jobRow(big.jobId)).status).toBe('dlq');
+    expect((await jobRow(small.jobId)).status).toBe('published');
   });
 });
 

@@ -25,7 +25,7 @@ import { connect } from '@nats-io/transport-node';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTabularParser } from '../../src/reference/tabularParserService.js';
-import { INBOX_CONSUMER, JOBS_STREAM, RESULTS_STREAM } from '../../src/nats/subjects.js';
+import { INBOX_CONSUMER, JOBS_STREAM, RESULTS_STREAM, RESULT_SUBJECT } from '../../src/nats/subjects.js';
 import { spawnCli, runCli } from '../helpers/cliProcess.js';
 import { insertJob, loadAll } from '../helpers/fixtures.js';
 import { createLogSink } from '../helpers/logSink.js';
@@ -392,6 +392,41 @@ describe('a recognition service limited to its own subjects (docs/nats-permissio
     ]);
     expect((await jsm.streams.info(RESULTS_STREAM)).state.messages).toBeGreaterThan(0);
   });
+
+  it("what permissions cannot bind: service.name in a payload; the core's target_service check does", async () => {
+    const refusedBefore = violations.length;
+    const own = await insertJob(t.db, { status: 'published' });
+    const ocrJob = await insertJob(t.db, { status: 'published', target_service: 'ocr' });
+    const js = jetstream(svcConn);
+    const envelope = (jobId: string, name: string) =>
+      JSON.stringify({ job_id: jobId, status: 'processing', service: { name, version: '1' } });
+
+    // NATS accepts both: the user may publish on recognition.result, whatever the payload says.
+    await js.publish(RESULT_SUBJECT, envelope(own.jobId, 'ocr'), { msgID: `ack:${own.jobId}:1` });
+    await js.publish(RESULT_SUBJECT, envelope(ocrJob.jobId, 'ocr'), { msgID: `ack:${ocrJob.jobId}:1` });
+
+    // The core quarantines the envelope whose name is not its job's target_service …
+    const row = await waitFor(
+      () =>
+        t.db.selectFrom('inbox_quarantine').selectAll().where('job_id', '=', own.jobId).executeTakeFirst(),
+      'the mismatching envelope quarantined',
+    );
+    expect(row).toMatchObject({
+      reason: 'SERVICE_MISMATCH',
+      details: expect.objectContaining({ expected: 'tabular-parser', got: 'ocr' }),
+    });
+    expect((await loadAll(t.db, own.jobId)).job.status).toBe('published');
+    // This file's NATS servers share its database and their stream sequences overlap: a row left
+    // here would hold a sequence the hostile-input tests below quarantine under.
+    await t.db.deleteFrom('inbox_quarantine').where('id', '=', row.id).execute();
+    // … but a user allowed to publish envelopes can still claim another service's name for that
+    // service's job: the name is not bound to the NATS user (docs/nats-permissions.md).
+    await waitFor(
+      async () => (await loadAll(t.db, ocrJob.jobId)).job.status === 'processing',
+      "the other service's job acked under its name",
+    );
+    expect(violations.length).toBe(refusedBefore);
+  });
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -451,7 +486,9 @@ describe('hostile input through real NATS into the real database', () => {
     const a = await insertJob(t.db, { status: 'published' });
     const b = await insertJob(t.db, { status: 'published' });
     const c = await insertJob(t.db, { status: 'published' });
-    const service = { name: hostile(0), version: hostile(3) };
+    // service.name must be the job's target_service (letters, digits, _ and -); every other
+    // string field may hold anything, and a hostile service.name is quarantined verbatim.
+    const service = { name: 'tabular-parser', version: hostile(3) };
     const metrics = {
       [hostile(1)]: hostile(2),
       nested: { [hostile(4)]: [hostile(5), hostile(6), 42, 1.5, null, true] },
@@ -472,7 +509,7 @@ describe('hostile input through real NATS into the real database', () => {
     const error = {
       job_id: b.jobId,
       status: 'error',
-      service: { name: hostile(6), version: hostile(1) },
+      service: { name: 'tabular-parser', version: hostile(1) },
       error: { code: hostile(0), message: SQL.join('\n') },
     };
     await publish(JSON.stringify(error), `result:${b.jobId}:${hostile(2)}`);
@@ -483,6 +520,14 @@ describe('hostile input through real NATS into the real database', () => {
         service: { name: hostile(7), version: hostile(4) },
       }),
       `ack:${hostile(3)}`,
+    );
+    await publish(
+      JSON.stringify({
+        job_id: c.jobId,
+        status: 'processing',
+        service: { name: 'tabular-parser', version: hostile(4) },
+      }),
+      `ack:${hostile(3)}:own`,
     );
     // A hostile job_id cannot even reach a query: it is not a uuid.
     const badSeq = await publish(JSON.stringify({ ...done, job_id: hostile(0) }), `bad:${randomUUID()}`);
@@ -513,16 +558,27 @@ describe('hostile input through real NATS into the real database', () => {
       status: 'error',
       error_code: hostile(0),
       error_message: SQL.join('\n'),
-      service_name: hostile(6),
+      service_name: 'tabular-parser',
       service_version: hostile(1),
     });
     expect(rb.file).toMatchObject({ status: 'ERROR', error_code: hostile(0) });
     const rc = await loadAll(t.db, c.jobId);
     expect(rc.job).toMatchObject({
       status: 'processing',
-      service_name: hostile(7),
+      service_name: 'tabular-parser',
       service_version: hostile(4),
     });
+    const mismatch = await t.db
+      .selectFrom('inbox_quarantine')
+      .selectAll()
+      .where('job_id', '=', c.jobId)
+      .execute();
+    expect(mismatch).toMatchObject([
+      {
+        reason: 'SERVICE_MISMATCH',
+        details: expect.objectContaining({ expected: 'tabular-parser', got: hostile(7) }),
+      },
+    ]);
     const [q] = await quarantined(badSeq);
     expect(q).toMatchObject({ reason: 'SCHEMA_INVALID', job_id: hostile(0) });
 
@@ -545,8 +601,10 @@ describe('hostile input through real NATS into the real database', () => {
   });
 
   it('the longest strings the schema allows in every field: applied and stored verbatim', async () => {
-    const job = await insertJob(t.db, { status: 'published' });
-    const errJob = await insertJob(t.db, { status: 'published' });
+    // The longest service.name is a target_service of 200 characters (letters, digits, _ and -).
+    const longName = Array.from({ length: 200 }, (_, i) => 'aZ09_-'[i % 6]).join('');
+    const job = await insertJob(t.db, { status: 'published', target_service: longName });
+    const errJob = await insertJob(t.db, { status: 'published', target_service: longName });
     // Mixed widths: 1- to 4-byte UTF-8 characters, SQL metacharacters among them.
     const longText = (codePoints: number, seed: number) => {
       const alphabet = [...'aZ\'"\\$;%_-é表🧾'];
@@ -561,7 +619,7 @@ describe('hostile input through real NATS into the real database', () => {
     const done = {
       job_id: job.jobId,
       status: 'needs_check',
-      service: { name: longText(200, 3), version: longText(200, 4) },
+      service: { name: longName, version: longText(200, 4) },
       result_s3: s3,
       result_schema_version: longText(200, 5),
       metrics: {
@@ -699,7 +757,7 @@ describe('hostile input through real NATS into the real database', () => {
       JSON.stringify({
         job_id: job.jobId,
         status: 'done',
-        service: { name: 'a', version: '1' },
+        service: { name: 'tabular-parser', version: '1' },
         result_s3: { bucket: 'arm-ka', key },
       }),
       `result:${job.jobId}:1`,

@@ -1,5 +1,5 @@
 /**
- * The step against real PostgreSQL: the scenarios of SPEC §3, each with a full comparison of the
+ * The step against real PostgreSQL: the rules of docs/lifecycle.md, each with a full comparison of the
  * rows before and after — on both of its paths: locked (a transaction: lock, write, commit) and
  * unlocked (read with versions, one guarded write; handing back to the locked path as the inbox
  * does when it cannot finish).
@@ -73,7 +73,7 @@ const done = (jobId: string, fileId: string, n = 1): JobEventInput => ({
 describe.each(['locked', 'unlocked'] as const)('%s path', (path) => {
   const run = paths[path];
 
-  describe('ack (SPEC §3.1)', () => {
+  describe("a service's ack", () => {
     it('moves a published job to processing and its file to PROCESSING', async () => {
       const { jobId } = await insertJob(t.db, { status: 'published' });
       const before = await loadAll(t.db, jobId);
@@ -132,7 +132,7 @@ describe.each(['locked', 'unlocked'] as const)('%s path', (path) => {
     );
   });
 
-  describe('results (SPEC §3.2)', () => {
+  describe('results, applied idempotently', () => {
     it('success: job done with every column, a new s3_object, file stays PROCESSING', async () => {
       const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
       const before = await loadAll(t.db, jobId);

@@ -1,5 +1,5 @@
 /**
- * The watchdog against real PostgreSQL: the seed's timeout scenario (SPEC §3.3), cooperation of
+ * The watchdog against real PostgreSQL: the seed's timeout scenario (docs/lifecycle.md, "Timeouts and dead letters"), cooperation of
  * several instances, surviving a database outage, and a 100 000-job backlog among 1 000 000 rows
  * drained in one sweep through the partial index.
  */
@@ -56,7 +56,7 @@ async function statusOf(jobId: string): Promise<string> {
   return row.status;
 }
 
-describe('timeout while waiting for a result (SPEC §3.3)', () => {
+describe('timeout while waiting for a result', () => {
   it('a processing job whose deadline passed is timeout, TIMEOUT, finished_at set; its file ERROR (TIMEOUT)', async () => {
     const { logs, metrics } = startWatchdog();
     const { jobId } = await insertJob(t.db, { status: 'processing', reply_deadline: overdue });

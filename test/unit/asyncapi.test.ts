@@ -126,6 +126,83 @@ describe('schemas/asyncapi.yaml for the official parser (@asyncapi/parser)', () 
     for (const op of document!.operations().all()) expect(op.bindings().get('nats')).toBeDefined();
   });
 
+  it('has a local server and a production server templated by host and port, each with a default', () => {
+    const { document } = parsed;
+    const servers = Object.fromEntries(
+      document!
+        .servers()
+        .all()
+        .map((s) => [s.id(), { host: s.host(), protocol: s.protocol() }]),
+    );
+    expect(servers).toEqual({
+      local: { host: defaults.NATS_URL.replace(/^nats:\/\//, ''), protocol: 'nats' },
+      production: { host: '{host}:{port}', protocol: 'nats' },
+    });
+    const production = document!.servers().get('production')!;
+    const variables = Object.fromEntries(
+      production
+        .variables()
+        .all()
+        .map((v) => [v.id(), { default: v.defaultValue(), examples: v.examples().length }]),
+    );
+    expect(Object.keys(variables).sort()).toEqual(['host', 'port']);
+    for (const v of Object.values(variables)) {
+      expect(v.default).toBeTruthy();
+      expect(v.examples).toBeGreaterThan(0);
+    }
+    expect(Number(variables['port']!.default)).toBeGreaterThan(0);
+    // The local server is the default NATS_URL of the core, without authentication.
+    expect(document!.servers().get('local')!.security()).toEqual([]);
+  });
+
+  it('the production server takes the ways the core authenticates to NATS, as alternatives', () => {
+    const { document } = parsed;
+    const schemes = Object.fromEntries(
+      document!
+        .components()
+        .securitySchemes()
+        .all()
+        .map((s) => [
+          s.id(),
+          {
+            type: s.type(),
+            env: s
+              .extensions()
+              .all()
+              .filter((e) => e.id().endsWith('_env'))
+              .map((e) => e.value() as string)
+              .sort(),
+          },
+        ]),
+    );
+    expect(schemes).toEqual({
+      userPassword: { type: 'userPassword', env: ['NATS_PASSWORD', 'NATS_USER'] },
+      credentialsFile: { type: 'asymmetricEncryption', env: ['NATS_CREDS'] },
+      clientCertificate: { type: 'X509', env: ['NATS_TLS_CA', 'NATS_TLS_CERT', 'NATS_TLS_KEY'] },
+    });
+    for (const s of document!.components().securitySchemes().all())
+      expect(s.description()?.length ?? 0, s.id()).toBeGreaterThan(0);
+    // Each entry of `security` is one alternative: any one of them authorizes a connection.
+    const production = document!.servers().get('production')!;
+    expect(production.security().map((req) => req.all().map((r) => r.scheme().type()))).toEqual([
+      ['userPassword'],
+      ['asymmetricEncryption'],
+      ['X509'],
+    ]);
+  });
+
+  it(
+    'refuses a server whose security names a scheme the document does not define',
+    async () => {
+      const broken = readAsyncApi();
+      const servers = broken['servers'] as Record<string, { security: unknown[] }>;
+      servers['production']!.security = [{ $ref: '#/components/securitySchemes/kerberos' }];
+      const { severe } = await parseDocument(stringifyYaml(broken));
+      expect(severe.some((d) => d.severity === DiagnosticSeverity.Error)).toBe(true);
+    },
+    PARSE_TIMEOUT_MS,
+  );
+
   it(
     'reports an error for a broken copy of the document (the validation is real)',
     async () => {

@@ -4,7 +4,9 @@
  * variables they set are configuration variables, the commands are the CLI's, the ports are the
  * defaults, the runtime stage has production dependencies only and runs as a non-root user, and
  * everything the compiled daemon imports at run time is a production dependency. The systemd
- * units go through `systemd-analyze verify`.
+ * units go through `systemd-analyze verify`. No secret is in any of the files: the units take them
+ * as credentials, compose as secrets, both through `*_FILE` variables; the SQL of the database
+ * roles in deploy/postgres/ is the SQL of docs/deployment.md.
  */
 import { spawnSync } from 'node:child_process';
 import { builtinModules } from 'node:module';
@@ -26,7 +28,7 @@ import { parse } from 'yaml';
 import { registerDbCommands } from '../../src/cli/db.js';
 import { registerServiceCommands } from '../../src/cli/service.js';
 import { registerStartCommand } from '../../src/cli/start.js';
-import { CONFIG_VARIABLES } from '../../src/config.js';
+import { CONFIG_VARIABLES, configVariableNames, FILE_VARIABLES, redactUrl } from '../../src/config.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const read = (path: string) => readFileSync(join(root, path), 'utf8');
@@ -37,6 +39,7 @@ const pkg = JSON.parse(read('package.json')) as {
 };
 const defaults = Object.fromEntries(Object.entries(CONFIG_VARIABLES).map(([k, v]) => [k, v[1]]));
 const configNames = Object.keys(CONFIG_VARIABLES);
+const acceptedNames = configVariableNames();
 const portOf = (url: string) => Number(new URL(url).port);
 const shutdownSeconds = Number(defaults.SHUTDOWN_TIMEOUT_MS) / 1000;
 
@@ -55,6 +58,20 @@ function unitSection(text: string, section: string): Array<[string, string]> {
   return out;
 }
 const unitValue = (text: string, key: string) => unitSection(text, 'Service').find(([k]) => k === key)?.[1];
+const unitValues = (text: string, key: string) =>
+  unitSection(text, 'Service')
+    .filter(([k]) => k === key)
+    .map(([, v]) => v);
+/** The `NAME=value` assignments of a unit's `Environment=` lines. */
+const unitEnvironment = (text: string) =>
+  Object.fromEntries(
+    unitValues(text, 'Environment').flatMap((v) =>
+      [...v.matchAll(/([A-Z_]+)=(\S+)/g)].map((m) => [m[1]!, m[2]!]),
+    ),
+  );
+/** A unit's credentials: name → source path. */
+const unitCredentials = (text: string) =>
+  Object.fromEntries(unitValues(text, 'LoadCredential').map((v) => v.split(':') as [string, string]));
 
 /** Seconds of a systemd time span such as `45s`, `2min`, `1min 30s`. */
 function seconds(span: string): number {
@@ -109,13 +126,36 @@ const compose = parse(read('deploy/compose.yaml'), { merge: true }) as {
     {
       image?: string;
       command?: string[];
+      entrypoint?: string[];
       environment?: Record<string, string>;
+      secrets?: string[];
+      volumes?: string[];
       ports?: string[];
       stop_grace_period?: string;
       depends_on?: Record<string, { condition: string }>;
     }
   >;
+  secrets: Record<string, { file: string }>;
 };
+const natsConf = read('deploy/nats/recognition.conf');
+/** What deploy/make-secrets.sh writes: file name → content (one trailing newline removed). */
+const secretFiles = (() => {
+  const dir = mkdtempSync(join(tmpdir(), 'compose-secrets-'));
+  try {
+    const r = spawnSync('sh', [join(root, 'deploy/make-secrets.sh'), join(dir, 'secrets')], {
+      encoding: 'utf8',
+    });
+    if (r.status !== 0) throw new Error(`make-secrets.sh failed: ${r.stderr}`);
+    return new Map(
+      readdirSync(join(dir, 'secrets')).map((f) => [
+        f,
+        readFileSync(join(dir, 'secrets', f), 'utf8').replace(/\n$/, ''),
+      ]),
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+})();
 const dockerfile = read('deploy/Dockerfile');
 const stages = dockerStages(dockerfile);
 const runtime = [...stages.values()].at(-1)!;
@@ -129,7 +169,7 @@ describe('environment names', () => {
     for (const m of envExample.matchAll(/^#?\s*([A-Z][A-Z0-9_]*)=/gm)) used.add(m[1]!);
     for (const s of ours) for (const k of Object.keys(compose.services[s]!.environment ?? {})) used.add(k);
     expect(used.size).toBeGreaterThan(5);
-    expect([...used].filter((n) => !configNames.includes(n))).toEqual([]);
+    expect([...used].filter((n) => !acceptedNames.includes(n))).toEqual([]);
   });
 
   it('the example file lists every variable, commented ones at their default', () => {
@@ -183,7 +223,11 @@ describe('commands', () => {
     expect(commands).toContain('migrate');
     expect(compose.services.core!.depends_on).toMatchObject({
       migrate: { condition: 'service_completed_successfully' },
+      'runtime-grants': { condition: 'service_completed_successfully' },
       nats: { condition: 'service_healthy' },
+    });
+    expect(compose.services['runtime-grants']!.depends_on).toMatchObject({
+      migrate: { condition: 'service_completed_successfully' },
     });
     expect(compose.services.migrate!.depends_on).toMatchObject({
       postgres: { condition: 'service_healthy' },
@@ -202,19 +246,153 @@ describe('ports', () => {
   });
 
   it('PostgreSQL and NATS: the URLs point at the compose services on the default ports', () => {
-    const db = new URL(env.DATABASE_URL!);
-    expect(db.hostname).toBe('postgres');
-    expect(portOf(env.DATABASE_URL!)).toBe(portOf(defaults.DATABASE_URL!));
-    expect(compose.services.postgres!.ports).toEqual([`127.0.0.1:${db.port}:5432`]);
+    for (const name of ['database-url-migrator', 'database-url-runtime']) {
+      const db = new URL(secretFiles.get(name)!);
+      expect(db.hostname, name).toBe('postgres');
+      expect(portOf(db.toString()), name).toBe(portOf(defaults.DATABASE_URL!));
+      expect(compose.services.postgres!.ports).toEqual([`127.0.0.1:${db.port}:5432`]);
+    }
     expect(new URL(env.NATS_URL!).hostname).toBe('nats');
     const natsPort = portOf(defaults.NATS_URL!);
     expect(portOf(env.NATS_URL!)).toBe(natsPort);
-    expect(compose.services.nats!.command).toEqual(
-      expect.arrayContaining(['--jetstream', '--port', String(natsPort)]),
-    );
+    expect(natsConf).toMatch(new RegExp(`^port: ${natsPort}$`, 'm'));
+    expect(natsConf).toMatch(/^jetstream \{\n {2}store_dir: \/data\n\}$/m);
+    expect(compose.services.nats!.command!.join(' ')).toContain('--config /etc/nats/recognition.conf');
+    expect(compose.services.nats!.volumes).toContain('./nats/recognition.conf:/etc/nats/recognition.conf:ro');
     expect(compose.services.nats!.ports).toEqual([`127.0.0.1:${natsPort}:${natsPort}`]);
-    expect(portOf(/^DATABASE_URL=(.*)$/m.exec(envExample)![1]!)).toBe(portOf(defaults.DATABASE_URL!));
     expect(portOf(/^NATS_URL=(.*)$/m.exec(envExample)![1]!)).toBe(natsPort);
+  });
+});
+
+describe('secrets', () => {
+  /** The services' own variables (not the images' of PostgreSQL and NATS). */
+  const ourEnv = ours.map((s) => [s, compose.services[s]!.environment ?? {}] as const);
+
+  it('compose: every secret comes from a secret file through a *_FILE variable, none is in the file', () => {
+    const declared = Object.keys(compose.secrets);
+    for (const [name, { file }] of Object.entries(compose.secrets)) expect(file).toBe(`./secrets/${name}`);
+    // make-secrets.sh makes exactly the files compose names.
+    expect([...secretFiles.keys()].sort()).toEqual([...declared].sort());
+    for (const [service, env] of ourEnv) {
+      for (const [k, v] of Object.entries(env)) {
+        expect(/PASSWORD|TOKEN/.test(k) && !k.endsWith('_FILE'), `${service} ${k}`).toBe(false);
+        expect(redactUrl(v), `${service} ${k}`).toBe(v);
+        if (k.endsWith('_FILE')) {
+          expect(FILE_VARIABLES.has(k.replace(/_FILE$/, '') as never), `${service} ${k}`).toBe(true);
+          const secret = /^\/run\/secrets\/([\w-]+)$/.exec(v)?.[1];
+          expect(secret, `${service} ${k}=${v}`).toBeDefined();
+          expect(compose.services[service]!.secrets, `${service} mounts ${secret}`).toContain(secret);
+        }
+      }
+    }
+    expect(compose.services.migrate!.environment!.DATABASE_URL_FILE).toBe(
+      '/run/secrets/database-url-migrator',
+    );
+    expect(compose.services.core!.environment!.DATABASE_URL_FILE).toBe('/run/secrets/database-url-runtime');
+    expect(compose.services.core!.secrets).not.toContain('database-url-migrator');
+    expect(compose.services.core!.environment!.NATS_PASSWORD_FILE).toBe('/run/secrets/nats-core-password');
+    expect(compose.services['tabular-parser']!.environment!.NATS_PASSWORD_FILE).toBe(
+      '/run/secrets/nats-service-password',
+    );
+    expect(compose.services.postgres!.environment).toEqual({
+      POSTGRES_PASSWORD_FILE: '/run/secrets/postgres-password',
+    });
+  });
+
+  it('compose: the URLs carry the role passwords of the secrets, and each role has its own', () => {
+    const migrator = new URL(secretFiles.get('database-url-migrator')!);
+    const runtime = new URL(secretFiles.get('database-url-runtime')!);
+    expect([migrator.username, runtime.username]).toEqual(['recognition_migrator', 'recognition_runtime']);
+    expect(decodeURIComponent(migrator.password)).toBe(secretFiles.get('migrator-password'));
+    expect(decodeURIComponent(runtime.password)).toBe(secretFiles.get('runtime-password'));
+    const passwords = [...secretFiles].filter(([k]) => k.endsWith('-password')).map(([, v]) => v);
+    expect(new Set(passwords).size).toBe(passwords.length);
+    for (const p of passwords) expect(p).toMatch(/^[A-Za-z0-9]{32}$/);
+  });
+
+  it('compose: PostgreSQL is set up with roles.sql once, and narrowed after each migrate', () => {
+    const postgres = compose.services.postgres!;
+    expect(postgres.volumes).toContain('./postgres/roles.sql:/etc/recognition-core/roles.sql:ro');
+    expect(postgres.volumes).toContain(
+      './postgres/init-roles.sh:/docker-entrypoint-initdb.d/10-recognition-roles.sh:ro',
+    );
+    const init = read('deploy/postgres/init-roles.sh');
+    expect(init).toContain('-f /etc/recognition-core/roles.sql');
+    // The script passes every variable roles.sql uses, from a secret mounted on the service.
+    const used = [...read('deploy/postgres/roles.sql').matchAll(/:'(\w+)'/g)].map((m) => m[1]!);
+    expect(used.sort()).toEqual(['migrator_password', 'runtime_password']);
+    for (const v of used) {
+      const secret = new RegExp(`-v ${v}="\\$\\(cat /run/secrets/([\\w-]+)\\)"`).exec(init)?.[1];
+      expect(secret, v).toBeDefined();
+      expect(postgres.secrets).toContain(secret);
+    }
+    const grants = compose.services['runtime-grants']!;
+    expect(grants.volumes).toEqual([
+      './postgres/narrow-runtime.sql:/etc/recognition-core/narrow-runtime.sql:ro',
+    ]);
+    expect(grants.entrypoint!.join(' ')).toMatch(
+      /-U recognition_migrator -d recognition\s+-f \/etc\/recognition-core\/narrow-runtime\.sql/,
+    );
+    expect(grants.entrypoint!.join(' ')).toContain('/run/secrets/migrator-password');
+    expect(grants.secrets).toEqual(['migrator-password']);
+  });
+
+  it('compose: NATS takes its users’ passwords from the secrets the services read', () => {
+    const command = compose.services.nats!.command!.join(' ');
+    for (const [variable, secret] of [
+      ['NATS_CORE_PASSWORD', 'nats-core-password'],
+      ['NATS_SERVICE_PASSWORD', 'nats-service-password'],
+    ]) {
+      expect(natsConf).toContain(`password: $${variable} }`);
+      expect(command).toContain(`${variable}="$$(cat /run/secrets/${secret})"`);
+      expect(compose.services.nats!.secrets).toContain(secret);
+    }
+    expect(natsConf).toContain(
+      `{ user: "${compose.services.core!.environment!.NATS_USER}", password: $NATS_CORE_PASSWORD }`,
+    );
+    expect(natsConf).toContain(
+      `{ user: "${compose.services['tabular-parser']!.environment!.NATS_USER}", password: $NATS_SERVICE_PASSWORD }`,
+    );
+  });
+
+  it('systemd: the units read secrets from credentials, the migration role’s only in the migrate unit', () => {
+    for (const [text, credential] of [
+      [unit, '/etc/recognition-core/credentials/database-url'],
+      [migrateUnit, '/etc/recognition-core/credentials/database-url-migrate'],
+    ] as const) {
+      const env = unitEnvironment(text);
+      const credentials = unitCredentials(text);
+      expect(env.DATABASE_URL_FILE).toBe('%d/database-url');
+      expect(credentials['database-url']).toBe(credential);
+      // Every *_FILE variable names a credential of the unit; no secret variable is set directly.
+      for (const [k, v] of Object.entries(env)) {
+        expect(
+          k.endsWith('_FILE')
+            ? FILE_VARIABLES.has(k.replace(/_FILE$/, '') as never)
+            : !FILE_VARIABLES.has(k as never),
+          k,
+        ).toBe(true);
+        if (k.endsWith('_FILE')) expect(Object.keys(credentials), k).toContain(/^%d\/(.+)$/.exec(v)?.[1]);
+      }
+    }
+    expect(unitEnvironment(unit).NATS_PASSWORD_FILE).toBe('%d/nats-password');
+    expect(Object.values(unitCredentials(unit))).not.toContain(
+      '/etc/recognition-core/credentials/database-url-migrate',
+    );
+  });
+
+  it('the example environment file sets no secret', () => {
+    for (const name of FILE_VARIABLES) {
+      if (name === 'NATS_URL') continue; // set, without credentials
+      expect(envExample, name).not.toMatch(new RegExp(`^${name}=`, 'm'));
+    }
+    for (const m of envExample.matchAll(/^[A-Z_]+=(.*)$/gm)) expect(redactUrl(m[1]!)).toBe(m[1]);
+  });
+
+  it('docs/deployment.md shows the SQL of deploy/postgres/ as it is', () => {
+    const docs = read('docs/deployment.md');
+    for (const f of ['roles.sql', 'narrow-runtime.sql'])
+      expect(docs, f).toContain(`\`\`\`sql\n${read(`deploy/postgres/${f}`)}\`\`\``);
   });
 });
 
@@ -277,9 +455,9 @@ describe('container recipe', () => {
     expect(wrong).toEqual([]);
   });
 
-  it('keeps the build context small (.dockerignore)', () => {
+  it('keeps the build context small (.dockerignore), and the secrets of compose out of it', () => {
     const ignored = read('.dockerignore').split('\n');
-    for (const p of ['node_modules', 'dist', '.git']) expect(ignored).toContain(p);
+    for (const p of ['node_modules', 'dist', '.git', 'deploy/secrets']) expect(ignored).toContain(p);
   });
 });
 

@@ -2,7 +2,8 @@
  * Every relative link in the repository's markdown resolves: the file or folder it names exists,
  * and a `#anchor` names a heading of the markdown file it points into (GitHub's slugs, as
  * `github-slugger` makes them, duplicates numbered). Links are read with markdown-it, so links
- * inside code are not links, and reference-style links count like inline ones.
+ * inside code are not links, and reference-style links count like inline ones. Every repository
+ * path the README and the manuals name in backticks exists too.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -181,5 +182,52 @@ describe('the link checker', () => {
       'src/a.ts#top: #top points into src/a.ts, which is not a markdown file',
       '../outside.md: no such file ../outside.md',
     ]);
+  });
+});
+
+/** The folders of the repository a backticked path in the docs starts with. */
+const REPO_FOLDERS = readdirSync(REPO_ROOT, { withFileTypes: true })
+  .filter((e) => e.isDirectory() && !SKIPPED_DIRS.has(e.name) && e.name !== '.git')
+  .map((e) => e.name);
+
+/**
+ * The repository paths named in backticks in a markdown text: inline code that starts with one of
+ * the repository's folders and holds no placeholder, wildcard or space (`results/<file_id>/` is a
+ * pattern, not a path). A trailing `:line` or `#anchor` is dropped.
+ */
+export function backtickedPaths(text: string, folders: readonly string[] = REPO_FOLDERS): string[] {
+  const paths: string[] = [];
+  for (const t of inlineTokens(md.parse(text, {}))) {
+    if (t.type !== 'code_inline') continue;
+    const word = t.content.replace(/(:\d+(-\d+)?|#.*)$/, '');
+    if (/[<>*{}\s…$%]/.test(word)) continue;
+    if (folders.some((f) => word.startsWith(`${f}/`))) paths.push(word.replace(/\/$/, ''));
+  }
+  return paths;
+}
+
+describe('paths in backticks', () => {
+  const files = markdownFiles().filter(
+    (f) => f === 'README.md' || f.endsWith('/README.md') || f.startsWith('docs/'),
+  );
+
+  // Folders git ignores are made by a command the docs name (`deploy/secrets/`): not required here.
+  const ignored = readFileSync(join(REPO_ROOT, '.gitignore'), 'utf8')
+    .split('\n')
+    .filter((l) => l.includes('/') && !l.startsWith('#'))
+    .map((l) => l.replace(/\/$/, ''));
+
+  it.each(files)('%s: every backticked repository path exists', (file) => {
+    const text = readFileSync(join(REPO_ROOT, file), 'utf8');
+    const missing = backtickedPaths(text).filter(
+      (p) => !existsSync(join(REPO_ROOT, p)) && !ignored.some((i) => p === i || p.startsWith(`${i}/`)),
+    );
+    expect(missing).toEqual([]);
+  });
+
+  it('finds paths in inline code, not placeholders, patterns or prose', () => {
+    const text =
+      'Run `src/cli.ts` and `docs/x.md#top`, not `results/<file_id>/`, `src/*.ts`, src/plain.ts or `npm test`.';
+    expect(backtickedPaths(text, ['src', 'docs', 'results'])).toEqual(['src/cli.ts', 'docs/x.md']);
   });
 });

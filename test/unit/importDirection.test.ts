@@ -1,5 +1,5 @@
 /**
- * Imports point one way (ARCHITECTURE.md): the step never reaches the loops above it, statecharts
+ * Imports point one way (docs/development.md, "Layers"): the step never reaches the loops above it, statecharts
  * never reach the daemon or the step, db and nats never each other nor the daemon, bench/ and
  * test/ never each other. The lint rules that keep it so are
  * under test here: a probe import, linted as if it lived in the folder, is rejected, and the

@@ -1,4 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormatsModule from 'ajv-formats';
 import { describe, expect, expectTypeOf, it } from 'vitest';
 import { ENVELOPE_STATUS } from '../../machines/statuses.js';
 import type { EnvelopeStatus } from '../../machines/statuses.js';
@@ -44,12 +46,14 @@ describe('schemas/*.schema.json are the TypeScript schema objects (no drift)', (
   });
 
   it('the derived types follow the schemas', () => {
+    // A job message is open: what a service reads may hold fields this version does not list.
     expectTypeOf<JobMessage>().toEqualTypeOf<{
+      [x: string]: unknown;
       job_id: string;
       file_id: string;
       attempt: number;
-      source_s3: { bucket: string; key: string };
-      result_s3_prefix: { bucket: string; key_prefix: string };
+      source_s3: { [x: string]: unknown; bucket: string; key: string };
+      result_s3_prefix: { [x: string]: unknown; bucket: string; key_prefix: string };
       reply_subject: 'recognition.result';
       reply_deadline: string;
       published_at: string;
@@ -88,14 +92,47 @@ describe('recognition-job-message schema', () => {
   });
 
   it.each<[string, Record<string, unknown>]>([
-    ['an unknown field', { extra: 1 }],
+    ['a field the service does not know', { priority: 'high' }],
+    ['an object-valued unknown field', { trace: { tenant: 'acme', tags: ['a', 'b'] }, extra: null }],
+    ['an unknown field in source_s3', { source_s3: { bucket: 'b', key: 'k', version_id: 'v7' } }],
+    [
+      'an unknown field in result_s3_prefix',
+      { result_s3_prefix: { bucket: 'b', key_prefix: 'p/', storage_class: 'STANDARD' } },
+    ],
+  ])('accepts %s (a tolerant reader: the core may add fields)', (_name, patch) => {
+    const message = { ...validJob, ...patch };
+    expect(checkJobMessage(message)).toEqual({ valid: true, value: message });
+  });
+
+  it('the published schema file accepts a job message with unknown fields, as any 2020-12 validator reads it', () => {
+    const file = JSON.parse(
+      readFileSync(new URL('../../schemas/recognition-job-message.schema.json', import.meta.url), 'utf8'),
+    ) as object;
+    const ajv = new Ajv2020({ strict: true, allErrors: true });
+    addFormatsModule.default(ajv, ['uuid', 'date-time']);
+    const validate = ajv.compile(file);
+    const extended = {
+      ...validJob,
+      priority: 'high',
+      source_s3: { ...validJob.source_s3, version_id: 'v7' },
+      result_s3_prefix: { ...validJob.result_s3_prefix, region: 'eu-west-1' },
+    };
+    expect(validate(extended), JSON.stringify(validate.errors)).toBe(true);
+    // Known fields stay strictly typed, whatever sits beside them.
+    expect(validate({ ...extended, attempt: '1' })).toBe(false);
+    expect(validate({ ...extended, source_s3: { version_id: 'v7', key: 'k' } })).toBe(false);
+  });
+
+  it.each<[string, Record<string, unknown>]>([
+    ['attempt as a string', { attempt: '1' }],
+    ['a source_s3 key that is not a string', { source_s3: { bucket: 'b', key: 7, extra: 1 } }],
+    ['a result_s3_prefix without key_prefix', { result_s3_prefix: { bucket: 'b', prefix: 'p/' } }],
     ['attempt 0', { attempt: 0 }],
     ['a fractional attempt', { attempt: 1.5 }],
     ['another reply subject', { reply_subject: 'recognition.results' }],
     ['a urn:uuid job_id (PostgreSQL rejects it)', { job_id: `urn:uuid:${JOB_ID}` }],
     ['a file_id that is not a uuid', { file_id: 'file-1' }],
     ['a reply_deadline that is not a date-time', { reply_deadline: '2025-03-01' }],
-    ['an extra field in source_s3', { source_s3: { bucket: 'b', key: 'k', region: 'eu' } }],
     ['an empty key_prefix', { result_s3_prefix: { bucket: 'b', key_prefix: '' } }],
   ])('rejects %s', (_name, patch) => {
     expect(validateJobMessage({ ...validJob, ...patch })).toBe(false);

@@ -246,6 +246,7 @@ describe('the machine under random histories (from pending)', () => {
           }
           if (
             event.type === 'ENVELOPE_RESULT' &&
+            event.service.name === before.context.targetService &&
             appliedResultMsgId !== null &&
             event.msgId === appliedResultMsgId
           ) {
@@ -265,6 +266,30 @@ describe('the machine under random histories (from pending)', () => {
     );
     // The generator does reach the interesting case, often.
     expect(resentApplied).toBeGreaterThan(100);
+  });
+
+  it("an ack or result from a service other than target_service is rejected whatever the job's status, changing nothing; the target's never is", () => {
+    const rejectedIn = new Set<JobStatus>();
+    fc.assert(
+      fc.property(history, ({ fileIsCurrent, commands }) => {
+        for (const { event, before, result } of play(fileIsCurrent, commands).log) {
+          const envelope = event.type === 'ENVELOPE_PROCESSING' || event.type === 'ENVELOPE_RESULT';
+          const foreign = envelope && event.service.name !== before.context.targetService;
+          expect(result.decision === 'rejected').toBe(foreign);
+          if (!foreign) continue;
+          rejectedIn.add(before.status);
+          expect(result.reason).toBe('service_mismatch');
+          expect(result.to).toBe(before.status);
+          expect(result.context).toEqual(before.context);
+          expect(result.effects).toEqual([
+            { type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } },
+          ]);
+        }
+      }),
+      SETTINGS,
+    );
+    // Random histories reach every non-final status and some final ones with a foreign envelope.
+    expect([...rejectedIn]).toEqual(expect.arrayContaining(['pending', 'published', 'processing', 'done']));
   });
 
   it('the transition log (recordTransition effects) is always a path of the machine from pending, ending at the status', () => {

@@ -1,5 +1,5 @@
 /**
- * `machines/` is pure (ARCHITECTURE.md): it imports only xstate and its own files, and time enters
+ * `machines/` is pure (docs/development.md, "Layers"): it imports only xstate and its own files, and time enters
  * as data on the event. The lint rule that keeps it so is itself under test here: probe code,
  * linted as if it lived in `machines/`, must be rejected for each kind of impurity, and the real
  * folder must lint clean.

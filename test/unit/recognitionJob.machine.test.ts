@@ -1,5 +1,5 @@
 /**
- * The lifecycle of a recognition job, as a table: what every event does in every state (SPEC §2–§3).
+ * The lifecycle of a recognition job, as a table: what every event does in every state (docs/lifecycle.md).
  *
  * Each row names a state and an event variant and states the whole outcome: the decision, the next
  * status, the context fields the transition writes (the next context must equal the state's sample
@@ -35,6 +35,7 @@ import {
   NEEDS_CHECK_MSG_ID,
   NEXT_JOB_ID,
   NOW,
+  OTHER_SERVICE,
   PUBLISH_ERROR,
   PUBLISH_RETRY_POLICY,
   REPLY_TIMEOUT_MS,
@@ -45,6 +46,7 @@ import {
   contextIn,
   eventVariant,
   eventVariants,
+  sampleEventsByKind,
   type EventVariantName,
 } from '../helpers/machineSamples.js';
 
@@ -205,6 +207,16 @@ const retryRow = (state: JobStatus): Row =>
     ? [state, 'RETRY_REQUESTED', { ...retried, to: state }, stays('ignored', 'file_not_current')]
     : [state, 'RETRY_REQUESTED', stays('ignored', 'not_failed')];
 
+/**
+ * An ack or a result from a service other than the job's `target_service` is rejected in every
+ * state, final ones included: checked before anything else, it changes nothing (the inbox
+ * quarantines it).
+ */
+const fromAnotherServiceRows = (state: JobStatus): Row[] => [
+  [state, 'ENVELOPE_PROCESSING, from another service', stays('rejected', 'service_mismatch')],
+  [state, 'ENVELOPE_RESULT, from another service', stays('rejected', 'service_mismatch')],
+];
+
 /** Every final status answers every event alike: nothing changes, each case told apart (but a retry). */
 const finalRows = (state: JobStatus): Row[] => [
   [state, 'PUBLISHED', stays('ignored', 'not_accepted')],
@@ -216,6 +228,7 @@ const finalRows = (state: JobStatus): Row[] => [
   [state, 'ENVELOPE_RESULT needs_check, without result_s3', stays('late', 'result_after_final')],
   [state, 'ENVELOPE_RESULT error', stays('late', 'result_after_final')],
   [state, 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
+  ...fromAnotherServiceRows(state),
   [state, 'DEADLINE_PASSED, deadline passed', stays('ignored', 'not_accepted')],
   [state, 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'not_accepted')],
   retryRow(state),
@@ -269,6 +282,7 @@ const TABLE: Row[] = [
   ['pending', 'ENVELOPE_RESULT needs_check, without result_s3', needsCheck],
   ['pending', 'ENVELOPE_RESULT error', serviceError],
   ['pending', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
+  ...fromAnotherServiceRows('pending'),
   ['pending', 'DEADLINE_PASSED, deadline passed', stays('ignored', 'not_accepted')],
   ['pending', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'not_accepted')],
   ['pending', 'RETRY_REQUESTED', stays('ignored', 'not_failed')], // only a failed job is retried
@@ -295,7 +309,7 @@ const TABLE: Row[] = [
   ],
   [
     'published',
-    'ENVELOPE_PROCESSING', // SPEC §3.1: the service confirmed
+    'ENVELOPE_PROCESSING', // the service confirmed
     applied('processing', { startedAt: NOW, serviceName: SERVICE.name, serviceVersion: SERVICE.version }, [
       fileStatus('PROCESSING'),
       logged('ENVELOPE_PROCESSING', ACK_MSG_ID, { service: SERVICE.name }),
@@ -306,6 +320,7 @@ const TABLE: Row[] = [
   ['published', 'ENVELOPE_RESULT needs_check, without result_s3', needsCheck],
   ['published', 'ENVELOPE_RESULT error', serviceError],
   ['published', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
+  ...fromAnotherServiceRows('published'),
   ['published', 'DEADLINE_PASSED, deadline passed', timedOut],
   ['published', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'deadline_not_passed')],
   ['published', 'RETRY_REQUESTED', stays('ignored', 'not_failed')],
@@ -315,16 +330,17 @@ const TABLE: Row[] = [
   ['processing', 'PUBLISH_FAILED, attempts left', stays('ignored', 'not_accepted')],
   ['processing', 'PUBLISH_FAILED, last attempt', stays('ignored', 'not_accepted')],
   ['processing', 'DELIVERY_EXHAUSTED', stays('ignored', 'not_accepted')],
-  ['processing', 'ENVELOPE_PROCESSING', stays('duplicate', 'repeated_ack')], // SPEC §3.1: a repeated ack
-  ['processing', 'ENVELOPE_RESULT done, with result_s3', done], // SPEC §3.2: success
+  ['processing', 'ENVELOPE_PROCESSING', stays('duplicate', 'repeated_ack')], // a repeated ack
+  ['processing', 'ENVELOPE_RESULT done, with result_s3', done], // success
   ['processing', 'ENVELOPE_RESULT needs_check, without result_s3', needsCheck],
-  ['processing', 'ENVELOPE_RESULT error', serviceError], // SPEC §3.2: service error
+  ['processing', 'ENVELOPE_RESULT error', serviceError], // service error
   ['processing', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')], // redelivery
-  ['processing', 'DEADLINE_PASSED, deadline passed', timedOut], // SPEC §3.3: taken but never answered
+  ...fromAnotherServiceRows('processing'),
+  ['processing', 'DEADLINE_PASSED, deadline passed', timedOut], // taken but never answered
   ['processing', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'deadline_not_passed')],
   ['processing', 'RETRY_REQUESTED', stays('ignored', 'not_failed')],
 
-  // Final statuses are never left (SPEC §2); a result after one is logged, not applied (§3.2); a
+  // Final statuses are never left (docs/lifecycle.md); a result after one is logged, not applied; a
   // failed one may start the next attempt, a new job, and keeps its own status.
   ...FINAL_JOB_STATUSES.flatMap(finalRows),
 ];
@@ -361,6 +377,72 @@ describe('recognition job lifecycle, every (state × event)', () => {
       JOB_STATUSES.flatMap((state) => EVENT_VARIANT_NAMES.map((variant) => `${state} × ${variant}`)).sort(),
     );
     expect(new Set(eventVariants().map((v) => v.event.type))).toEqual(new Set(JOB_EVENT_TYPES));
+  });
+});
+
+describe("the service check: only the job's target_service answers it", () => {
+  const envelopes = (service: { name: string; version: string }) => {
+    const e = sampleEventsByKind();
+    return [
+      { ...e.ack, service },
+      { ...e.done, service },
+      { ...e.needsCheck, service },
+      { ...e.error, service },
+    ] satisfies JobEvent[];
+  };
+  const cases = JOB_STATUSES.flatMap((status) =>
+    [true, false].map((matching) => [status, matching] as const),
+  );
+
+  it.each(cases)('in %s, service matching target_service = %s', (status, matching) => {
+    const context = contextIn(status);
+    const service = matching ? { ...SERVICE } : { ...OTHER_SERVICE };
+    for (const event of envelopes(service)) {
+      const result = decide({ status, context }, event);
+      if (matching) {
+        expect(result.decision).not.toBe('rejected');
+        continue;
+      }
+      expect(result).toEqual({
+        decision: 'rejected',
+        from: status,
+        to: status,
+        context,
+        effects: [{ type: 'noteNoChange', params: { decision: 'rejected', reason: 'service_mismatch' } }],
+        reason: 'service_mismatch',
+      });
+    }
+  });
+
+  it('is checked first: a result from another service carrying the applied msg id is rejected, not a duplicate', () => {
+    for (const status of FINAL_JOB_STATUSES) {
+      const context = contextIn(status, { resultMsgId: DONE_MSG_ID });
+      const event = { ...sampleEventsByKind().done, service: { ...OTHER_SERVICE } };
+      expect(decide({ status, context }, event).decision).toBe('rejected');
+      expect(decide({ status, context }, { ...event, service: { ...SERVICE } }).decision).toBe('duplicate');
+    }
+  });
+
+  it('compares the name exactly: case, spaces and the version do not make another service the target', () => {
+    const context = contextIn('published');
+    const ack = sampleEventsByKind().ack;
+    for (const name of ['Tabular-Parser', 'tabular-parser ', ' tabular-parser', 'tabular_parser', ''])
+      expect(
+        decide({ status: 'published', context }, { ...ack, service: { name, version: '1' } }).decision,
+      ).toBe('rejected');
+    expect(
+      decide({ status: 'published', context }, { ...ack, service: { name: SERVICE.name, version: 'any' } })
+        .decision,
+    ).toBe('applied');
+  });
+
+  it("follows the job's own target_service, not a fixed name", () => {
+    const context = contextIn('published', { targetService: OTHER_SERVICE.name });
+    const ack = sampleEventsByKind().ack;
+    expect(decide({ status: 'published', context }, ack).decision).toBe('rejected');
+    expect(decide({ status: 'published', context }, { ...ack, service: { ...OTHER_SERVICE } }).decision).toBe(
+      'applied',
+    );
   });
 });
 

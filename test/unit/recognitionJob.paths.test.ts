@@ -22,7 +22,7 @@ import {
   type JobState,
   type JobStatus,
 } from '../../machines/index.js';
-import { baseContext, sampleEvents } from '../helpers/machineSamples.js';
+import { baseContext, sampleEvents, sampleEventsByKind } from '../helpers/machineSamples.js';
 
 type Snapshot = ReturnType<typeof recognitionJobMachine.transition>;
 
@@ -94,7 +94,7 @@ describe('model-based paths of the job lifecycle', () => {
     expect([...reached].sort()).toEqual([...JOB_STATUSES].sort());
   });
 
-  it('the recorded edges of the machine are exactly the lifecycle of SPEC §2', () => {
+  it('the recorded edges of the machine are exactly the lifecycle of docs/lifecycle.md', () => {
     expect([...RECORDED_EDGES].sort()).toEqual(
       [
         edge('pending', 'PUBLISHED', 'published'),
@@ -141,6 +141,22 @@ describe('model-based paths of the job lifecycle', () => {
       expect(at).toBe(statuses.at(-1));
     }
     expect([...taken].sort()).toEqual([...RECORDED_EDGES].sort());
+  });
+
+  it("at the end of every path, another service's ack and result are rejected and change nothing", () => {
+    const kinds = sampleEventsByKind();
+    for (const path of simplePaths) {
+      let job: JobState = { status: 'pending', context: baseContext() };
+      for (const event of eventsOf(path)) {
+        const result = decide(job, event);
+        job = { status: result.to, context: result.context };
+      }
+      for (const event of [kinds.otherServiceAck, kinds.otherServiceError]) {
+        const result = decide(job, event);
+        expect(result).toMatchObject({ decision: 'rejected', reason: 'service_mismatch', to: job.status });
+        expect(result.context).toEqual(job.context);
+      }
+    }
   });
 
   it('the fewest events to reach each status', () => {

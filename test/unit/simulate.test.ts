@@ -47,10 +47,11 @@ function toEvent(e: Record<string, unknown>): JobEvent {
 afterEach(() => vi.restoreAllMocks());
 
 describe('simulate', () => {
-  it('has the five example scenarios', () => {
+  it('has the six example scenarios', () => {
     expect(scenarios).toEqual([
       'error.json',
       'happy-path.json',
+      'impostor.json',
       'late-result-after-timeout.json',
       'publish-retries-to-dlq.json',
       'redelivery.json',
@@ -69,9 +70,20 @@ describe('simulate', () => {
     expect(trace.steps).toHaveLength(scenario.events.length);
     for (const step of trace.steps) {
       if (step.decision === 'quarantined') {
-        expect(step.event).toBeNull();
         expect(step.from).toBe(state.status);
         expect(step.to).toBe(state.status);
+        // Quarantined by the decoder (no event), or rejected by the machine (from another service).
+        if (step.event) {
+          const predicted = decide(state, toEvent(step.event));
+          expect(predicted).toMatchObject({ decision: 'rejected', reason: step.reason, to: state.status });
+          expect(step.quarantine).toEqual({
+            reason: 'SERVICE_MISMATCH',
+            details: expect.objectContaining({
+              expected: state.context.targetService,
+              got: (step.event['service'] as { name: string }).name,
+            }),
+          });
+        }
         continue;
       }
       const predicted = decide(state, toEvent(step.event!));

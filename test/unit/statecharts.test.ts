@@ -213,7 +213,13 @@ describe('the state × event table (recognition-job.md)', () => {
 
   it('logs each decision at the level the daemon uses', () => {
     const level = Object.fromEntries(rows.map((r) => [r.decision, r.level]));
-    expect(level).toEqual({ applied: 'info', duplicate: 'debug', ignored: 'info', late: 'warn' });
+    expect(level).toEqual({
+      applied: 'info',
+      duplicate: 'debug',
+      ignored: 'info',
+      late: 'warn',
+      rejected: 'warn',
+    });
   });
 
   it('lists every final status with what it means for the file', async () => {

@@ -1,9 +1,9 @@
 /**
- * The tables of SPEC §4. Status lists come from the machine's `as const` vocabularies, so a CHECK
+ * The tables of docs/lifecycle.md, "The data model". Status lists come from the machine's `as const` vocabularies, so a CHECK
  * constraint can never disagree with the lifecycle; changing a list means a new migration.
  */
 import { sql, type Kysely } from 'kysely';
-import { BUCKET_ROLES, FILE_STATUSES, JOB_STATUSES, QUARANTINE_REASONS } from '../../../machines/index.js';
+import { BUCKET_ROLES, FILE_STATUSES, JOB_STATUSES, QUARANTINE_REASONS } from '../../../machines/statuses.js';
 
 /** `'a', 'b', 'c'` for an IN list; the values are our own constants, never input. */
 const list = (values: readonly string[]) => sql.raw(values.map((v) => `'${v}'`).join(', '));

@@ -9,6 +9,8 @@ import * as m0003 from './0003_step_versions.js';
 import * as m0004 from './0004_edge_check_in_when.js';
 import * as m0005 from './0005_failed_jobs_index.js';
 import * as m0006 from './0006_job_trace_context.js';
+import * as m0007 from './0007_quarantine_service_mismatch.js';
+import * as m0010 from './0010_retention_indexes.js';
 
 export const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
@@ -17,4 +19,6 @@ export const migrations: Record<string, Migration> = {
   '0004_edge_check_in_when': m0004,
   '0005_failed_jobs_index': m0005,
   '0006_job_trace_context': m0006,
+  '0007_quarantine_service_mismatch': m0007,
+  '0010_retention_indexes': m0010,
 };

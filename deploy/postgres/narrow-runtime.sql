@@ -1,0 +1,12 @@
+-- After the first `recognition-core migrate`, as recognition_migrator (or a superuser), connected
+-- to the database recognition: take from the runtime role what the default privileges of
+-- roles.sql gave it and the daemon does not use. Running it again changes nothing.
+
+-- The migrations' bookkeeping: the daemon reads which ones ran (it refuses to start when one is
+-- pending) and never takes the migration lock.
+REVOKE INSERT, UPDATE ON kysely_migration FROM recognition_runtime;
+REVOKE ALL ON kysely_migration_lock FROM recognition_runtime;
+-- The legal status changes, read by the trigger that checks every change of a job's status.
+REVOKE INSERT, UPDATE ON recognition_job_edge FROM recognition_runtime;
+-- The transition log is written once per transition and never changed.
+REVOKE UPDATE ON recognition_job_transition FROM recognition_runtime;

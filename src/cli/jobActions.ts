@@ -1,0 +1,239 @@
+/**
+ * What the `jobs` commands do when they run (their options are registered in `./jobs.ts`):
+ * create, show, history, list and retry. Imported by their actions only: it loads the database
+ * client; the step (for retries), the progress bar, the inspector and the tracing API are loaded
+ * by the commands that use them, when they do.
+ */
+import { FAILED_JOB_STATUSES } from '../../machines/statuses.js';
+import type { Db } from '../db/database.js';
+import {
+  assertUuid,
+  createJob,
+  findRetryCandidates,
+  listJobs,
+  loadJob,
+  loadTransitions,
+} from '../db/jobs.js';
+import { UsageError } from '../errors.js';
+import type { RetryOutcome, RetryRequest } from '../step/index.js';
+import type { TraceCarrier } from '../tracing/tracing.js';
+import { tracingStarted } from '../tracing/bootstrap.js';
+import { print, type InspectOptions } from './plumbing.js';
+import { printRows, type Cell } from './rows.js';
+import type { CreateOptions, ListOptions, RetryOptions } from './jobs.js';
+import { withDb } from './withDb.js';
+
+/**
+ * Jobs retried per transaction. Each batch holds its jobs' and files' locks until it commits, so a
+ * result or a deadline for one of them waits at most one batch; large enough that a bulk retry of
+ * thousands costs a few dozen transactions.
+ */
+export const RETRY_BATCH = 200;
+
+/** A progress bar on stderr for a batch of `total` jobs, when stderr is a terminal and the batch is large. */
+async function progressBar(total: number): Promise<{ increment(n: number): void; stop(): void }> {
+  if (total <= RETRY_BATCH || !process.stderr.isTTY) return { increment: () => {}, stop: () => {} };
+  const { default: cliProgress } = await import('cli-progress');
+  const bar = new cliProgress.SingleBar(
+    { format: ' retrying {bar} {value}/{total} jobs', stream: process.stderr, hideCursor: true, fps: 10 },
+    cliProgress.Presets.shades_classic,
+  );
+  bar.start(total, 0);
+  return { increment: (n) => bar.increment(n), stop: () => bar.stop() };
+}
+
+/** Why a retry of one job is refused, in one line. */
+function refusal(o: RetryOutcome): string {
+  switch (o.reason ?? o.decision) {
+    case 'unknown_job':
+      return `no recognition_job with id ${o.jobId}`;
+    case 'not_failed':
+      return `job ${o.jobId} is ${o.status}: only a failed job (${FAILED_JOB_STATUSES.join(', ')}) is retried`;
+    case 'file_not_current':
+      return `job ${o.jobId} is not the current job of file ${o.fileId} (that is job ${o.fileCurrentJobId ?? 'none'}): retry that one if it failed`;
+    default:
+      return `job ${o.jobId} was not retried (${o.reason ?? o.decision})`;
+  }
+}
+
+/** A retried job and its next attempt, as printed; a dry run's attempt has no id yet. */
+function attemptRow(o: RetryOutcome, dryRun: boolean) {
+  const next = o.next!;
+  return {
+    id: dryRun ? null : next.jobId,
+    file_id: next.fileId,
+    attempt: next.attempt,
+    target_service: next.targetService,
+    status: 'pending',
+    retry_of: o.jobId,
+    retried_status: o.status,
+  };
+}
+type AttemptRow = ReturnType<typeof attemptRow>;
+
+/** The columns every job table starts with. */
+function jobColumns<
+  R extends { id: Cell; file_id: Cell; attempt: Cell; target_service: Cell; status: Cell },
+>(): Array<[string, (r: R) => Cell]> {
+  return [
+    ['ID', (r) => r.id],
+    ['FILE', (r) => r.file_id],
+    ['ATTEMPT', (r) => r.attempt],
+    ['SERVICE', (r) => r.target_service],
+    ['STATUS', (r) => r.status],
+  ];
+}
+
+const ATTEMPT_COLUMNS: ReadonlyArray<[string, (r: AttemptRow) => Cell]> = [
+  ...jobColumns<AttemptRow>(),
+  ['RETRY OF', (r) => r.retry_of],
+  ['WAS', (r) => r.retried_status],
+];
+
+/**
+ * Retry `requests` (or, dry, decide them and write nothing), batch by batch, each batch in its own
+ * transaction. Resolves with every outcome, in order.
+ */
+async function retryInBatches(
+  db: Db,
+  requests: readonly RetryRequest[],
+  dryRun: boolean,
+): Promise<RetryOutcome[]> {
+  const { applyRetries, previewRetries } = await import('../step/index.js');
+  const bar = await progressBar(requests.length);
+  const outcomes: RetryOutcome[] = [];
+  try {
+    for (let start = 0; start < requests.length; start += RETRY_BATCH) {
+      const batch = requests.slice(start, start + RETRY_BATCH);
+      outcomes.push(
+        ...(await db.db
+          .transaction()
+          .execute((tx) => (dryRun ? previewRetries(tx, batch) : applyRetries(tx, batch)))),
+      );
+      bar.increment(batch.length);
+    }
+  } finally {
+    bar.stop();
+  }
+  return outcomes;
+}
+
+async function retryCommand(db: Db, id: string | undefined, o: RetryOptions): Promise<void> {
+  // Either an id or --status: checked when the command line is parsed (./jobs.ts).
+  const bulk = o.status !== undefined;
+  const target = o.toService !== undefined ? { targetService: o.toService } : {};
+  let requests: RetryRequest[];
+  if (id !== undefined) {
+    assertUuid(id, 'job id');
+    requests = [{ jobId: id, ...target }];
+  } else {
+    const candidates = await findRetryCandidates(db.db, {
+      statuses: o.status!,
+      service: o.service,
+      finishedSince: o.since,
+      limit: o.limit,
+    });
+    requests = candidates.map((c) => ({ jobId: c.id, ...target }));
+  }
+  const outcomes = await retryInBatches(db, requests, o.dryRun === true);
+  const retried = outcomes.filter((r) => r.next !== null);
+  if (id !== undefined && retried.length === 0) throw new UsageError(refusal(outcomes[0]!));
+  printRows(
+    retried.map((r) => attemptRow(r, o.dryRun === true)),
+    ATTEMPT_COLUMNS,
+    o,
+  );
+  const skipped = outcomes.filter((r) => r.next === null);
+  for (const s of skipped.slice(0, 5)) process.stderr.write(`skipped: ${refusal(s)}\n`);
+  if (skipped.length > 5) process.stderr.write(`skipped: … and ${skipped.length - 5} more\n`);
+  if (bulk) {
+    const verb = o.dryRun ? 'would retry' : 'retried';
+    process.stderr.write(
+      `${verb} ${retried.length} of ${requests.length} selected job(s)${skipped.length ? `; ${skipped.length} skipped` : ''}${requests.length === o.limit ? ` (--limit ${o.limit} reached: run again for more)` : ''}\n`,
+    );
+  } else if (o.dryRun) {
+    process.stderr.write('dry run: nothing written\n');
+  }
+}
+
+/** `jobs create`: a pending job for a file, created inside a span when tracing is on. */
+export async function createAction(o: CreateOptions): Promise<void> {
+  let parent: TraceCarrier | undefined;
+  if (o.traceparent) {
+    const { checkedCarrier } = await import('../tracing/carrier.js');
+    try {
+      parent = checkedCarrier(o.traceparent, o.tracestate);
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
+  } else if (o.tracestate) throw new UsageError('--tracestate needs --traceparent');
+  // With tracing on, the job's creation is a span (child of --traceparent) and the row stores
+  // its context; with tracing off, the row stores --traceparent as given. The tracing API is
+  // loaded only when the SDK runs.
+  const spans = tracingStarted() ? await import('../tracing/jobSpans.js') : undefined;
+  const traced = spans?.startJobCreateTrace({ parent, fileId: o.file, targetService: o.service });
+  const create = () =>
+    withDb(({ db }) =>
+      createJob(db, {
+        fileId: o.file,
+        targetService: o.service,
+        traceContext: traced ? traced.carrier : parent,
+      }),
+    );
+  const job = traced
+    ? await (await import('../tracing/tracing.js')).runTraced(traced, create)
+    : await create();
+  traced?.end(job.id);
+  print(job);
+}
+
+/** `jobs show`: a job, its file and its result object. */
+export async function showAction(id: string): Promise<void> {
+  const view = await withDb(({ db }) => loadJob(db, id));
+  if (!view) throw new UsageError(`no recognition_job with id ${id}`);
+  print(view);
+}
+
+/** `jobs history`: a job's transitions; with `--inspect`, replayed into the inspector. */
+export async function historyAction(id: string, o: InspectOptions): Promise<void> {
+  const { rows, status } = await withDb(async ({ db }) => {
+    const view = await loadJob(db, id);
+    if (!view) throw new UsageError(`no recognition_job with id ${id}`);
+    return { rows: await loadTransitions(db, id), status: view.job.status };
+  });
+  print(rows);
+  if (o.inspect) {
+    const { historyRun } = await import('../statecharts/history.js');
+    const { sendToInspector } = await import('./inspect.js');
+    await sendToInspector(historyRun(id, rows, status), o, (line) => process.stderr.write(line + '\n'));
+  }
+}
+
+/** `jobs list`: the jobs the filters select, newest first. */
+export async function listAction(o: ListOptions): Promise<void> {
+  const rows = await withDb(({ db }) =>
+    listJobs(db, {
+      statuses: o.status,
+      service: o.service,
+      fileId: o.file,
+      createdSince: o.createdSince,
+      finishedSince: o.finishedSince,
+      limit: o.limit,
+    }),
+  );
+  printRows(
+    rows,
+    [
+      ...jobColumns<(typeof rows)[number]>(),
+      ['ERROR', (r) => r.error_code],
+      ['CREATED', (r) => r.created_at],
+      ['FINISHED', (r) => r.finished_at],
+    ],
+    o,
+  );
+}
+
+/** `jobs retry`: one failed job, or failed jobs in bulk. */
+export async function retryAction(id: string | undefined, o: RetryOptions): Promise<void> {
+  await withDb((db) => retryCommand(db, id, o));
+}

@@ -1,0 +1,342 @@
+/**
+ * Retention: deletes finished jobs (with their transitions) and quarantined messages once they
+ * are older than their retention — `RETENTION_SUCCEEDED` for done/needs_check, `RETENTION_FAILED`
+ * for error/timeout/dlq, `RETENTION_QUARANTINE` — so that the tables hold a window of history,
+ * not all of it. A job that is still its file's current job is never deleted, nor one that is not
+ * final; files and `s3_object` rows are never deleted (src/db/retention.ts).
+ *
+ * One pass, {@link runRetentionPass}, is what the daemon runs every `RETENTION_INTERVAL_MS` and
+ * what `recognition-core retention run` runs once:
+ *   1. take the retention lock (`pg_try_advisory_lock`, never waiting): one instance at a time
+ *      deletes; a pass that finds the lock taken does nothing and says so (`busy`);
+ *   2. for each final status whose class has a retention, walk through its expired jobs in
+ *      batches, one short transaction each: look at the next `batchSize`, delete those that are
+ *      not current (locked `SKIP LOCKED`, so never waiting for the inbox nor holding it up);
+ *   3. delete expired quarantined messages, in batches too;
+ *   4. release the lock.
+ *
+ * Most expired jobs stay: a file's last job is its current one, so the expired range of a status
+ * is mostly jobs that are looked at and left. The daemon therefore remembers, per status, where
+ * its walk stopped, and the next pass continues from there (the new expirations), instead of
+ * looking at the whole range again; once a day (and after a start) a pass walks from the start,
+ * which takes the jobs that stopped being current after they expired and the rows that were held
+ * when their turn came. The command always walks from the start.
+ */
+import { sql, type Kysely } from 'kysely';
+import type { FinalJobStatus } from '../../machines/index.js';
+import type { Config } from '../config.js';
+import {
+  RETENTION_CLASSES,
+  countExpiredJobs,
+  countQuarantined,
+  deleteExpiredJobs,
+  deleteQuarantined,
+  olderThan,
+  type FinishedKey,
+  type RetentionClass,
+} from '../db/retention.js';
+import type { Database } from '../db/schema.js';
+import type { Logger } from '../logger.js';
+import type { Metrics, RETENTION_DELETED_TABLES } from '../metrics.js';
+
+/**
+ * Key of the session-level advisory lock a pass holds: the ASCII bytes of `rcretent` as a bigint.
+ * Fixed, so that every instance and every version of the command contend for the same lock.
+ */
+export const RETENTION_LOCK_KEY = '8242557523088207476';
+
+/**
+ * How often the daemon's walk starts again from the oldest expired job. A job that stops being
+ * current after it expired (a new attempt for an old file), or that was held by another
+ * transaction when the walk passed it, is behind the walk's position; the next walk from the start
+ * deletes it. Once a day keeps that delay short next to any retention, and the cost of looking at
+ * every expired current job small.
+ */
+export const FULL_WALK_EVERY_MS = 24 * 3_600_000;
+
+/** The retentions and the batch size of a pass. A retention of 0 keeps that kind forever. */
+export interface RetentionSettings {
+  succeededMs: number;
+  failedMs: number;
+  quarantineMs: number;
+  /** Jobs (or quarantined messages) looked at per transaction. */
+  batchSize: number;
+}
+
+/** The settings of the configuration's `RETENTION_*` variables. */
+export function retentionSettings(cfg: Config): RetentionSettings {
+  return {
+    succeededMs: cfg.RETENTION_SUCCEEDED,
+    failedMs: cfg.RETENTION_FAILED,
+    quarantineMs: cfg.RETENTION_QUARANTINE,
+    batchSize: cfg.RETENTION_BATCH_SIZE,
+  };
+}
+
+/** Deleted (or, in a dry run, to be deleted) jobs and transitions of one class. */
+export interface ClassCounts {
+  jobs: number;
+  transitions: number;
+}
+
+/** What a pass did, or in a dry run would do. */
+export interface RetentionPassResult {
+  succeeded: ClassCounts;
+  failed: ClassCounts;
+  quarantine: { messages: number };
+  /** Another instance held the retention lock: this pass did nothing. */
+  busy: boolean;
+  /** The pass was stopped (the daemon is stopping) before it was through. */
+  halted: boolean;
+  /** The pass walked every status from its oldest expired job. */
+  fullWalk: boolean;
+  dryRun: boolean;
+  durationMs: number;
+}
+
+/** What {@link runRetentionPass} needs besides the database. */
+export interface RetentionPassOptions {
+  settings: RetentionSettings;
+  /** Count what would be deleted; delete nothing, take no lock. */
+  dryRun?: boolean | undefined;
+  /**
+   * Where each status's walk stopped in earlier passes; updated as this one goes. Absent or empty:
+   * walk from the start.
+   */
+  positions?: Map<FinalJobStatus, FinishedKey> | undefined;
+  /** Set `halted` to stop after the current batch. */
+  control?: { halted: boolean } | undefined;
+  /** Called after each committed batch, for progress metrics. */
+  onBatch?: ((table: RetentionTable, deleted: number) => void) | undefined;
+}
+
+/** The tables retention deletes from. */
+export type RetentionTable = (typeof RETENTION_DELETED_TABLES)[number];
+
+function emptyResult(dryRun: boolean, fullWalk: boolean): RetentionPassResult {
+  return {
+    succeeded: { jobs: 0, transitions: 0 },
+    failed: { jobs: 0, transitions: 0 },
+    quarantine: { messages: 0 },
+    busy: false,
+    halted: false,
+    fullWalk,
+    dryRun,
+    durationMs: 0,
+  };
+}
+
+function retentionOf(settings: RetentionSettings, cls: RetentionClass): number {
+  return cls === 'succeeded' ? settings.succeededMs : settings.failedMs;
+}
+
+/** Counts of a dry run: what a pass from the start would delete now. */
+async function dryRun(db: Kysely<Database>, settings: RetentionSettings, result: RetentionPassResult) {
+  for (const cls of Object.keys(RETENTION_CLASSES) as RetentionClass[]) {
+    const retentionMs = retentionOf(settings, cls);
+    if (retentionMs > 0)
+      result[cls] = await countExpiredJobs(db, { statuses: RETENTION_CLASSES[cls], retentionMs });
+  }
+  if (settings.quarantineMs > 0)
+    result.quarantine.messages = await countQuarantined(db, {
+      receivedBefore: olderThan(settings.quarantineMs),
+    });
+}
+
+/** Steps 2 and 3 of a pass, on the connection that holds the lock. */
+async function deleteExpired(
+  conn: Kysely<Database>,
+  opts: RetentionPassOptions,
+  positions: Map<FinalJobStatus, FinishedKey>,
+  result: RetentionPassResult,
+): Promise<void> {
+  const { settings, control, onBatch } = opts;
+  const limit = settings.batchSize;
+  // 2. Jobs, status by status, batch by batch, from where the walk stopped.
+  for (const cls of Object.keys(RETENTION_CLASSES) as RetentionClass[]) {
+    const retentionMs = retentionOf(settings, cls);
+    if (retentionMs === 0) continue;
+    for (const status of RETENTION_CLASSES[cls]) {
+      for (;;) {
+        if (control?.halted) return void (result.halted = true);
+        const after = positions.get(status) ?? null;
+        const batch = await conn
+          .transaction()
+          .execute((tx) => deleteExpiredJobs(tx, { status, retentionMs, after, limit }));
+        if (batch.last) positions.set(status, batch.last);
+        result[cls].jobs += batch.jobs;
+        result[cls].transitions += batch.transitions;
+        onBatch?.('recognition_job', batch.jobs);
+        onBatch?.('recognition_job_transition', batch.transitions);
+        if (batch.scanned < limit) break;
+      }
+    }
+  }
+  // 3. Quarantined messages, oldest first.
+  if (settings.quarantineMs === 0) return;
+  for (;;) {
+    if (control?.halted) return void (result.halted = true);
+    const deleted = await conn
+      .transaction()
+      .execute((tx) => deleteQuarantined(tx, { receivedBefore: olderThan(settings.quarantineMs) }, limit));
+    result.quarantine.messages += deleted;
+    onBatch?.('inbox_quarantine', deleted);
+    if (deleted < limit) break;
+  }
+}
+
+/**
+ * One retention pass (see the module's steps). Resolves with the counts per class; `busy` when
+ * another pass holds the lock. Rejects when a statement fails; the batches committed before it
+ * stay committed, and the lock is released (or goes with the connection).
+ */
+export async function runRetentionPass(
+  db: Kysely<Database>,
+  opts: RetentionPassOptions,
+): Promise<RetentionPassResult> {
+  const started = performance.now();
+  const positions = opts.positions ?? new Map<FinalJobStatus, FinishedKey>();
+  const result = emptyResult(opts.dryRun === true, positions.size === 0);
+  if (opts.dryRun) {
+    await dryRun(db, opts.settings, result);
+  } else {
+    // A session-level lock, held on one connection for the whole pass: batches of the pass run on
+    // that connection, and a connection that dies takes the lock with it.
+    await db.connection().execute(async (conn) => {
+      // 1. The lock, or nothing.
+      const { rows } = await sql<{ locked: boolean }>`
+        SELECT pg_try_advisory_lock(${RETENTION_LOCK_KEY}::bigint) AS locked`.execute(conn);
+      if (!rows[0]!.locked) return void (result.busy = true);
+      try {
+        await deleteExpired(conn, opts, positions, result);
+      } finally {
+        // 4. Release.
+        await sql`SELECT pg_advisory_unlock(${RETENTION_LOCK_KEY}::bigint)`.execute(conn);
+      }
+    });
+  }
+  result.durationMs = Math.round(performance.now() - started);
+  return result;
+}
+
+/** What {@link createRetention} needs. */
+export interface RetentionOptions {
+  db: Kysely<Database>;
+  logger: Logger;
+  metrics?: Metrics | undefined;
+  settings: RetentionSettings;
+  /** Pause between the end of one pass and the start of the next (`RETENTION_INTERVAL_MS`). */
+  intervalMs: number;
+  /** The clock that decides when the walk starts again from the oldest job (tests move it). */
+  now?: () => number;
+}
+
+/** The daemon's retention loop. */
+export interface Retention {
+  /** Run a pass `intervalMs` from now, then again `intervalMs` after each pass ends. Idempotent. */
+  start(): void;
+  /** Stop scheduling passes; a pass in flight stops after its current batch, and stop() resolves then. */
+  stop(): Promise<void>;
+  /** One pass now, continuing the loop's walk; logged and counted like a scheduled one. */
+  pass(): Promise<RetentionPassResult>;
+}
+
+/**
+ * Create the retention loop. Nothing runs until `start()` (or a direct `pass()`). The first pass
+ * comes one interval after the start, not at once: a daemon that restarts in a loop must not walk
+ * the whole history at every start. A failed pass is logged at error and tried again at the next
+ * tick; the loop never dies. Every pass is one log line (`retention_pass`) with its counts.
+ */
+export function createRetention(opts: RetentionOptions): Retention {
+  const { db, metrics, settings, intervalMs } = opts;
+  const now = opts.now ?? Date.now;
+  const log = opts.logger.child({ loop: 'retention' });
+  const positions = new Map<FinalJobStatus, FinishedKey>();
+  let lastFullWalk: number | undefined;
+  const inFlight = new Map<Promise<unknown>, { halted: boolean }>();
+  let running = false;
+  let timer: NodeJS.Timeout | undefined;
+  let generation = 0;
+
+  async function runPass(control: { halted: boolean }): Promise<RetentionPassResult> {
+    if (lastFullWalk === undefined || now() - lastFullWalk >= FULL_WALK_EVERY_MS) positions.clear();
+    const startedAt = now();
+    const ended = metrics?.retention.passDuration.startTimer();
+    let result: RetentionPassResult;
+    try {
+      result = await runRetentionPass(db, {
+        settings,
+        positions,
+        control,
+        onBatch: (table, deleted) => metrics?.retention.deleted.inc({ table }, deleted),
+      });
+    } catch (err) {
+      ended?.();
+      metrics?.retention.passes.inc({ outcome: 'failed' });
+      throw err;
+    }
+    ended?.();
+    const outcome = result.busy ? 'busy' : result.halted ? 'halted' : 'done';
+    metrics?.retention.passes.inc({ outcome });
+    if (outcome === 'done') {
+      metrics?.retention.lastPass.set(Date.now() / 1000);
+      if (result.fullWalk) lastFullWalk = startedAt;
+    }
+    log.info(
+      {
+        event: 'retention_pass',
+        outcome,
+        full_walk: result.fullWalk,
+        succeeded_jobs: result.succeeded.jobs,
+        failed_jobs: result.failed.jobs,
+        transitions: result.succeeded.transitions + result.failed.transitions,
+        quarantined_messages: result.quarantine.messages,
+        duration_ms: result.durationMs,
+      },
+      outcome === 'busy' ? 'retention pass skipped: another instance holds the lock' : 'retention pass',
+    );
+    return result;
+  }
+
+  function pass(): Promise<RetentionPassResult> {
+    const control = { halted: false };
+    const p = runPass(control);
+    inFlight.set(p, control);
+    void p.then(
+      () => inFlight.delete(p),
+      () => inFlight.delete(p),
+    );
+    return p;
+  }
+
+  async function tick(gen: number): Promise<void> {
+    timer = undefined;
+    try {
+      await pass();
+    } catch (err) {
+      log.error(
+        { err, event: 'retention_pass_failed' },
+        'retention pass failed; trying again at the next tick',
+      );
+    }
+    if (running && gen === generation) timer = setTimeout(() => void tick(gen), intervalMs);
+  }
+
+  return {
+    start() {
+      if (running) return;
+      running = true;
+      const gen = ++generation;
+      timer = setTimeout(() => void tick(gen), intervalMs);
+    },
+    async stop() {
+      running = false;
+      generation += 1;
+      if (timer) clearTimeout(timer);
+      timer = undefined;
+      for (const control of inFlight.values()) control.halted = true;
+      await Promise.allSettled([...inFlight.keys()]);
+    },
+    pass,
+  };
+}

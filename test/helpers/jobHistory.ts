@@ -1,0 +1,219 @@
+/**
+ * A generated history: many finished jobs with their files, upload and result objects and
+ * transitions, written by a few set-based statements (`generate_series`), so that a query plan or
+ * a retention pass can be looked at on millions of rows in seconds rather than hours.
+ *
+ * The rows are what the daemon would have left behind: each file's last attempt is its current
+ * job; every `retryEvery`-th file has a failed first attempt (`error` or `timeout`) that was
+ * retried; statuses are mixed deterministically (about 85 % `done`, 5 % `needs_check`, 6 %
+ * `error`, 3 % `timeout`, 1 % `dlq`); creation times are spread evenly over the last `days` days
+ * before the database clock, the oldest first; each job has the transitions the step writes for
+ * its path. Ids are derived from the file's number and a `seed` (md5), so two histories with
+ * different seeds never collide and a test can name a generated job.
+ */
+import { createHash } from 'node:crypto';
+
+/**
+ * What {@link generateJobHistory} needs to run SQL: one connection (a `pg` Client or PoolClient,
+ * not a Pool), since it runs a transaction.
+ */
+export interface SqlRunner {
+  query(text: string, values?: unknown[]): Promise<{ rows: Array<Record<string, unknown>> }>;
+}
+
+/** How much history to generate. */
+export interface JobHistoryOptions {
+  /** Files to create; each gets one job, or two when retried. */
+  files: number;
+  /** Every `retryEvery`-th file has a failed first attempt and a second, current one (0: none). Default 20. */
+  retryEvery?: number;
+  /** The creation times span this many days back from now. Default 120. */
+  days?: number;
+  /** Distinguishes the ids of two histories in one database. Default `'h'`. */
+  seed?: string;
+}
+
+/** What {@link generateJobHistory} wrote. */
+export interface JobHistoryCounts {
+  files: number;
+  jobs: number;
+  transitions: number;
+  s3Objects: number;
+}
+
+/** The id of attempt `attempt` of generated file `n` (1-based) of history `seed`. */
+export function historyJobId(seed: string, n: number, attempt: number): string {
+  return md5Uuid(`${seed}:job:${n}:${attempt}`);
+}
+
+/** The id of generated file `n` (1-based) of history `seed`. */
+export function historyFileId(seed: string, n: number): string {
+  return md5Uuid(`${seed}:file:${n}`);
+}
+
+function md5Uuid(text: string): string {
+  const h = createHash('md5').update(text).digest('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+/**
+ * The generated jobs as rows of `gen_job` (a temporary table of the session): file number, attempt,
+ * status, times (the newest created an hour ago, so every time is past). Statuses come from a multiplicative hash of the file number, so they are mixed
+ * along time and the same for the same arguments.
+ */
+const jobsSql = (files: number, days: number, retryEvery: number) => `
+  CREATE TEMP TABLE gen_job ON COMMIT DROP AS
+  WITH base AS (
+    SELECT n,
+           now() - interval '1 hour'
+             - make_interval(secs => ${days}::float8 * 86400 * (${files} - n + 1) / ${files}) AS created,
+           (n * 2654435761::bigint) % 100 AS h,
+           (${retryEvery} > 0 AND n % ${retryEvery} = 0) AS retried
+    FROM generate_series(1, ${files}) AS n
+  )
+  SELECT n, 1 AS attempt, created,
+         CASE WHEN retried THEN CASE WHEN h % 2 = 0 THEN 'error' ELSE 'timeout' END
+              WHEN h < 85 THEN 'done' WHEN h < 90 THEN 'needs_check'
+              WHEN h < 96 THEN 'error' WHEN h < 99 THEN 'timeout' ELSE 'dlq' END AS status,
+         NOT retried AS current
+  FROM base
+  UNION ALL
+  SELECT n, 2, created + interval '15 minutes',
+         CASE WHEN h < 90 THEN 'done' WHEN h < 95 THEN 'needs_check' ELSE 'error' END,
+         true
+  FROM base WHERE retried`;
+
+/** Ids from text, as {@link historyJobId} and {@link historyFileId} make them. */
+const ID = (seed: string, what: string) => `md5('${seed}:${what}')::uuid`;
+
+const fillSql = (files: number, seed: string, base: string) => `
+  WITH j AS (
+    SELECT g.*,
+           ${ID(seed, "job:' || g.n || ':' || g.attempt || '")} AS id,
+           ${ID(seed, "file:' || g.n || '")} AS file_id,
+           g.created + interval '1 second' AS published,
+           CASE g.status
+             WHEN 'timeout' THEN g.created + interval '10 minutes 1 second'
+             WHEN 'dlq' THEN g.created + interval '1 minute'
+             ELSE g.created + interval '30 seconds' END AS finished
+    FROM gen_job g
+  ),
+  uploads AS (
+    INSERT INTO s3_object (id, bucket, key, bucket_role, created_by, created_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT ${base} + g.n, 'arm-ka', 'uploads/${seed}/' || g.n || '.xlsx', 'uploads', 'history', g.created
+    FROM gen_job g WHERE g.attempt = 1
+    RETURNING 1
+  ),
+  results AS (
+    INSERT INTO s3_object (id, bucket, key, bucket_role, created_by, created_at)
+    OVERRIDING SYSTEM VALUE
+    SELECT ${base} + ${files} + j.n * 2 + j.attempt, 'arm-ka',
+           'results/' || j.file_id || '/' || j.id || '/result.json', 'results', 'tabular-parser', j.finished
+    FROM j WHERE j.status IN ('done', 'needs_check')
+    RETURNING 1
+  ),
+  files AS (
+    INSERT INTO stored_file (id, s3_object_id, original_name, status, error_code,
+                             current_recognition_job_id, created_at, updated_at)
+    SELECT j.file_id, ${base} + j.n, 'report-' || j.n || '.xlsx',
+           CASE WHEN j.status IN ('done', 'needs_check') THEN 'DONE' ELSE 'ERROR' END,
+           CASE j.status WHEN 'error' THEN 'UNSUPPORTED_FORMAT' WHEN 'timeout' THEN 'TIMEOUT'
+                         WHEN 'dlq' THEN 'PUBLISH_FAILED' END,
+           j.id, j.created, j.finished
+    FROM j WHERE j.current
+    RETURNING 1
+  ),
+  jobs AS (
+    INSERT INTO recognition_job (id, file_id, attempt, target_service, status, service_name,
+      service_version, publish_attempts, next_publish_at, published_at, reply_deadline, started_at,
+      finished_at, metrics, error_code, error_message, result_schema_version, result_s3_object_id,
+      result_msg_id, created_at, updated_at)
+    SELECT j.id, j.file_id, j.attempt, 'tabular-parser', j.status,
+           CASE WHEN j.status <> 'dlq' THEN 'tabular-parser' END,
+           CASE WHEN j.status <> 'dlq' THEN '1.4.2' END,
+           CASE WHEN j.status = 'dlq' THEN 5 ELSE 1 END,
+           NULL,
+           CASE WHEN j.status <> 'dlq' THEN j.published END,
+           CASE WHEN j.status <> 'dlq' THEN j.published + interval '10 minutes' END,
+           CASE WHEN j.status <> 'dlq' THEN j.published + interval '1 second' END,
+           j.finished,
+           CASE WHEN j.status IN ('done', 'needs_check') THEN '{"pages": 3, "rows": 120}'::jsonb END,
+           CASE j.status WHEN 'error' THEN 'UNSUPPORTED_FORMAT' WHEN 'timeout' THEN 'TIMEOUT'
+                         WHEN 'dlq' THEN 'PUBLISH_FAILED' END,
+           CASE j.status WHEN 'error' THEN 'the file is not a spreadsheet' END,
+           CASE WHEN j.status IN ('done', 'needs_check') THEN '1' END,
+           CASE WHEN j.status IN ('done', 'needs_check') THEN ${base} + ${files} + j.n * 2 + j.attempt END,
+           CASE WHEN j.status IN ('done', 'needs_check', 'error') THEN 'result:' || j.id || ':' || j.attempt END,
+           j.created, j.finished
+    FROM j
+    RETURNING 1
+  ),
+  steps AS (
+    INSERT INTO recognition_job_transition (job_id, from_status, to_status, event, msg_id, at, detail)
+    SELECT j.id, s.from_status, s.to_status, s.event, s.msg_id, s.at, s.detail
+    FROM j CROSS JOIN LATERAL (VALUES
+      (1, 'pending', 'pending', 'CREATED', NULL, j.created,
+          jsonb_build_object('retry_of', ${ID(seed, "job:' || j.n || ':1")}::text), j.attempt > 1),
+      (2, 'pending', 'published', 'PUBLISHED', NULL, j.published, '{}'::jsonb, j.status <> 'dlq'),
+      (3, 'pending', 'dlq', 'PUBLISH_FAILED', NULL, j.finished, '{}'::jsonb, j.status = 'dlq'),
+      (4, 'published', 'processing', 'ENVELOPE_PROCESSING', 'ack:' || j.id || ':' || j.attempt,
+          j.published + interval '1 second', '{}'::jsonb, j.status <> 'dlq'),
+      (5, 'processing', j.status, 'ENVELOPE_RESULT', 'result:' || j.id || ':' || j.attempt, j.finished,
+          '{}'::jsonb, j.status IN ('done', 'needs_check', 'error')),
+      (6, 'processing', 'timeout', 'DEADLINE_PASSED', NULL, j.finished, '{}'::jsonb, j.status = 'timeout'),
+      (7, j.status, j.status, 'RETRY_REQUESTED', NULL, j.finished + interval '15 minutes',
+          jsonb_build_object('next', ${ID(seed, "job:' || j.n || ':2")}::text), NOT j.current)
+    ) AS s(seq, from_status, to_status, event, msg_id, at, detail, present)
+    WHERE s.present
+    ORDER BY j.created, j.attempt, s.seq
+    RETURNING 1
+  )
+  SELECT (SELECT count(*) FROM files)::int AS files,
+         (SELECT count(*) FROM jobs)::int AS jobs,
+         (SELECT count(*) FROM steps)::int AS transitions,
+         ((SELECT count(*) FROM uploads) + (SELECT count(*) FROM results))::int AS s3_objects`;
+
+/**
+ * Write a history of `files` files and their finished jobs into the migrated database behind
+ * `client`, in one transaction, and bring the identity sequences of `s3_object` past the ids it
+ * used. Resolves with what it wrote. Runs `ANALYZE` on the tables after, so plans see the new
+ * sizes. A failure rolls the whole history back.
+ */
+export async function generateJobHistory(
+  client: SqlRunner,
+  options: JobHistoryOptions,
+): Promise<JobHistoryCounts> {
+  const files = options.files;
+  const retryEvery = options.retryEvery ?? 20;
+  const days = options.days ?? 120;
+  const seed = options.seed ?? 'h';
+  if (!Number.isInteger(files) || files < 1)
+    throw new Error(`files must be a whole number of at least 1: ${files}`);
+  if (!Number.isInteger(retryEvery) || retryEvery < 0)
+    throw new Error(`retryEvery must be a whole number: ${retryEvery}`);
+  if (!(days > 0)) throw new Error(`days must be positive: ${days}`);
+  if (!/^[A-Za-z0-9_-]{1,40}$/.test(seed))
+    throw new Error(`seed must be 1-40 letters, digits, '-' or '_': ${seed}`);
+  await client.query('BEGIN');
+  try {
+    const { rows: found } = await client.query(`SELECT COALESCE(max(id), 0)::text AS base FROM s3_object`);
+    await client.query(jobsSql(files, days, retryEvery));
+    const { rows } = await client.query(fillSql(files, seed, String(found[0]!.base)));
+    await client.query(
+      `SELECT setval(pg_get_serial_sequence('s3_object', 'id'), (SELECT max(id) FROM s3_object))`,
+    );
+    await client.query('COMMIT');
+    await client.query('ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
+    const r = rows[0]!;
+    return {
+      files: Number(r.files),
+      jobs: Number(r.jobs),
+      transitions: Number(r.transitions),
+      s3Objects: Number(r.s3_objects),
+    };
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  }
+}

@@ -1,0 +1,124 @@
+/**
+ * A database migrated and used by one superuser, moved to the two roles with
+ * `deploy/postgres/adopt-database.sql` and `narrow-runtime.sql` (psql, as docs/deployment.md says):
+ * the migration role then owns every table and function, `migrate` runs as it, a table a later
+ * migration creates reaches the runtime role through the default privileges, and the runtime role
+ * reads and writes the existing rows but deletes nothing.
+ */
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { sql } from 'kysely';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDatabaseIfMissing, migrateToLatest, openDb, type Db } from '../../src/db/database.js';
+import { findPgBinDir, startPgCluster, type PgClusterHandle } from '../../src/localServers/pgCluster.js';
+import { runCli } from '../helpers/cliProcess.js';
+import { insertJob, type JobFixture } from '../helpers/fixtures.js';
+
+const run = promisify(execFile);
+const deployFile = (name: string) => fileURLToPath(new URL(`../../deploy/postgres/${name}`, import.meta.url));
+const DB = 'legacy';
+
+let cluster: PgClusterHandle;
+let superuser: Db;
+let job: JobFixture;
+
+async function psql(file: string, vars: Record<string, string>, role?: string) {
+  const args = [
+    '-X',
+    '-q',
+    '-v',
+    'ON_ERROR_STOP=1',
+    '-h',
+    cluster.dir,
+    '-p',
+    String(cluster.port),
+    '-U',
+    'postgres',
+  ];
+  for (const [k, v] of Object.entries(vars)) args.push('-v', `${k}=${v}`);
+  args.push('-d', DB);
+  if (role) args.push('-c', `SET ROLE ${role}`);
+  args.push('-f', deployFile(file));
+  await run(join(findPgBinDir(), 'psql'), args);
+}
+
+/** A client logged in as `role` (the cluster trusts local TCP connections). */
+async function as<T>(role: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: `postgres://${role}@127.0.0.1:${cluster.port}/${DB}` });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+beforeAll(async () => {
+  cluster = await startPgCluster();
+  await createDatabaseIfMissing(cluster.url(DB));
+  superuser = openDb(cluster.url(DB), { max: 2 });
+  await migrateToLatest(superuser.db);
+  job = await insertJob(superuser.db, { status: 'published' });
+  await psql('adopt-database.sql', { migrator_password: 'm-pw', runtime_password: 'r-pw' });
+  await psql('narrow-runtime.sql', {}, 'recognition_migrator');
+});
+
+afterAll(async () => {
+  await superuser?.close();
+  await cluster?.cleanup();
+});
+
+describe('adopt-database.sql', () => {
+  it('gives the migration role the database, every table and every function', async () => {
+    const { rows } = await sql<{ kind: string; owner: string }>`
+      SELECT 'database' AS kind, pg_get_userbyid(datdba) AS owner FROM pg_database WHERE datname = ${DB}
+      UNION SELECT 'table', tableowner FROM pg_tables WHERE schemaname = 'public'
+      UNION SELECT 'function', pg_get_userbyid(proowner) FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+    `.execute(superuser.db);
+    expect(rows.sort((a, b) => a.kind.localeCompare(b.kind))).toEqual([
+      { kind: 'database', owner: 'recognition_migrator' },
+      { kind: 'function', owner: 'recognition_migrator' },
+      { kind: 'table', owner: 'recognition_migrator' },
+    ]);
+    const r = await runCli(['migrate'], {
+      DATABASE_URL: `postgres://recognition_migrator@127.0.0.1:${cluster.port}/${DB}`,
+    });
+    expect(r.code, r.output).toBe(0);
+    expect(r.stdout).toEqual(['migrations are up to date']);
+  });
+
+  it('lets the runtime role read and change the existing rows, never delete them', async () => {
+    await as('recognition_runtime', async (c) => {
+      expect((await c.query('SELECT status FROM recognition_job WHERE id = $1', [job.jobId])).rows).toEqual([
+        { status: 'published' },
+      ]);
+      await c.query('UPDATE recognition_job SET updated_at = now() WHERE id = $1', [job.jobId]);
+      await c.query(
+        `INSERT INTO inbox_quarantine (subject, reason, payload) VALUES ('recognition.result', 'INVALID_JSON', '\\x00')`,
+      );
+      await expect(c.query('DELETE FROM recognition_job')).rejects.toThrow(/permission denied/);
+      await expect(c.query("INSERT INTO kysely_migration VALUES ('x', 'y')")).rejects.toThrow(
+        /permission denied/,
+      );
+    });
+  });
+
+  it('gives the runtime role the rows of a table a later migration creates', async () => {
+    await as('recognition_migrator', async (c) => {
+      await c.query(
+        'CREATE TABLE later_feature (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, note text)',
+      );
+      await c.query('ALTER TABLE recognition_job ADD COLUMN later_column int');
+    });
+    await as('recognition_runtime', async (c) => {
+      await c.query("INSERT INTO later_feature (note) VALUES ('a')");
+      await c.query("UPDATE later_feature SET note = 'b'");
+      expect((await c.query('SELECT note FROM later_feature')).rows).toEqual([{ note: 'b' }]);
+      await expect(c.query('DELETE FROM later_feature')).rejects.toThrow(/permission denied/);
+      await expect(c.query('CREATE TABLE intruder (id int)')).rejects.toThrow(/permission denied/);
+    });
+  });
+});
