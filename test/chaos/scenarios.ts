@@ -298,7 +298,6 @@ const switchover: Scenario = {
   infra: 'patroni-sync',
   seconds: { short: 40, long: 180 },
   replyTimeoutMs: () => 30_000,
-  daemonEnv: {},
   async faults(ctx) {
     const p = ctx.infra.patroni!;
     const rounds = ctx.short ? 1 : 2;
