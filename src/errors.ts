@@ -29,8 +29,12 @@ export class MigrationsPendingError extends Error {
   }
 }
 
-/** SQLSTATE classes and codes a retry can fix: connection trouble, deadlocks, serialization, shutdown. */
-const RETRYABLE_SQLSTATE = /^(08|53|57P|40001|40P01|55P03|58)/;
+/**
+ * SQLSTATE classes and codes a retry can fix: connection trouble, deadlocks, serialization,
+ * shutdown, and a write refused as read-only (`25006`): the server was a primary and is a standby
+ * now (a switchover or a failover), and the retry reaches the new primary on a new connection.
+ */
+const RETRYABLE_SQLSTATE = /^(08|53|57P|40001|40P01|55P03|58|25006)/;
 const RETRYABLE_NODE_CODES = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -42,8 +46,29 @@ const RETRYABLE_NODE_CODES = new Set([
 ]);
 
 /**
+ * SQLSTATEs after which a connection must not go back to the pool: it is broken (class 08), its
+ * server is shutting down or restarting (`57P01`, `57P02`, `57P03`), or its server is a standby now
+ * and refuses every write (`25006`; behind a load balancer, a new connection reaches the primary).
+ */
+const UNUSABLE_CONNECTION_SQLSTATE = /^(08|57P0[123]|25006)/;
+
+/**
+ * True when `err` says the connection it came from cannot serve the next user: the connection is
+ * gone (terminated, reset, not queryable) or its server is a standby or shutting down. Such a
+ * connection is destroyed on release instead of going back to the pool.
+ */
+export function isUnusableConnection(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && (UNUSABLE_CONNECTION_SQLSTATE.test(code) || code === 'ECONNRESET'))
+    return true;
+  return /Connection terminated|ECONNRESET|not queryable/i.test(err.message);
+}
+
+/**
  * True when retrying the same work later can succeed: the database is unreachable or restarting,
- * a deadlock or serialization failure, a pool timeout. Everything else is permanent.
+ * a deadlock or serialization failure, a pool timeout, a write refused by a server that is a
+ * standby now. Everything else is permanent.
  */
 export function isRetryable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;

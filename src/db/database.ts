@@ -11,6 +11,7 @@ import {
   type MigrationResult,
 } from 'kysely';
 import pg from 'pg';
+import { isUnusableConnection } from '../errors.js';
 import { migrations } from './migrations/index.js';
 import { pgConnection } from './pgTls.js';
 import type { Database } from './schema.js';
@@ -89,9 +90,51 @@ export function openDb(url: string, opts: DbOptions = {}): Db {
   // A connection that breaks while checked out (between two statements of a transaction) emits
   // 'error' with no listener of the pool's attached: without this it would crash the process.
   // The statement in progress, or the next one, fails and the caller retries.
-  pool.on('connect', (client) => client.on('error', (err) => opts.onIdleError?.(err)));
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  pool.on('connect', (client) => {
+    client.on('error', (err) => opts.onIdleError?.(err));
+    noteUnusable(client);
+  });
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: discardingUnusable(pool) }) });
   return { db, pool, close: () => db.destroy() };
+}
+
+/** Where {@link noteUnusable} keeps the error that made a connection unusable. */
+const UNUSABLE = Symbol('unusable connection');
+type NotedClient = pg.PoolClient & { [UNUSABLE]?: Error };
+
+/**
+ * Remember on `client` the first error of a statement that makes it unusable
+ * ({@link isUnusableConnection}): a server that became a standby (a switchover) answers every
+ * write on it with `25006` for as long as it lives, so it must not go back to the pool.
+ */
+function noteUnusable(client: pg.PoolClient): void {
+  const noted = client as NotedClient;
+  const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+  (client as { query: unknown }).query = (...args: unknown[]): unknown => {
+    const result = query(...args);
+    if (result instanceof Promise)
+      result.catch((err: unknown) => {
+        if (noted[UNUSABLE] === undefined && isUnusableConnection(err)) noted[UNUSABLE] = err as Error;
+      });
+    return result;
+  };
+}
+
+/**
+ * The pool as Kysely sees it: Kysely releases a connection without an error, so the release
+ * passes the error {@link noteUnusable} kept, and pg destroys such a connection instead of
+ * handing it out again.
+ */
+function discardingUnusable(pool: pg.Pool): { connect(): Promise<pg.PoolClient>; end(): Promise<void> } {
+  return {
+    async connect() {
+      const client = (await pool.connect()) as NotedClient;
+      const release = client.release.bind(client);
+      client.release = (err?: Error | boolean) => release(err || client[UNUSABLE]);
+      return client;
+    },
+    end: () => pool.end(),
+  };
 }
 
 /** The database name of a connection URL. */

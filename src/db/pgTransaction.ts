@@ -3,6 +3,7 @@
  * themselves (the inbox's batches, the watchdog's sweeps); everything else goes through Kysely.
  * Structural types, so callers need not import `pg`.
  */
+import { isUnusableConnection } from '../errors.js';
 
 /** A client of a pg pool. */
 export interface PgPoolClient {
@@ -15,14 +16,10 @@ export interface PgPool {
   connect(): Promise<PgPoolClient>;
 }
 
-/** Whether `err` says the connection itself is gone (it must not go back to the pool). */
-function isBrokenConnection(err: unknown): boolean {
-  return err instanceof Error && /Connection terminated|ECONNRESET|not queryable/i.test(err.message);
-}
-
 /**
- * Run `fn` with a client of `pool`, released after; a connection that died under it is
- * destroyed rather than handed out again.
+ * Run `fn` with a client of `pool`, released after; a connection that died under it, or whose
+ * server is a standby or shutting down now ({@link isUnusableConnection}), is destroyed rather
+ * than handed out again.
  */
 export async function withPgClient<C extends PgPoolClient, T>(
   pool: { connect(): Promise<C> },
@@ -33,7 +30,7 @@ export async function withPgClient<C extends PgPoolClient, T>(
   try {
     return await fn(client);
   } catch (err) {
-    if (isBrokenConnection(err)) broken = err as Error;
+    if (isUnusableConnection(err)) broken = err as Error;
     throw err;
   } finally {
     client.release(broken);
@@ -58,8 +55,9 @@ const BEGIN_GENERIC_PLANS = 'BEGIN; SET LOCAL plan_cache_mode = force_generic_pl
 
 /**
  * Run `fn` in a transaction on a client of `pool`: committed when this resolves, rolled back when
- * `fn` throws (the error is rethrown). A connection that cannot even roll back, or that died
- * under the transaction, is destroyed rather than handed out again.
+ * `fn` throws (the error is rethrown). A connection that cannot even roll back, that died under
+ * the transaction, or whose server is a standby or shutting down now, is destroyed rather than
+ * handed out again.
  */
 export async function inPgTransaction<C extends PgPoolClient, T>(
   pool: { connect(): Promise<C> },
@@ -79,7 +77,7 @@ export async function inPgTransaction<C extends PgPoolClient, T>(
       throw err;
     }
   } catch (err) {
-    broken ??= isBrokenConnection(err) ? err : undefined;
+    broken ??= isUnusableConnection(err) ? err : undefined;
     throw err;
   } finally {
     client.release(broken instanceof Error ? broken : undefined);

@@ -108,7 +108,7 @@ export function findPgBinDir(): string {
 }
 
 /** uid/gid of the `postgres` OS user, read from /etc/passwd; undefined if there is none. */
-function postgresUser(): { uid: number; gid: number } | undefined {
+export function postgresUser(): { uid: number; gid: number } | undefined {
   let passwd: string;
   try {
     passwd = readFileSync('/etc/passwd', 'utf8');
@@ -124,7 +124,7 @@ function postgresUser(): { uid: number; gid: number } | undefined {
 }
 
 /** PIDs of the direct children of `pid`, from /proc (Linux); empty elsewhere. */
-function childPids(pid: number): number[] {
+export function childPids(pid: number): number[] {
   const out: number[] = [];
   let entries: string[];
   try {
@@ -146,7 +146,8 @@ function childPids(pid: number): number[] {
   return out;
 }
 
-function alive(pid: number): boolean {
+/** Whether process `pid` exists and is not a zombie. */
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
   } catch {

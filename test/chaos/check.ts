@@ -42,10 +42,12 @@ export interface DecisionLedger {
   byDecision: Record<string, number>;
   /** Stream sequences logged as quarantined, with how often. */
   quarantined: Map<number, number>;
+  /** Every applied decision: its key, job, log time (ms since the epoch) and whether it was a result. */
+  applied: Array<{ key: string; jobId: string; at: number; result: boolean }>;
 }
 
 export function createLedger(): DecisionLedger {
-  return { byKey: new Map(), byDecision: {}, quarantined: new Map() };
+  return { byKey: new Map(), byDecision: {}, quarantined: new Map(), applied: [] };
 }
 
 /** Count one daemon log line, if it is an inbox decision. */
@@ -64,6 +66,15 @@ export function countLogLine(ledger: DecisionLedger, line: Record<string, unknow
   entry[decision] = (entry[decision] ?? 0) + 1;
   ledger.byKey.set(key, entry);
   ledger.byDecision[decision] = (ledger.byDecision[decision] ?? 0) + 1;
+  if (decision === 'applied') {
+    const t = typeof line['time'] === 'string' ? Date.parse(line['time']) : NaN;
+    ledger.applied.push({
+      key,
+      jobId: line['job_id'],
+      at: Number.isNaN(t) ? Date.now() : t,
+      result: line['to'] !== 'processing',
+    });
+  }
 }
 
 /** Read every message of the results stream, in order. */

@@ -41,6 +41,8 @@ export interface SupervisedOptions {
   restartDelayMs?: number;
   /** The JSON log line that says the process is up (default `event === 'started'`). */
   isStartedLine?: (line: Record<string, unknown>) => boolean;
+  /** Raw lines (stdout and stderr) counted by pattern, across restarts: `counts[name]`. */
+  countLines?: Record<string, RegExp>;
 }
 
 /** One supervised child process (restarted after every exit until {@link Supervised.stop}). */
@@ -55,6 +57,10 @@ export class Supervised {
   private startedWaiters: Array<() => void> = [];
   /** How many times it was spawned. */
   spawns = 0;
+  /** The HTTP port the current process logged in its start line (`http_port`), if any. */
+  httpPort: number | undefined;
+  /** Lines that matched each of `countLines`, across restarts. */
+  readonly counts: Record<string, number> = {};
 
   constructor(private readonly opts: SupervisedOptions) {
     this.name = opts.name;
@@ -93,6 +99,7 @@ export class Supervised {
     this.supervising = true;
     this.expectingExit = false;
     this.startedFlag = false;
+    this.httpPort = undefined;
     this.spawns++;
     const child = spawn(process.execPath, this.opts.args, {
       env: this.opts.env,
@@ -115,6 +122,7 @@ export class Supervised {
     child.stderr!.setEncoding('utf8');
     child.stderr!.on('data', (chunk: string) => {
       this.log.write(chunk);
+      this.count(chunk);
       this.stderrTail.push(...chunk.split('\n').filter(Boolean));
       this.stderrTail = this.stderrTail.slice(-5);
     });
@@ -141,7 +149,13 @@ export class Supervised {
     });
   }
 
+  private count(text: string): void {
+    for (const [name, re] of Object.entries(this.opts.countLines ?? {}))
+      if (re.test(text)) this.counts[name] = (this.counts[name] ?? 0) + 1;
+  }
+
   private handleLine(raw: string): void {
+    this.count(raw);
     if (!raw.startsWith('{')) return;
     const startedLine = raw.includes('"event":"started"') || raw.includes('"event":"service_started"');
     if (!startedLine && this.opts.wants && !this.opts.wants(raw)) return;
@@ -154,6 +168,7 @@ export class Supervised {
     const isStarted = this.opts.isStartedLine ?? ((l) => l['event'] === 'started');
     if (isStarted(line)) {
       this.startedFlag = true;
+      if (typeof line['http_port'] === 'number') this.httpPort = line['http_port'];
       const waiters = this.startedWaiters;
       this.startedWaiters = [];
       waiters.forEach((w) => w());
@@ -174,11 +189,12 @@ export class Supervised {
   /** SIGTERM and wait (SIGKILL after `timeoutMs`); no more restarts. Resolves with how it exited. */
   async stop(
     timeoutMs: number,
-  ): Promise<{ code: number | null; signal: NodeJS.Signals | null; forced: boolean }> {
+  ): Promise<{ code: number | null; signal: NodeJS.Signals | null; forced: boolean; ms: number }> {
+    const t0 = Date.now();
     this.supervising = false;
     const child = this.child;
     if (!child || !this.isRunning())
-      return { code: child?.exitCode ?? null, signal: child?.signalCode ?? null, forced: false };
+      return { code: child?.exitCode ?? null, signal: child?.signalCode ?? null, forced: false, ms: 0 };
     this.expectingExit = true;
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
       child.once('exit', (code, signal) => r({ code, signal })),
@@ -191,7 +207,7 @@ export class Supervised {
     }, timeoutMs);
     const result = await exited;
     clearTimeout(timer);
-    return { ...result, forced };
+    return { ...result, forced, ms: Date.now() - t0 };
   }
 
   /** Stop supervising and SIGKILL whatever runs (cleanup after a failure). */
