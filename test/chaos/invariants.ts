@@ -89,7 +89,7 @@ export function pathKey(steps: readonly Step[]): string {
   return steps.length === 0 ? '(none)' : [graph().initial, ...steps.map((s) => s.to)].join(' → ');
 }
 
-/** The file status that goes with its current job's status (SPEC §2–§3). */
+/** The file status that goes with its current job's status (docs/lifecycle.md). */
 export function fileStatusFor(jobStatus: JobStatus): FileStatus {
   switch (jobStatus) {
     case 'pending':
