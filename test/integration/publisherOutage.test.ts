@@ -126,7 +126,8 @@ async function transitionsOf(ids: string[]) {
 async function streamCopies(ids: string[]): Promise<Map<string, number>> {
   const wanted = new Set(ids);
   const copies = new Map<string, number>();
-  const { state } = await jsm.streams.info(JOBS_STREAM);
+  // The test's own connection reconnects after a restart too: ask until it answers.
+  const { state } = await waitFor(() => jsm.streams.info(JOBS_STREAM), `${JOBS_STREAM} info`, 30_000);
   for (let seq = state.first_seq; state.messages > 0 && seq <= state.last_seq; seq++) {
     const m = await jsm.streams.getMessage(JOBS_STREAM, { seq }).catch(() => null);
     const id = m?.json<{ job_id?: string }>().job_id;
