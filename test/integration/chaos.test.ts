@@ -4,12 +4,10 @@
  * SIGKILLed every few seconds, one nats-server restart, one PostgreSQL crash; then every invariant
  * must hold. It runs the built harness (`npm test` builds first), with a fixed seed.
  */
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { CHAOS_HARNESS, runChaosHarness } from '../helpers/chaosHarness.js';
 
-const HARNESS = fileURLToPath(new URL('../../dist/test/chaos/run.js', import.meta.url));
 const SEED = 42;
 
 const INVARIANTS = [
@@ -23,24 +21,10 @@ const INVARIANTS = [
   'processes: no crash; graceful stop exits 0',
 ];
 
-function runHarness(args: string[], timeoutMs: number): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [HARNESS, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
-    child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
-    const timer = setTimeout(() => child.kill('SIGINT'), timeoutMs);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, output });
-    });
-  });
-}
-
 describe('chaos (short)', () => {
   it(`seed ${SEED}: daemons killed, NATS restarted, PostgreSQL crashed: every invariant holds`, async () => {
-    expect(existsSync(HARNESS), 'the harness is not built: run `npm run build`').toBe(true);
-    const { code, output } = await runHarness(['--short', '--seed', String(SEED)], 270_000);
+    expect(existsSync(CHAOS_HARNESS), 'the harness is not built: run `npm run build`').toBe(true);
+    const { code, output } = await runChaosHarness(['--short', '--seed', String(SEED)], 270_000);
     const lines = output.split('\n');
     expect(lines[0]).toMatch(new RegExp(`^chaos seed ${SEED} `));
     const verdicts = lines.filter((l) => /^(PASS|FAIL) /.test(l));

@@ -8,27 +8,11 @@
  * times depend on the machine). The harness installs Patroni, etcd and HAProxy when they are
  * missing (scripts/ensure-patroni.sh).
  */
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { CHAOS_HARNESS, runChaosHarness } from '../helpers/chaosHarness.js';
 
-const HARNESS = fileURLToPath(new URL('../../dist/test/chaos/run.js', import.meta.url));
 const SEED = 42;
-
-function runHarness(args: string[], timeoutMs: number): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [HARNESS, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => (output += c));
-    child.stderr.setEncoding('utf8').on('data', (c: string) => (output += c));
-    const timer = setTimeout(() => child.kill('SIGINT'), timeoutMs);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, output });
-    });
-  });
-}
 
 /** The figures row of a scenario: its cells by column name. */
 function figuresRow(output: string, scenario: string): Record<string, string> {
@@ -52,8 +36,8 @@ describe.each([
   { scenario: 'switchover', fault: /switchover m\d → m\d/ },
 ])('chaos $scenario (short)', ({ scenario, fault }) => {
   it(`seed ${SEED}: every invariant holds across the primary change`, async () => {
-    expect(existsSync(HARNESS), 'the harness is not built: run `npm run build`').toBe(true);
-    const { code, output } = await runHarness(
+    expect(existsSync(CHAOS_HARNESS), 'the harness is not built: run `npm run build`').toBe(true);
+    const { code, output } = await runChaosHarness(
       ['--scenario', scenario, '--short', '--seed', String(SEED)],
       330_000,
     );
