@@ -8,12 +8,12 @@
  * not the seeding. Seeding runs with `session_replication_role = replica` so that a file can name
  * its job before the job row exists (foreign keys are triggers, which that role skips).
  */
-import { randomUUID } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
+import { newId } from '../src/db/ids.js';
 import { inPgTransaction } from '../src/db/pgTransaction.js';
 import { CONFIG_VARIABLES, loadConfig, type Config } from '../src/config.js';
 import { createDatabaseIfMissing, dropDatabase, migrateToLatest, openDb } from '../src/db/database.js';
@@ -125,7 +125,7 @@ export async function seedPublishedJobs(pool: pg.Pool, count: number, keep = fal
       DELETE FROM inbox_quarantine`);
       })
     : truncateAll(pool));
-  const jobs = Array.from({ length: count }, () => ({ jobId: randomUUID(), fileId: randomUUID() }));
+  const jobs = Array.from({ length: count }, () => ({ jobId: newId(), fileId: newId() }));
   await inPgTransaction(pool, async (client: pg.PoolClient) => {
     await client.query(`SET LOCAL session_replication_role = replica`);
     for (let i = 0; i < jobs.length; i += 50_000) {

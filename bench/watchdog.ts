@@ -55,7 +55,7 @@ async function seed(pool: pg.Pool, rows: number): Promise<void> {
     await client.query('SET LOCAL session_replication_role = replica');
     await client.query(
       `CREATE TEMP TABLE seed ON COMMIT DROP AS
-       SELECT g, gen_random_uuid() AS job_id, gen_random_uuid() AS file_id,
+       SELECT g, recognition_uuid_v7() AS job_id, recognition_uuid_v7() AS file_id,
               CASE WHEN g <= $2 THEN 'published' ELSE 'done' END AS status
        FROM generate_series(1, $1::integer) g`,
       [rows, IN_FLIGHT],

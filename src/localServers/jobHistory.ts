@@ -8,11 +8,9 @@
  * retried; statuses are mixed deterministically (about 85 % `done`, 5 % `needs_check`, 6 %
  * `error`, 3 % `timeout`, 1 % `dlq`); creation times are spread evenly over the last `days` days
  * before the database clock, the oldest first; each job has the transitions the step writes for
- * its path. Ids are derived from the file's number and a `seed` (md5), so two histories with
- * different seeds never collide and a test can name a generated job.
+ * its path. Ids are time-ordered, as the product makes them: each row's creation time, then bits of
+ * an md5 of a `seed` and the row's name, so two histories with different seeds never collide.
  */
-import { createHash } from 'node:crypto';
-
 /**
  * What {@link generateJobHistory} needs to run SQL: one connection (a `pg` Client or PoolClient,
  * not a Pool), since it runs a transaction.
@@ -39,21 +37,6 @@ export interface JobHistoryCounts {
   jobs: number;
   transitions: number;
   s3Objects: number;
-}
-
-/** The id of attempt `attempt` of generated file `n` (1-based) of history `seed`. */
-export function historyJobId(seed: string, n: number, attempt: number): string {
-  return md5Uuid(`${seed}:job:${n}:${attempt}`);
-}
-
-/** The id of generated file `n` (1-based) of history `seed`. */
-export function historyFileId(seed: string, n: number): string {
-  return md5Uuid(`${seed}:file:${n}`);
-}
-
-function md5Uuid(text: string): string {
-  const h = createHash('md5').update(text).digest('hex');
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
 /**
@@ -83,14 +66,28 @@ const jobsSql = (files: number, days: number, retryEvery: number) => `
          true
   FROM base WHERE retried`;
 
-/** Ids from text, as {@link historyJobId} and {@link historyFileId} make them. */
-const ID = (seed: string, what: string) => `md5('${seed}:${what}')::uuid`;
+/**
+ * A generated row's id: time-ordered, as the product makes them (migration
+ * `0011_time_ordered_ids`): the milliseconds of `time`, then bits of the md5 of the history's seed
+ * and the row's name, with the version 7 and variant bits set. Defined in the session's `pg_temp`.
+ */
+const ID_FUNCTION = `
+  CREATE OR REPLACE FUNCTION pg_temp.history_id(name text, at timestamptz) RETURNS uuid LANGUAGE sql IMMUTABLE AS $$
+    SELECT encode(set_byte(set_byte(overlay(r.bytes PLACING substring(int8send((extract(epoch FROM at) * 1000)::bigint) FROM 3)
+                                            FROM 1 FOR 6),
+                                    6, (get_byte(r.bytes, 6) & 15) | 112),
+                           8, (get_byte(r.bytes, 8) & 63) | 128), 'hex')::uuid
+    FROM (SELECT decode(md5(name), 'hex') AS bytes) AS r
+  $$`;
+
+/** The id of the row named `what` (SQL text) of history `seed`, created at `time` (SQL). */
+const ID = (seed: string, what: string, time: string) => `pg_temp.history_id('${seed}:${what}', ${time})`;
 
 const fillSql = (files: number, seed: string, base: string) => `
   WITH j AS (
     SELECT g.*,
-           ${ID(seed, "job:' || g.n || ':' || g.attempt || '")} AS id,
-           ${ID(seed, "file:' || g.n || '")} AS file_id,
+           ${ID(seed, "job:' || g.n || ':' || g.attempt || '", 'g.created')} AS id,
+           ${ID(seed, "file:' || g.n || '", "g.created - (g.attempt - 1) * interval '15 minutes'")} AS file_id,
            g.created + interval '1 second' AS published,
            CASE g.status
              WHEN 'timeout' THEN g.created + interval '10 minutes 1 second'
@@ -154,7 +151,7 @@ const fillSql = (files: number, seed: string, base: string) => `
     SELECT j.id, s.from_status, s.to_status, s.event, s.msg_id, s.at, s.detail
     FROM j CROSS JOIN LATERAL (VALUES
       (1, 'pending', 'pending', 'CREATED', NULL, j.created,
-          jsonb_build_object('retry_of', ${ID(seed, "job:' || j.n || ':1")}::text), j.attempt > 1),
+          jsonb_build_object('retry_of', ${ID(seed, "job:' || j.n || ':1", "j.created - interval '15 minutes'")}::text), j.attempt > 1),
       (2, 'pending', 'published', 'PUBLISHED', NULL, j.published, '{}'::jsonb, j.status <> 'dlq'),
       (3, 'pending', 'dlq', 'PUBLISH_FAILED', NULL, j.finished, '{}'::jsonb, j.status = 'dlq'),
       (4, 'published', 'processing', 'ENVELOPE_PROCESSING', 'ack:' || j.id || ':' || j.attempt,
@@ -163,7 +160,7 @@ const fillSql = (files: number, seed: string, base: string) => `
           '{}'::jsonb, j.status IN ('done', 'needs_check', 'error')),
       (6, 'processing', 'timeout', 'DEADLINE_PASSED', NULL, j.finished, '{}'::jsonb, j.status = 'timeout'),
       (7, j.status, j.status, 'RETRY_REQUESTED', NULL, j.finished + interval '15 minutes',
-          jsonb_build_object('next', ${ID(seed, "job:' || j.n || ':2")}::text), NOT j.current)
+          jsonb_build_object('next', ${ID(seed, "job:' || j.n || ':2", "j.created + interval '15 minutes'")}::text), NOT j.current)
     ) AS s(seq, from_status, to_status, event, msg_id, at, detail, present)
     WHERE s.present
     ORDER BY j.created, j.attempt, s.seq
@@ -214,6 +211,7 @@ export async function generateJobHistory(
         AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)`);
     for (const i of indexes) await client.query(`DROP INDEX ${String(i['name'])}`);
     const { rows: found } = await client.query(`SELECT COALESCE(max(id), 0)::text AS base FROM s3_object`);
+    await client.query(ID_FUNCTION);
     await client.query(jobsSql(files, days, retryEvery));
     const { rows } = await client.query(fillSql(files, seed, String(found[0]!.base)));
     for (const i of indexes) await client.query(String(i['def']));

@@ -7,7 +7,7 @@
  *      both jobs' transition rows appended.
  * The retried jobs keep their status and columns: a job never leaves a final status.
  */
-import { randomUUID } from 'node:crypto';
+import { newId } from '../db/ids.js';
 import {
   ATTEMPT_CREATED_EVENT,
   JOB_STATUS,
@@ -155,7 +155,7 @@ export async function applyRetries(
   const ids = [...new Set(requests.map((r) => r.jobId))];
   const rows = await sql.query<RetryLockedRow>(RETRY_LOCK, [ids]);
   // 2. Decide.
-  const plan = planRetries(rows, requests, randomUUID);
+  const plan = planRetries(rows, requests, newId);
   if (!plan.params) return plan.outcomes;
   // 3. Write; every planned attempt must be created (the files are locked: nothing moved them).
   const created = await sql.query<{ id: string }>(RETRY_WRITE, plan.params);
@@ -176,5 +176,5 @@ export async function previewRetries(
   if (requests.length === 0) return [];
   const ids = [...new Set(requests.map((r) => r.jobId))];
   const rows = await stepSqlOf(tx).query<RetryLockedRow>(RETRY_LOCK, [ids]);
-  return planRetries(rows, requests, randomUUID).outcomes;
+  return planRetries(rows, requests, newId).outcomes;
 }

@@ -8,7 +8,8 @@ import { sql } from 'kysely';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { FinalJobStatus, JobStatus } from '../../machines/index.js';
 import { dbNow, openDb } from '../../src/db/database.js';
-import { findRetryCandidates, listJobsQuery } from '../../src/db/jobs.js';
+import { addFile, createJob, findRetryCandidates, listJobsQuery } from '../../src/db/jobs.js';
+import { applyRetries } from '../../src/step/index.js';
 import { deleteExpiredJobs, expiredJobsBatch, type FinishedKey } from '../../src/db/retention.js';
 import {
   FULL_WALK_EVERY_MS,
@@ -459,6 +460,44 @@ describe('on a generated history', () => {
       'recognition_job_reply_deadline_due_idx',
     ]);
     expect((await findRetryCandidates(t.db, { statuses: ['error'], limit: 10 })).length).toBe(10);
+  });
+});
+
+describe('time-ordered ids', () => {
+  /** The version nibble of a UUID's text. */
+  const version = (id: string) => id[14];
+
+  it('files, jobs and retried attempts get UUIDv7 ids that sort by creation', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const file = await addFile(t.db, {
+        bucket: 'arm-ka',
+        key: `uploads/ids-${randomUUID()}.xlsx`,
+        name: 'a.xlsx',
+      });
+      const job = await createJob(t.db, { fileId: file.id, targetService: 'tabular-parser' });
+      expect([version(file.id), version(job.id)]).toEqual(['7', '7']);
+      ids.push(job.id);
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    expect([...ids].sort()).toEqual(ids);
+    const failed = await insertJob(t.db, { status: 'error', finished_at: new Date() });
+    const [outcome] = await t.db.transaction().execute((tx) => applyRetries(tx, [{ jobId: failed.jobId }]));
+    expect(outcome!.decision).toBe('applied');
+    expect(version(outcome!.next!.jobId)).toBe('7');
+  });
+
+  it('a generated history has them too, in the order of its creation times', async () => {
+    await history({ files: 2_000, days: 10, seed: 'ids' });
+    const { rows } = await sql<{ jobs: number; v7: number; out_of_order: number }>`
+      SELECT count(*)::int AS jobs,
+             count(*) FILTER (WHERE substr(id::text, 15, 1) = '7')::int AS v7,
+             count(*) FILTER (WHERE id < prev)::int AS out_of_order
+      FROM (SELECT id, lag(id) OVER (ORDER BY created_at) AS prev FROM recognition_job
+            WHERE id IN (SELECT current_recognition_job_id FROM stored_file WHERE original_name LIKE 'report-%')) AS j`.execute(
+      t.db,
+    );
+    expect(rows[0]).toEqual({ jobs: 2_000, v7: 2_000, out_of_order: 0 });
   });
 });
 

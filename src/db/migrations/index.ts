@@ -11,6 +11,7 @@ import * as m0005 from './0005_failed_jobs_index.js';
 import * as m0006 from './0006_job_trace_context.js';
 import * as m0007 from './0007_quarantine_service_mismatch.js';
 import * as m0010 from './0010_retention_indexes.js';
+import * as m0011 from './0011_time_ordered_ids.js';
 
 export const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
@@ -21,4 +22,5 @@ export const migrations: Record<string, Migration> = {
   '0006_job_trace_context': m0006,
   '0007_quarantine_service_mismatch': m0007,
   '0010_retention_indexes': m0010,
+  '0011_time_ordered_ids': m0011,
 };
