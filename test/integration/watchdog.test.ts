@@ -6,7 +6,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { openDb } from '../../src/db/database.js';
-import { duePublishQuery } from '../../src/daemon/publisher.js';
+import { duePublishQuery } from '../../src/daemon/publisherRound.js';
 import { applyPassedDeadlines, step } from '../../src/step/index.js';
 import { createWatchdog, dueDeadlinesQuery, type Watchdog } from '../../src/daemon/watchdog.js';
 import { createMetrics } from '../../src/metrics.js';
