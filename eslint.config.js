@@ -109,19 +109,19 @@ export default tseslint.config(
       message: 'src/nats never imports src/db or src/daemon',
     },
     {
-      files: ['src/process/**/*.ts', 'src/localServers/**/*.ts'],
+      files: ['src/process/**/*.ts', 'workshop/localServers/**/*.ts'],
       banned: ['cli', 'daemon', 'demo'],
       message: 'process plumbing and local servers sit below every command and loop',
     },
     {
       files: ['bench/**/*.ts'],
       banned: ['test'],
-      message: 'bench/ never imports test/: shared process helpers live in src/localServers',
+      message: 'bench/ never imports test/: shared process helpers live in workshop/localServers',
     },
     {
       files: ['test/**/*.ts'],
       banned: ['bench'],
-      message: 'test/ never imports bench/: shared process helpers live in src/localServers',
+      message: 'test/ never imports bench/: shared process helpers live in workshop/localServers',
     },
   ]),
 );

@@ -7,14 +7,14 @@
 import { Command } from 'commander';
 import { packageVersion } from '../packageInfo.js';
 import { registerDbCommands } from './db.js';
-import { registerDemoCommand } from './demo.js';
+import { registerDemoCommand } from '../../workshop/cli/demo.js';
 import { registerInboxCommands } from './inbox.js';
 import { registerJobsCommands } from './jobs.js';
 import { registerQuarantineCommands } from './quarantine.js';
 import { registerRetentionCommands } from './retention.js';
-import { registerServiceCommands } from './service.js';
+import { registerServiceCommands } from '../../workshop/cli/service.js';
 import { registerStartCommand } from './start.js';
-import { registerStatechartsCommands } from './statecharts.js';
+import { registerStatechartsCommands } from '../../workshop/cli/statecharts.js';
 
 /**
  * A new program with every command registered. `exitOverride()` is set: a usage error or

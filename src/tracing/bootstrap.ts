@@ -8,7 +8,7 @@
  * receiver, are imported when asked for.
  */
 import { tracingRequest } from './env.js';
-import type { OtlpReceiver } from './otlpReceiver.js';
+import type { OtlpReceiver } from '../../workshop/tracing/otlpReceiver.js';
 import type { TracingSdk } from './sdk.js';
 
 let sdk: TracingSdk | undefined;
@@ -37,7 +37,7 @@ export async function startTracingFromEnv(opts: {
   const env = opts.env ?? process.env;
   let request = tracingRequest(env);
   if (!request.on && isDemoTrace(opts.argv) && env.OTEL_SDK_DISABLED?.trim().toLowerCase() !== 'true') {
-    const { startOtlpReceiver } = await import('./otlpReceiver.js');
+    const { startOtlpReceiver } = await import('../../workshop/tracing/otlpReceiver.js');
     demoReceiver = await startOtlpReceiver();
     env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = demoReceiver.tracesUrl;
     // The demo reads its receiver within seconds of the last job; export every half second.

@@ -26,7 +26,7 @@ import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { registerDbCommands } from '../../src/cli/db.js';
-import { registerServiceCommands } from '../../src/cli/service.js';
+import { registerServiceCommands } from '../../workshop/cli/service.js';
 import { registerStartCommand } from '../../src/cli/start.js';
 import { CONFIG_VARIABLES, configVariableNames, FILE_VARIABLES, redactUrl } from '../../src/config.js';
 

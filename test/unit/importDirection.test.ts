@@ -36,7 +36,7 @@ describe('the import direction is enforced by lint', { timeout: 60_000 }, () => 
     ['src/nats/__probe.ts', '../db/jobs.js'],
     ['src/nats/__probe.ts', '../daemon/inbox.js'],
     ['src/process/__probe.ts', '../cli/plumbing.js'],
-    ['src/localServers/__probe.ts', '../daemon/daemon.js'],
+    ['workshop/localServers/__probe.ts', '../daemon/daemon.js'],
     ['bench/__probe.ts', '../test/helpers/logSink.js'],
     ['test/integration/__probe.ts', '../../bench/env.js'],
   ])('%s may not import %s', async (file, specifier) => {
@@ -54,8 +54,8 @@ describe('the import direction is enforced by lint', { timeout: 60_000 }, () => 
     ['src/statecharts/__probe.ts', '../process/stopSignals.js'],
     ['src/db/__probe.ts', '../config.js'],
     ['src/nats/__probe.ts', '@nats-io/jetstream'],
-    ['bench/__probe.ts', '../src/localServers/natsServer.js'],
-    ['test/integration/__probe.ts', '../../src/localServers/pgCluster.js'],
+    ['bench/__probe.ts', '../workshop/localServers/natsServer.js'],
+    ['test/integration/__probe.ts', '../../workshop/localServers/pgCluster.js'],
   ])('%s may import %s', async (file, specifier) => {
     expect(await rejected(file, specifier)).toBe(false);
   });
