@@ -7,17 +7,15 @@
 import { Command } from 'commander';
 import { packageVersion } from '../packageInfo.js';
 import { registerDbCommands } from './db.js';
-import { registerDemoCommand } from '../../workshop/cli/demo.js';
 import { registerInboxCommands } from './inbox.js';
 import { registerJobsCommands } from './jobs.js';
 import { registerQuarantineCommands } from './quarantine.js';
 import { registerRetentionCommands } from './retention.js';
-import { registerServiceCommands } from '../../workshop/cli/service.js';
 import { registerStartCommand } from './start.js';
-import { registerStatechartsCommands } from '../../workshop/cli/statecharts.js';
 
 /**
- * A new program with every command registered. `exitOverride()` is set: a usage error or
+ * A new program with every command of the product registered (a development checkout's launcher
+ * adds the workshop's, `workshop/cli/register.ts`). `exitOverride()` is set: a usage error or
  * `--help` throws a CommanderError instead of exiting, and the caller decides the exit.
  */
 export function buildProgram(): Command {
@@ -33,9 +31,6 @@ export function buildProgram(): Command {
   registerDbCommands(program);
   registerJobsCommands(program);
   registerQuarantineCommands(program);
-  registerStatechartsCommands(program);
-  registerDemoCommand(program);
-  registerServiceCommands(program);
   registerInboxCommands(program);
   registerRetentionCommands(program);
   return program;

@@ -5,7 +5,8 @@
  */
 import { Option, type Command } from 'commander';
 import { DEMO_SERVER_CHOICES, type DemoServerChoice } from '../demo/demoServerChoices.js';
-import { demoTraceReceiver, flushTracing } from '../../src/tracing/bootstrap.js';
+import { flushTracing } from '../../src/tracing/bootstrap.js';
+import { demoTraceReceiver } from '../tracing/demoTrace.js';
 import { wholeNumber } from '../../src/cli/plumbing.js';
 
 /** Where the demo runs (`workshop/demo/demoServers.ts`), for `demo --help`. */
