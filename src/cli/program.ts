@@ -1,5 +1,6 @@
 /**
- * The `recognition-core` command as a commander program: every command and option, nothing run.
+ * The product's `recognition-core` command as a commander program: its commands and options,
+ * nothing run.
  * Each group of subcommands lives in `./<group>.ts` and registers itself here; a registration
  * module imports commander and light modules only, and each action imports what it needs when it
  * runs, so that `--help`, `--version` and a mistyped option answer at once.

@@ -63,8 +63,8 @@ export function moduleImports(file: string): ModuleImport[] {
 /** The source file (relative to `root`) a relative `specifier` of `file` names. */
 export function resolveSource(root: string, file: string, specifier: string): string {
   const target = resolve(root, dirname(file), specifier);
-  const ts = target.replace(/\.js$/, '.ts');
-  return relative(root, existsSync(ts) ? ts : target);
+  const typescript = target.replace(/\.js$/, '.ts');
+  return relative(root, existsSync(typescript) ? typescript : target);
 }
 
 /** The package a bare specifier names (`@scope/name` or `name`), or undefined for a Node built-in. */
