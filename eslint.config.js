@@ -4,8 +4,20 @@ import tseslint from 'typescript-eslint';
 import globals from 'globals';
 
 /**
+ * The product (`src/`, `machines/`) never imports the workshop (`workshop/`: what only tests,
+ * bench, the demo and developers use): the container image carries no workshop, and an import of
+ * it would fail there.
+ */
+const NO_WORKSHOP = {
+  regex: '^\\.{1,2}/(?:.*/)?workshop(?:/|\\.js$)',
+  message: 'src/ and machines/ are the product: they never import workshop/ (docs/development.md)',
+};
+
+/**
  * One `no-restricted-imports` block per folder: an import whose path names a banned folder
- * (`../daemon/x.js`, `../../src/daemon/x.js`, `../test/helpers/x.js`) is an error.
+ * (`../daemon/x.js`, `../../src/daemon/x.js`, `../test/helpers/x.js`) is an error. A block of
+ * `src/` bans the workshop too: for one file, the last block that sets the rule replaces the
+ * others, so each repeats {@link NO_WORKSHOP}.
  * @param {Array<{ files: string[]; banned: string[]; message: string }>} bans
  */
 function importBans(bans) {
@@ -14,7 +26,12 @@ function importBans(bans) {
     rules: {
       'no-restricted-imports': [
         'error',
-        { patterns: [{ regex: `^\\.{1,2}/(?:.*/)?(?:${banned.join('|')})(?:/|\\.js$)`, message }] },
+        {
+          patterns: [
+            { regex: `^\\.{1,2}/(?:.*/)?(?:${banned.join('|')})(?:/|\\.js$)`, message },
+            ...(files.every((f) => f.startsWith('src/')) ? [NO_WORKSHOP] : []),
+          ],
+        },
       ],
     },
   }));
@@ -36,6 +53,12 @@ export default tseslint.config(
         },
       ],
     },
+  },
+  {
+    // The product never imports the workshop. The blocks below that set the rule for some of
+    // src/ again (and machines/, which imports only xstate and itself) keep this ban.
+    files: ['src/**/*.ts'],
+    rules: { 'no-restricted-imports': ['error', { patterns: [NO_WORKSHOP] }] },
   },
   {
     // The lifecycle machine is pure: xstate and its own files only; time arrives on the event.
@@ -85,7 +108,7 @@ export default tseslint.config(
       ],
     },
   },
-  // Direction of imports (ARCHITECTURE.md): cli -> daemon -> step -> {db, nats, messages, machines};
+  // Direction of imports (docs/development.md, "Layers"): cli -> daemon -> step -> {db, nats, messages, machines};
   // a lower folder never reaches up, so each can be read, tested and changed without the ones above.
   ...importBans([
     {
@@ -109,19 +132,24 @@ export default tseslint.config(
       message: 'src/nats never imports src/db or src/daemon',
     },
     {
-      files: ['src/process/**/*.ts', 'src/localServers/**/*.ts'],
+      files: ['src/process/**/*.ts'],
+      banned: ['cli', 'daemon'],
+      message: 'process plumbing sits below every command and loop',
+    },
+    {
+      files: ['workshop/localServers/**/*.ts'],
       banned: ['cli', 'daemon', 'demo'],
-      message: 'process plumbing and local servers sit below every command and loop',
+      message: 'local servers sit below every command, loop and the demo',
     },
     {
       files: ['bench/**/*.ts'],
       banned: ['test'],
-      message: 'bench/ never imports test/: shared process helpers live in src/localServers',
+      message: 'bench/ never imports test/: shared process helpers live in workshop/localServers',
     },
     {
       files: ['test/**/*.ts'],
       banned: ['bench'],
-      message: 'test/ never imports bench/: shared process helpers live in src/localServers',
+      message: 'test/ never imports bench/: shared process helpers live in workshop/localServers',
     },
   ]),
 );

@@ -19,7 +19,7 @@ import { CONFIG_VARIABLES, loadConfig, type Config } from '../src/config.js';
 import { createDatabaseIfMissing, dropDatabase, migrateToLatest, openDb } from '../src/db/database.js';
 import { provisionStreams } from '../src/nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM, RESULT_SUBJECT } from '../src/nats/subjects.js';
-import { startNatsServer, type NatsServerHandle } from '../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../workshop/localServers/natsServer.js';
 
 /** Everything a measurement needs; {@link BenchEnv.close} removes it all. */
 export interface BenchEnv {

@@ -1,6 +1,6 @@
 /**
  * The `grown` section: the inbox, the watchdog and the admin queries on the empty database and on
- * a second one holding a generated history (src/localServers/jobHistory.ts, `retryEvery` 4: a
+ * a second one holding a generated history (workshop/localServers/jobHistory.ts, `retryEvery` 4: a
  * fifth of the jobs are retried failed attempts, not current, expired for a retention of 30
  * minutes), in turns; the inbox once more while the product's retention pass deletes them.
  */
@@ -10,7 +10,7 @@ import { runRetentionPass } from '../src/daemon/retention.js';
 import type { FinishedKey } from '../src/db/retention.js';
 import { openDb } from '../src/db/database.js';
 import { listJobs, loadJob, loadTransitions } from '../src/db/jobs.js';
-import { generateJobHistory } from '../src/localServers/jobHistory.js';
+import { generateJobHistory } from '../workshop/localServers/jobHistory.js';
 import { checkpoint, startBenchEnv, type BenchEnv } from './env.js';
 import { percentile } from './latency.js';
 import { measureInbox, type ThroughputResult } from './throughput.js';

@@ -1,5 +1,6 @@
 /**
- * The `recognition-core` command as a commander program: every command and option, nothing run.
+ * The product's `recognition-core` command as a commander program: its commands and options,
+ * nothing run.
  * Each group of subcommands lives in `./<group>.ts` and registers itself here; a registration
  * module imports commander and light modules only, and each action imports what it needs when it
  * runs, so that `--help`, `--version` and a mistyped option answer at once.
@@ -7,17 +8,15 @@
 import { Command } from 'commander';
 import { packageVersion } from '../packageInfo.js';
 import { registerDbCommands } from './db.js';
-import { registerDemoCommand } from './demo.js';
 import { registerInboxCommands } from './inbox.js';
 import { registerJobsCommands } from './jobs.js';
 import { registerQuarantineCommands } from './quarantine.js';
 import { registerRetentionCommands } from './retention.js';
-import { registerServiceCommands } from './service.js';
 import { registerStartCommand } from './start.js';
-import { registerStatechartsCommands } from './statecharts.js';
 
 /**
- * A new program with every command registered. `exitOverride()` is set: a usage error or
+ * A new program with every command of the product registered (a development checkout's launcher
+ * adds the workshop's, `workshop/cli/register.ts`). `exitOverride()` is set: a usage error or
  * `--help` throws a CommanderError instead of exiting, and the caller decides the exit.
  */
 export function buildProgram(): Command {
@@ -33,9 +32,6 @@ export function buildProgram(): Command {
   registerDbCommands(program);
   registerJobsCommands(program);
   registerQuarantineCommands(program);
-  registerStatechartsCommands(program);
-  registerDemoCommand(program);
-  registerServiceCommands(program);
   registerInboxCommands(program);
   registerRetentionCommands(program);
   return program;

@@ -41,9 +41,9 @@ import {
   startNatsCluster,
   startNatsServer,
   type NatsServerHandle,
-} from '../../src/localServers/natsServer.js';
-import { startPatroniCluster, type PatroniClusterHandle } from '../../src/localServers/patroni.js';
-import { startPgCluster, type PgClusterHandle } from '../../src/localServers/pgCluster.js';
+} from '../../workshop/localServers/natsServer.js';
+import { startPatroniCluster, type PatroniClusterHandle } from '../../workshop/localServers/patroni.js';
+import { startPgCluster, type PgClusterHandle } from '../../workshop/localServers/pgCluster.js';
 import {
   checkInvariants,
   countLogLine,

@@ -24,10 +24,10 @@ import {
   SAMPLE_PUBLISH_POLICY as PUBLISH_RETRY_POLICY,
   SAMPLE_REPLY_TIMEOUT_MS as REPLY_TIMEOUT_MS,
   SAMPLE_SERVICE as SERVICE,
-} from '../../src/statecharts/samples.js';
+} from '../../workshop/statecharts/samples.js';
 
 /**
- * The constants are the statecharts' samples (`src/statecharts/samples.ts`), under the names the
+ * The constants are the statecharts' samples (`workshop/statecharts/samples.ts`), under the names the
  * tests read: one set of sample jobs for the generated charts and the tests.
  */
 export {
@@ -39,7 +39,7 @@ export {
   SAMPLE_OTHER_SERVICE as OTHER_SERVICE,
   SAMPLE_REPLY_TIMEOUT_MS as REPLY_TIMEOUT_MS,
   SAMPLE_PUBLISH_POLICY as PUBLISH_RETRY_POLICY,
-} from '../../src/statecharts/samples.js';
+} from '../../workshop/statecharts/samples.js';
 
 export const ACK_MSG_ID = `ack:${JOB_ID}:1`;
 export const DONE_MSG_ID = `result:${JOB_ID}:done`;

@@ -10,7 +10,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { freePort } from '../../src/localServers/freePort.js';
+import { freePort } from '../../workshop/localServers/freePort.js';
 
 /** Options of {@link startPrometheus}. */
 export interface PrometheusOptions {

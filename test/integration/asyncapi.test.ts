@@ -19,10 +19,10 @@ import {
   TABULAR_PARSER,
   startTabularParser,
   type TabularParserService,
-} from '../../src/reference/tabularParserService.js';
+} from '../../workshop/reference/tabularParserService.js';
 import { messageExamples, messageValidators, readAsyncApi, readSchemaFiles } from '../helpers/asyncapi.js';
 import { createLogSink } from '../helpers/logSink.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 
 type Facts = Record<string, unknown>;
 const doc = readAsyncApi() as {

@@ -1,11 +1,16 @@
 /**
  * The `recognition-core` command as a user runs it (the built CLI, a real database): files,
- * jobs, migrations and the quarantine, including every way a user can get it wrong.
+ * jobs, migrations and the quarantine, including every way a user can get it wrong; and the
+ * command of an installation without the workshop, as the container image has it.
  */
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing, dropDatabase } from '../../src/db/database.js';
 import { insertJob, snapshotTables } from '../helpers/fixtures.js';
 import { dbUrl } from '../helpers/pgUrls.js';
@@ -14,9 +19,12 @@ import { useTestDatabase } from '../helpers/withDatabase.js';
 const t = useTestDatabase();
 const run = promisify(execFile);
 
-async function cli(args: string[], env: Record<string, string> = {}) {
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+/** Run `bin/recognition-core.js` of `root` (this checkout by default). */
+async function cli(args: string[], env: Record<string, string> = {}, root = ROOT) {
   try {
-    const { stdout, stderr } = await run(process.execPath, ['bin/recognition-core.js', ...args], {
+    const { stdout, stderr } = await run(process.execPath, [join(root, 'bin/recognition-core.js'), ...args], {
       env: { ...process.env, DATABASE_URL: t.url, ...env },
     });
     return { code: 0, stdout, stderr };
@@ -178,5 +186,56 @@ describe('quarantine', () => {
     expect(job.status).toBe('processing');
 
     expect((await cli(['quarantine', 'replay'])).stderr).toMatch(/either a quarantine id or --reason/);
+  });
+});
+
+describe('an installation without the workshop (the container image)', () => {
+  const WORKSHOP = ['statecharts', 'simulate', 'demo', 'service'];
+  let image: string;
+  beforeAll(() => {
+    // What the runtime stage of deploy/Dockerfile copies: bin/, package.json and the compiled
+    // trees it takes from the build stage; the dependencies are this checkout's.
+    image = mkdtempSync(join(tmpdir(), 'recognition-core-image-'));
+    const dockerfile = readFileSync(join(ROOT, 'deploy/Dockerfile'), 'utf8');
+    const trees = [...dockerfile.matchAll(/^COPY --from=build \/src\/(dist\/\S+) /gm)].map((m) => m[1]!);
+    expect(trees).toContain('dist/src');
+    for (const path of ['bin', 'package.json', ...trees])
+      cpSync(join(ROOT, path), join(image, path), { recursive: true });
+    symlinkSync(join(ROOT, 'node_modules'), join(image, 'node_modules'));
+  });
+  afterAll(() => {
+    if (image) rmSync(image, { recursive: true, force: true });
+  });
+
+  const commandsOf = (help: string) =>
+    [...help.slice(help.indexOf('Commands:')).matchAll(/^ {2}(\S+)/gm)].map((m) => m[1]!);
+
+  it("lists the operator's commands and none of the workshop's; a checkout lists both", async () => {
+    const installed = commandsOf((await cli(['--help'], {}, image)).stdout);
+    expect(installed).toEqual(expect.arrayContaining(['start', 'migrate', 'jobs', 'quarantine', 'inbox']));
+    expect(installed.filter((c) => WORKSHOP.includes(c))).toEqual([]);
+    const checkout = commandsOf((await cli(['--help'])).stdout);
+    expect(checkout).toEqual(expect.arrayContaining([...installed, ...WORKSHOP]));
+  });
+
+  it.each([
+    ['demo'],
+    ['simulate', 'visualizations/scenarios/happy-path.json'],
+    ['statecharts', '--check'],
+    ['service', 'tabular-parser'],
+  ])('%s: one line naming the development checkout, exit 2', async (...args) => {
+    const r = await cli(args, {}, image);
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toBe(
+      `recognition-core: ${args[0]} is part of a development checkout (npm ci && npm run build there); this installation has the operator's commands only (recognition-core --help)\n`,
+    );
+  });
+
+  it("runs the operator's commands", async () => {
+    const r = await cli(['migrate', '--status'], {}, image);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/0001_initial/);
+    expect(r.stderr).toMatch(/applied, 0 pending/);
   });
 });

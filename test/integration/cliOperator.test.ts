@@ -12,7 +12,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dropDatabase, openDb } from '../../src/db/database.js';
 import { migrations } from '../../src/db/migrations/index.js';
-import { startNatsServer } from '../../src/localServers/natsServer.js';
+import { startNatsServer } from '../../workshop/localServers/natsServer.js';
 import { CLI_BIN, cliEnv, runCli, spawnCli } from '../helpers/cliProcess.js';
 import { insertJob } from '../helpers/fixtures.js';
 import { dbUrl } from '../helpers/pgUrls.js';

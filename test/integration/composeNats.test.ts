@@ -14,8 +14,8 @@ import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { loadConfig } from '../../src/config.js';
-import { freePort } from '../../src/localServers/freePort.js';
-import { findNatsServerBinary } from '../../src/localServers/natsServer.js';
+import { freePort } from '../../workshop/localServers/freePort.js';
+import { findNatsServerBinary } from '../../workshop/localServers/natsServer.js';
 import { waitFor } from '../helpers/testDaemon.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing, dropDatabase } from '../../src/db/database.js';
 import { runCli } from '../helpers/cliProcess.js';
-import { freePort } from '../../src/localServers/freePort.js';
+import { freePort } from '../../workshop/localServers/freePort.js';
 import { dbUrl } from '../helpers/pgUrls.js';
 
 /** Nothing listens there: if a case got past the configuration, it would fail differently. */

@@ -26,7 +26,7 @@ import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { startTracingSdk } from '../../src/tracing/sdk.js';
 import { loadAll } from '../helpers/fixtures.js';
 import { createLogSink, type LogSink } from '../helpers/logSink.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { serverUrl } from '../helpers/pgUrls.js';
 import { startTcpProxy } from '../helpers/tcpProxy.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';

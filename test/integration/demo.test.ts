@@ -35,7 +35,7 @@ import { runCli, spawnCli } from '../helpers/cliProcess.js';
 import { insertJob, snapshotTables } from '../helpers/fixtures.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { dbUrl } from '../helpers/pgUrls.js';
 
 /** Matches the stale-database cleanup of globalSetup (rc_test_<pid>_…) and the demo's "demo" rule. */

@@ -12,7 +12,7 @@ import {
   startNatsCluster,
   startNatsServer,
   type NatsServerHandle,
-} from '../../src/localServers/natsServer.js';
+} from '../../workshop/localServers/natsServer.js';
 
 const enc = new TextEncoder();
 

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 
-import { startPgCluster, type PgClusterHandle } from '../../src/localServers/pgCluster.js';
+import { startPgCluster, type PgClusterHandle } from '../../workshop/localServers/pgCluster.js';
 
 async function query<R extends pg.QueryResultRow>(url: string, sql: string): Promise<R[]> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3_000 });

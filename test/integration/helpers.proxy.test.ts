@@ -3,7 +3,7 @@ import pg from 'pg';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 
 import { startTcpProxy, type TcpProxy } from '../helpers/tcpProxy.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { serverUrl } from '../helpers/pgUrls.js';
 
 /** The test PostgreSQL server (`TEST_PG_URL`, else the machine's 127.0.0.1:5432). Only read from here. */

@@ -8,7 +8,7 @@
 import { jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { provisionStreams } from '../../src/nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM, RESULT_SUBJECT } from '../../src/nats/subjects.js';
 import { insertJob, loadAll } from '../helpers/fixtures.js';

@@ -12,7 +12,7 @@ import { createDatabaseIfMissing, dropDatabase, openDb, type Db } from '../../sr
 import { replayQuarantine } from '../../src/daemon/quarantineReplay.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { insertJob, loadAll } from '../helpers/fixtures.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { dbUrl } from '../helpers/pgUrls.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
 import { startTcpProxy } from '../helpers/tcpProxy.js';

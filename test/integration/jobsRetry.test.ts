@@ -14,7 +14,7 @@ import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { applyRetries, step } from '../../src/step/index.js';
 import { runCli } from '../helpers/cliProcess.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { startTestDaemon, waitFor } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 

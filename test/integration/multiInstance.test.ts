@@ -10,7 +10,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { waitFor } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 

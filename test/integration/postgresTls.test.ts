@@ -12,7 +12,7 @@ import { loadConfig } from '../../src/config.js';
 import { openDb, type Db } from '../../src/db/database.js';
 import { pgConnection } from '../../src/db/pgTls.js';
 import { ConfigError } from '../../src/errors.js';
-import { startPgCluster, type PgClusterHandle } from '../../src/localServers/pgCluster.js';
+import { startPgCluster, type PgClusterHandle } from '../../workshop/localServers/pgCluster.js';
 import { runCli } from '../helpers/cliProcess.js';
 import { makeTestPki, type TestPki } from '../helpers/testPki.js';
 

@@ -7,7 +7,7 @@
  */
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { startPrometheus, type PrometheusHandle } from '../helpers/prometheusServer.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
 import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';

@@ -27,7 +27,7 @@ import { provisionStreams } from '../../src/nats/provision.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { loadAll } from '../helpers/fixtures.js';
 import { createLogSink } from '../helpers/logSink.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcpProxy.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 

@@ -11,7 +11,7 @@ import { jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/j
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addFile, createJob } from '../../src/db/jobs.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { provisionStreams } from '../../src/nats/provision.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { loadAll } from '../helpers/fixtures.js';

@@ -12,7 +12,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { addFile, createJob } from '../../src/db/jobs.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';

@@ -5,7 +5,7 @@
  * same checks as `recognition_ready{check}` (1 or 0), which the alerting rules read.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcpProxy.js';
 import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';

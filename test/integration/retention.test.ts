@@ -20,7 +20,7 @@ import {
 import { createMetrics } from '../../src/metrics.js';
 import { runCli } from '../helpers/cliProcess.js';
 import { insertJob, snapshotTables } from '../helpers/fixtures.js';
-import { generateJobHistory, type JobHistoryOptions } from '../../src/localServers/jobHistory.js';
+import { generateJobHistory, type JobHistoryOptions } from '../../workshop/localServers/jobHistory.js';
 import { createLogSink } from '../helpers/logSink.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 

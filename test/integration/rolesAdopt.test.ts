@@ -13,7 +13,7 @@ import { sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing, migrateToLatest, openDb, type Db } from '../../src/db/database.js';
-import { findPgBinDir, startPgCluster, type PgClusterHandle } from '../../src/localServers/pgCluster.js';
+import { findPgBinDir, startPgCluster, type PgClusterHandle } from '../../workshop/localServers/pgCluster.js';
 import { runCli } from '../helpers/cliProcess.js';
 import { insertJob, type JobFixture } from '../helpers/fixtures.js';
 

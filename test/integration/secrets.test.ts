@@ -9,7 +9,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertJob } from '../helpers/fixtures.js';
 import { spawnCli, runCli, type CliProcess } from '../helpers/cliProcess.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcpProxy.js';
 import { waitFor } from '../helpers/testDaemon.js';

@@ -9,7 +9,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { applyInboxBatchTx, decodeItem, type RawMessage } from '../../src/daemon/inboxBatch.js';
 import { withPgClient } from '../../src/db/pgTransaction.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { RESULTS_STREAM, RESULT_SUBJECT } from '../../src/nats/subjects.js';
 import { applyEventsOptimistic, pgStepSql } from '../../src/step/index.js';
 import { spawnCli } from '../helpers/cliProcess.js';

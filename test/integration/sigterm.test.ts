@@ -14,7 +14,7 @@ import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { spawnCli, type CliProcess } from '../helpers/cliProcess.js';
 import type { JobRef } from '../helpers/serviceClient.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { waitFor } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 

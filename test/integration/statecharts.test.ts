@@ -21,7 +21,7 @@ import { createLogger } from '../../src/logger.js';
 import { legalEdges } from '../../src/statecharts/machineGraph.js';
 import { createStatechartRoutes } from '../../src/statecharts/livePage.js';
 import { insertJob } from '../helpers/fixtures.js';
-import { freePort } from '../../src/localServers/freePort.js';
+import { freePort } from '../../workshop/localServers/freePort.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 
 const t = useTestDatabase();

@@ -9,10 +9,14 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../../src/tracing/otlpReceiver.js';
+import {
+  startOtlpReceiver,
+  type OtlpReceiver,
+  type ReceivedSpan,
+} from '../../workshop/tracing/otlpReceiver.js';
 import { runCli, spawnCli, type CliProcess } from '../helpers/cliProcess.js';
 import { insertJob } from '../helpers/fixtures.js';
-import { startNatsServer, type NatsServerHandle } from '../../src/localServers/natsServer.js';
+import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
 import { waitFor } from '../helpers/testDaemon.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';

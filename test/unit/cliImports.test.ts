@@ -84,11 +84,20 @@ function staticGraph(entries: string[]): { files: Map<string, string[]>; package
 }
 
 describe('what the recognition-core command loads before a command runs', () => {
-  // The launcher imports the tracing bootstrap first, then the CLI.
-  const graph = staticGraph(['src/tracing/bootstrap.ts', 'src/cli.ts']);
+  // The launcher of a development checkout imports the workshop's registration module, then the
+  // tracing bootstrap, then the CLI (the image's launcher the last two only).
+  const graph = staticGraph(['workshop/cli/register.ts', 'src/tracing/bootstrap.ts', 'src/cli.ts']);
 
   it('walks the whole command line: every registration module and commander', () => {
-    for (const f of ['src/cli/program.ts', 'src/cli/jobs.ts', 'src/cli/db.ts', 'src/cli/quarantine.ts'])
+    for (const f of [
+      'src/cli/program.ts',
+      'src/cli/jobs.ts',
+      'src/cli/db.ts',
+      'src/cli/quarantine.ts',
+      'workshop/cli/statecharts.ts',
+      'workshop/cli/demo.ts',
+      'workshop/cli/service.ts',
+    ])
       expect([...graph.files.keys()]).toContain(f);
     expect([...graph.packages.keys()]).toContain('commander');
   });
@@ -108,6 +117,11 @@ describe('what the recognition-core command loads before a command runs', () => 
       'machines/index.ts',
       'src/tracing/sdk.ts',
       'src/tracing/tracing.ts',
+      'workshop/tracing/otlpReceiver.ts',
+      'workshop/demo/runDemo.ts',
+      'workshop/reference/tabularParserService.ts',
+      'workshop/statecharts/generate.ts',
+      'workshop/statecharts/scenario.ts',
     ];
     const reached = forbidden.filter((f) => graph.files.has(f));
     expect(reached.map((f) => `${f} via ${graph.files.get(f)!.join(' -> ')}`)).toEqual([]);

@@ -22,7 +22,7 @@ import {
   redactUrl,
   secretsOf,
 } from '../../src/config.js';
-import { CONFIG_TABLE_BEGIN, CONFIG_TABLE_END, configTableBlock } from '../../src/docs/configTable.js';
+import { CONFIG_TABLE_BEGIN, CONFIG_TABLE_END, configTableBlock } from '../../workshop/docs/configTable.js';
 import { formatSpan, parseSpanMs } from '../../src/duration.js';
 import { ConfigError } from '../../src/errors.js';
 import { createMetrics } from '../../src/metrics.js';

@@ -20,14 +20,14 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { registerDbCommands } from '../../src/cli/db.js';
-import { registerServiceCommands } from '../../src/cli/service.js';
-import { registerStartCommand } from '../../src/cli/start.js';
+import { moduleImports, packageOf, sourceFiles } from '../helpers/importGraph.js';
+import { buildProgram } from '../../src/cli/program.js';
+import { registerWorkshopCommands } from '../../workshop/cli/register.js';
 import { CONFIG_VARIABLES, configVariableNames, FILE_VARIABLES, redactUrl } from '../../src/config.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -81,12 +81,8 @@ function seconds(span: string): number {
   return total;
 }
 
-/** The CLI's commands as paths (`start`, `migrate`, `service tabular-parser`, …). */
-function cliCommands(): Set<string> {
-  const program = new Command('recognition-core');
-  registerStartCommand(program);
-  registerDbCommands(program);
-  registerServiceCommands(program);
+/** The commands of `program` as paths (`start`, `migrate`, `service tabular-parser`, …). */
+function commandPaths(program: Command): Set<string> {
   const out = new Set<string>();
   const walk = (c: Command, prefix: string[]) => {
     for (const sub of c.commands) {
@@ -127,6 +123,9 @@ const compose = parse(read('deploy/compose.yaml'), { merge: true }) as {
       image?: string;
       command?: string[];
       entrypoint?: string[];
+      build?: { context: string; dockerfile: string; target?: string };
+      user?: string;
+      init?: boolean;
       environment?: Record<string, string>;
       secrets?: string[];
       volumes?: string[];
@@ -185,7 +184,14 @@ describe('environment names', () => {
 });
 
 describe('commands', () => {
-  const commands = cliCommands();
+  /** The product's commands: those of the image. */
+  const commands = commandPaths(buildProgram());
+  /** The workshop's: those of a development checkout only. */
+  const workshopCommands = (() => {
+    const program = new Command('recognition-core');
+    registerWorkshopCommands(program);
+    return commandPaths(program);
+  })();
   const bin = pkg.bin['recognition-core']!;
 
   it('the units run the bin of package.json: start, and migrate as a one-shot', () => {
@@ -218,7 +224,9 @@ describe('commands', () => {
     expect(compose.services.migrate!.command).toEqual(['migrate']);
     expect(compose.services.core!.command).toEqual(['start']);
     expect(compose.services['tabular-parser']!.command).toEqual(['service', 'tabular-parser']);
-    for (const s of ours) expect(commands, s).toContain(compose.services[s]!.command!.join(' '));
+    for (const s of ['migrate', 'core'])
+      expect(commands, s).toContain(compose.services[s]!.command!.join(' '));
+    expect(workshopCommands).toContain(compose.services['tabular-parser']!.command!.join(' '));
     expect(commands).toContain('start');
     expect(commands).toContain('migrate');
     expect(compose.services.core!.depends_on).toMatchObject({
@@ -232,6 +240,16 @@ describe('commands', () => {
     expect(compose.services.migrate!.depends_on).toMatchObject({
       postgres: { condition: 'service_healthy' },
     });
+  });
+  it('compose runs the reference service, a workshop command, from the build stage: the compiled checkout', () => {
+    const service = compose.services['tabular-parser']!;
+    expect(service.build).toEqual({ context: '..', dockerfile: 'deploy/Dockerfile', target: 'build' });
+    expect(stages.get('build')).toContain('WORKDIR /src');
+    expect(service.entrypoint).toEqual(['node', `/src/${bin}`]);
+    expect(service.image).not.toBe(compose.services.core!.image);
+    expect(service.user?.split(':')[0]).not.toMatch(/^(root|0)$/);
+    expect(service.init).toBe(true);
+    for (const s of ['migrate', 'core']) expect(compose.services[s]!.build?.target, s).toBeUndefined();
   });
 });
 
@@ -410,6 +428,15 @@ describe('container recipe', () => {
     for (const l of fromBuild) expect(l).toMatch(/^COPY --from=build \/src\/dist\/\S+ \.\/dist\/\S+$/);
   });
 
+  it('carries the product only: the compiled src, machines and schemas, nothing of the workshop, the bench or the tests', () => {
+    const fromBuild = runtime
+      .filter((l) => l.includes('--from=build'))
+      .map((l) => /\/src\/(dist\/\S+)/.exec(l)![1]);
+    expect(fromBuild.sort()).toEqual(['dist/machines', 'dist/schemas', 'dist/src']);
+    for (const l of runtime.filter((x) => /^(COPY|ADD)\b/.test(x)))
+      expect(l).not.toMatch(/\b(dist\/)?(workshop|bench|test)\b/);
+  });
+
   it('runs as a non-root user', () => {
     const user = runtime.filter((l) => l.startsWith('USER ')).at(-1);
     expect(user).toBeDefined();
@@ -427,32 +454,32 @@ describe('container recipe', () => {
     }
   });
 
-  it('gives the daemon, at run time, only production dependencies and Node built-ins to import', () => {
-    const files: string[] = [];
-    const walk = (dir: string) => {
-      for (const e of readdirSync(join(root, dir), { withFileTypes: true })) {
-        const p = join(dir, e.name);
-        if (e.isDirectory()) walk(p);
-        else if (/\.ts$/.test(e.name) && !/\.test\.ts$/.test(e.name)) files.push(p);
-      }
-    };
-    walk('src');
-    walk('machines');
-    files.push('bin/recognition-core.js');
+  it('installs what the product imports at run time: its packages are the production dependencies', () => {
+    // The product: src/, machines/ and the launcher (which loads the workshop only where it is).
+    const files = [...sourceFiles(root, 'src'), ...sourceFiles(root, 'machines'), 'bin/recognition-core.js'];
     const builtins = new Set(builtinModules);
+    const used = new Set<string>();
     const wrong: string[] = [];
     for (const f of files) {
-      const text = read(f);
-      for (const m of text.matchAll(/^(?:import|export)\s+(type\s+)?[^'"]*?from\s+'([^']+)'/gm)) {
-        const [, typeOnly, spec] = m;
-        if (typeOnly || spec!.startsWith('.')) continue;
-        const name = spec!.startsWith('@') ? spec!.split('/').slice(0, 2).join('/') : spec!.split('/')[0]!;
-        if (name.startsWith('node:') || builtins.has(name)) continue;
-        if (!(name in pkg.dependencies)) wrong.push(`${relative('.', f)}: ${spec}`);
+      for (const { specifier, typeOnly } of moduleImports(join(root, f))) {
+        const name = specifier.startsWith('.') ? undefined : packageOf(specifier);
+        if (!name || builtins.has(name)) continue;
+        // A type-only import is gone from the compiled code: a devDependency is enough for it.
+        if (typeOnly) {
+          if (!(name in pkg.dependencies) && !(name in pkg.devDependencies)) wrong.push(`${f}: ${specifier}`);
+          continue;
+        }
+        used.add(name);
+        if (!(name in pkg.dependencies)) wrong.push(`${f}: ${specifier}`);
       }
+      // pino loads a transport by its package name, in a worker thread.
+      for (const m of read(f).matchAll(/transport:\s*\{\s*target:\s*'([^']+)'/g)) used.add(packageOf(m[1]!)!);
     }
     expect(files.length).toBeGreaterThan(20);
     expect(wrong).toEqual([]);
+    // Nothing in the image is there for the workshop (the demo, the reference service), the tests
+    // or the bench only.
+    expect(Object.keys(pkg.dependencies).filter((d) => !used.has(d))).toEqual([]);
   });
 
   it('keeps the build context small (.dockerignore), and the secrets of compose out of it', () => {

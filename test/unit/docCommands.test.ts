@@ -3,8 +3,9 @@
  * is one the command accepts. The lines are read from README.md, docs/*.md (inline code and code
  * blocks, with markdown-it) and monitoring/* (backticked, as the alerts' runbooks and the
  * dashboard's descriptions write them); placeholders (`<job_id>`, `ID`, `N`, `R`, a Prometheus
- * `{{ $labels.reason }}`) get sample values. Each is parsed by the real program
- * (`buildProgram()`), checks of its arguments included, and stopped before its action runs.
+ * `{{ $labels.reason }}`) get sample values. Each is parsed by the real program of a development
+ * checkout (`buildProgram()` and the workshop's commands, as the launcher composes them), checks of
+ * its arguments included, and stopped before its action runs.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -13,8 +14,17 @@ import { CommanderError, type Command } from 'commander';
 import MarkdownIt, { type Token } from 'markdown-it';
 import { describe, expect, it } from 'vitest';
 import { buildProgram } from '../../src/cli/program.js';
+import { registerWorkshopCommands } from '../../workshop/cli/register.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+/** The program a development checkout runs: the product's commands and the workshop's. */
+function checkoutProgram(): Command {
+  const program = buildProgram();
+  registerWorkshopCommands(program);
+  return program;
+}
+
 const md = new MarkdownIt({ html: true });
 
 /** A command line found in a file. */
@@ -157,7 +167,7 @@ function allCommands(program: Command): Command[] {
  * the message the command would print.
  */
 async function parse(args: string[]): Promise<string> {
-  const program = buildProgram();
+  const program = checkoutProgram();
   const errors: string[] = [];
   for (const c of allCommands(program)) {
     c.configureOutput({ writeOut: () => {}, writeErr: (s) => errors.push(s) });
@@ -178,7 +188,7 @@ async function parse(args: string[]): Promise<string> {
 }
 
 describe('the command lines of the manuals and runbooks', () => {
-  const commands = buildProgram().commands.map((c) => c.name());
+  const commands = checkoutProgram().commands.map((c) => c.name());
   const found = documentedCommands(commands);
 
   it('are found in the manuals, the runbooks and the dashboard', () => {

@@ -1,5 +1,6 @@
 /**
- * Imports point one way (docs/development.md, "Layers"): the step never reaches the loops above it, statecharts
+ * Imports point one way (docs/development.md, "Layers"): the product (src/, machines/) never
+ * reaches the workshop, the step never reaches the loops above it, statecharts
  * never reach the daemon or the step, db and nats never each other nor the daemon, bench/ and
  * test/ never each other. The lint rules that keep it so are
  * under test here: a probe import, linted as if it lived in the folder, is rejected, and the
@@ -36,7 +37,20 @@ describe('the import direction is enforced by lint', { timeout: 60_000 }, () => 
     ['src/nats/__probe.ts', '../db/jobs.js'],
     ['src/nats/__probe.ts', '../daemon/inbox.js'],
     ['src/process/__probe.ts', '../cli/plumbing.js'],
-    ['src/localServers/__probe.ts', '../daemon/daemon.js'],
+    ['workshop/localServers/__probe.ts', '../../src/daemon/daemon.js'],
+    ['workshop/localServers/__probe.ts', '../demo/runDemo.js'],
+    // The product never imports the workshop, whichever folder of src/ asks and however it gets there.
+    ['src/__probe.ts', '../workshop/cli/register.js'],
+    ['src/cli/__probe.ts', '../../workshop/cli/demo.js'],
+    ['src/tracing/__probe.ts', '../../workshop/tracing/otlpReceiver.js'],
+    ['src/statecharts/__probe.ts', '../../workshop/statecharts/generate.js'],
+    ['src/step/__probe.ts', '../../workshop/localServers/natsServer.js'],
+    ['src/db/__probe.ts', '../../workshop/localServers/jobHistory.js'],
+    ['src/nats/__probe.ts', '../../workshop/reference/fates.js'],
+    ['src/process/__probe.ts', '../../workshop/localServers/childProcesses.js'],
+    ['src/daemon/inboxScheduler.ts', '../../workshop/localServers/freePort.js'],
+    ['src/daemon/__probe.ts', '../daemon/../../workshop/demo/runDemo.js'],
+    ['machines/__probe.ts', '../workshop/statecharts/samples.js'],
     ['bench/__probe.ts', '../test/helpers/logSink.js'],
     ['test/integration/__probe.ts', '../../bench/env.js'],
   ])('%s may not import %s', async (file, specifier) => {
@@ -54,8 +68,15 @@ describe('the import direction is enforced by lint', { timeout: 60_000 }, () => 
     ['src/statecharts/__probe.ts', '../process/stopSignals.js'],
     ['src/db/__probe.ts', '../config.js'],
     ['src/nats/__probe.ts', '@nats-io/jetstream'],
-    ['bench/__probe.ts', '../src/localServers/natsServer.js'],
-    ['test/integration/__probe.ts', '../../src/localServers/pgCluster.js'],
+    ['bench/__probe.ts', '../workshop/localServers/natsServer.js'],
+    ['test/unit/__probe.ts', '../../workshop/statecharts/scenario.js'],
+    // The workshop uses the product.
+    ['workshop/cli/__probe.ts', '../../src/cli/plumbing.js'],
+    ['workshop/demo/__probe.ts', '../../src/daemon/daemon.js'],
+    ['workshop/statecharts/__probe.ts', '../../src/statecharts/render.js'],
+    ['workshop/tracing/__probe.ts', '../../src/tracing/bootstrap.js'],
+    ['workshop/statecharts/__probe.ts', '../../machines/index.js'],
+    ['test/integration/__probe.ts', '../../workshop/localServers/pgCluster.js'],
   ])('%s may import %s', async (file, specifier) => {
     expect(await rejected(file, specifier)).toBe(false);
   });

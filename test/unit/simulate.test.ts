@@ -9,10 +9,10 @@ import { join } from 'node:path';
 import { Command } from 'commander';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { decide, type JobEvent, type JobState } from '../../machines/index.js';
-import { registerStatechartsCommands } from '../../src/cli/statecharts.js';
+import { registerStatechartsCommands } from '../../workshop/cli/statecharts.js';
 import { rowToJobState } from '../../src/db/jobRow.js';
-import { defaultVisualizationsDir } from '../../src/statecharts/generate.js';
-import { loadScenario, parseScenario, startingRow, type Trace } from '../../src/statecharts/scenario.js';
+import { defaultVisualizationsDir } from '../../workshop/statecharts/generate.js';
+import { loadScenario, parseScenario, startingRow, type Trace } from '../../workshop/statecharts/scenario.js';
 
 const scenarioDir = join(defaultVisualizationsDir(), 'scenarios');
 const scenarios = readdirSync(scenarioDir)

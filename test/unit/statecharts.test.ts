@@ -12,23 +12,18 @@ import {
   findStaleFiles,
   generateStatecharts,
   STATECHART_FILES,
-} from '../../src/statecharts/generate.js';
+} from '../../workshop/statecharts/generate.js';
 import { legalEdges, readMachineGraph, type MachineGraph } from '../../src/statecharts/machineGraph.js';
 import {
   buildOverview,
   overviewLabel,
   overviewToDot,
   type Overview,
-} from '../../src/statecharts/overview.js';
-import {
-  drawnEdges,
-  nextAttemptEdges,
-  renderSvg,
-  toMermaid,
-  type DrawnEdge,
-} from '../../src/statecharts/render.js';
-import { eventVariants, sampleContext } from '../../src/statecharts/samples.js';
-import { buildStateEventTable, decideOn } from '../../src/statecharts/stateEventTable.js';
+} from '../../workshop/statecharts/overview.js';
+import { drawnEdges, nextAttemptEdges, renderSvg, type DrawnEdge } from '../../src/statecharts/render.js';
+import { toMermaid } from '../../workshop/statecharts/renderFiles.js';
+import { eventVariants, sampleContext } from '../../workshop/statecharts/samples.js';
+import { buildStateEventTable, decideOn } from '../../workshop/statecharts/stateEventTable.js';
 import { machine as statelyMachine } from '../../visualizations/recognition-job.stately.js';
 
 const dir = defaultVisualizationsDir();

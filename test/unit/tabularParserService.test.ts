@@ -14,7 +14,7 @@ import {
   parseWeights,
   pickFate,
   type Fate,
-} from '../../src/reference/tabularParserService.js';
+} from '../../workshop/reference/tabularParserService.js';
 
 describe('mulberry32', () => {
   it('gives the same sequence for the same seed, another for another seed, all in [0, 1)', () => {

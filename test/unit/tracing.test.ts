@@ -19,7 +19,7 @@ import {
   startServiceJobTrace,
   type InboxTraceItem,
 } from '../../src/tracing/jobSpans.js';
-import { decodeOtlpJson, renderSpanTree } from '../../src/tracing/otlpReceiver.js';
+import { decodeOtlpJson, renderSpanTree } from '../../workshop/tracing/otlpReceiver.js';
 import { startTracingSdk, type TracingSdk } from '../../src/tracing/sdk.js';
 import { traceLogMixin, tracingActive } from '../../src/tracing/tracing.js';
 

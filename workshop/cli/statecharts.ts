@@ -5,10 +5,10 @@
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import type { JobStatus } from '../../machines/statuses.js';
-import type { InspectionRun } from '../statecharts/inspector.js';
+import type { InspectionRun } from '../../src/statecharts/inspector.js';
 import { defaultVisualizationsDir } from '../statecharts/paths.js';
 import type { Trace } from '../statecharts/scenario.js';
-import { inspectOptions, type InspectOptions } from './plumbing.js';
+import { inspectOptions, type InspectOptions } from '../../src/cli/plumbing.js';
 
 /** Exit code of `statecharts --check` when a file is stale, and of `simulate` when `expect` fails. */
 export class CheckFailed extends Error {
@@ -79,7 +79,7 @@ export function registerStatechartsCommands(program: Command): void {
     if (o.inspect) {
       const startRow = JSON.parse(JSON.stringify(startingRow(scenario))) as Record<string, unknown>;
       const log = (line: string) => (o.json ? process.stderr : process.stdout).write(line + '\n');
-      const { sendToInspector } = await import('./inspect.js');
+      const { sendToInspector } = await import('../../src/cli/inspect.js');
       await sendToInspector(scenarioRun(trace, startRow), o, log);
     }
     if (trace.unmet.length)

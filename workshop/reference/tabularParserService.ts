@@ -36,11 +36,16 @@ import {
   type JsMsg,
 } from '@nats-io/jetstream';
 import { headers as natsHeaders, nanos, type NatsConnection } from '@nats-io/nats-core';
-import type { Logger } from '../logger.js';
-import { UUID_PATTERN, checkJobMessage, type JobMessage, type SchemaError } from '../messages/schemas.js';
-import { CONTRACT_NAMES, jobSubject, type ExchangeNames } from '../nats/subjects.js';
-import { startServiceJobTrace, type ServiceJobTrace } from '../tracing/jobSpans.js';
-import { headerFieldsOf } from '../tracing/tracing.js';
+import type { Logger } from '../../src/logger.js';
+import {
+  UUID_PATTERN,
+  checkJobMessage,
+  type JobMessage,
+  type SchemaError,
+} from '../../src/messages/schemas.js';
+import { CONTRACT_NAMES, jobSubject, type ExchangeNames } from '../../src/nats/subjects.js';
+import { startServiceJobTrace, type ServiceJobTrace } from '../../src/tracing/jobSpans.js';
+import { headerFieldsOf } from '../../src/tracing/tracing.js';
 import { DEFAULT_WEIGHTS, FATES, TABULAR_PARSER, type Fate, type FateWeights } from './fates.js';
 
 export { DEFAULT_WEIGHTS, FATES, TABULAR_PARSER, parseWeights } from './fates.js';

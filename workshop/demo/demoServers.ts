@@ -11,7 +11,7 @@
  * the demo then keeps to a database and streams of its own there (see `runDemo`). When one does
  * not answer the demo fails on it with one line.
  */
-import { loadConfig, redactUrl } from '../config.js';
+import { loadConfig, redactUrl } from '../../src/config.js';
 import {
   installCommand,
   MissingServerBinaryError,

@@ -3,7 +3,7 @@
  * default of `statecharts --out` without loading the generator (Graphviz, the machine).
  */
 import { resolve } from 'node:path';
-import { packageRoot } from '../packageInfo.js';
+import { packageRoot } from '../../src/packageInfo.js';
 
 /** `visualizations/` of this package. */
 export function defaultVisualizationsDir(): string {

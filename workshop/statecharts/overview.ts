@@ -14,8 +14,16 @@
  * - a *group* is a set of states that fans reach, drawn as one box; fans whose targets overlap
  *   share one group, so every state is in at most one group.
  */
-import type { MachineGraph } from './machineGraph.js';
-import { dotHeader, drawnEdges, guardLabel, nextAttemptDot, q, stateNode, type DrawnEdge } from './render.js';
+import type { MachineGraph } from '../../src/statecharts/machineGraph.js';
+import {
+  dotHeader,
+  drawnEdges,
+  guardLabel,
+  nextAttemptDot,
+  q,
+  stateNode,
+  type DrawnEdge,
+} from '../../src/statecharts/render.js';
 
 /** States drawn together as one box, in the graph's state order. */
 export interface OverviewGroup {

@@ -18,12 +18,12 @@ import {
   type JobEvent,
   type JobStatus,
 } from '../../machines/index.js';
-import { changedColumns, rowToJobState } from '../db/jobRow.js';
-import type { JobRow } from '../db/schema.js';
-import { decodeEnvelope } from '../messages/decodeEnvelope.js';
-import { envelopeToJobEvent, serviceMismatchDetails } from '../messages/envelopeToJobEvent.js';
-import { UsageError } from '../errors.js';
-import { readMachineGraph } from './machineGraph.js';
+import { changedColumns, rowToJobState } from '../../src/db/jobRow.js';
+import type { JobRow } from '../../src/db/schema.js';
+import { decodeEnvelope } from '../../src/messages/decodeEnvelope.js';
+import { envelopeToJobEvent, serviceMismatchDetails } from '../../src/messages/envelopeToJobEvent.js';
+import { UsageError } from '../../src/errors.js';
+import { readMachineGraph } from '../../src/statecharts/machineGraph.js';
 import { DECISION_LOG_LEVEL, chooseTransition } from './stateEventTable.js';
 
 // ---------------------------------------------------------------------------------------------

@@ -16,7 +16,12 @@ import {
   type JobEffect,
   type JobEvent,
 } from '../../machines/index.js';
-import { candidates, readMachineGraph, type GraphTransition, type MachineGraph } from './machineGraph.js';
+import {
+  candidates,
+  readMachineGraph,
+  type GraphTransition,
+  type MachineGraph,
+} from '../../src/statecharts/machineGraph.js';
 import { eventVariants, sampleContext } from './samples.js';
 
 const EFFECT_TYPES: ReadonlySet<string> = new Set<string>(JOB_EFFECT_TYPES);

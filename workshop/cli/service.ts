@@ -4,7 +4,7 @@
  */
 import { InvalidArgumentError, type Command } from 'commander';
 import { DEFAULT_WEIGHTS, parseWeights, TABULAR_PARSER } from '../reference/fates.js';
-import { wholeNumber } from './plumbing.js';
+import { wholeNumber } from '../../src/cli/plumbing.js';
 
 function weights(value: string) {
   try {
@@ -32,10 +32,10 @@ export function registerServiceCommands(program: Command): void {
     .option('--weights <list>', 'relative weights of the fates', weights, DEFAULT_WEIGHTS)
     .option('--delay <ms>', 'mean delay between the ack and the result', wholeNumber(0), 400)
     .action(async (o: { seed: number; weights: ReturnType<typeof parseWeights>; delay: number }) => {
-      const { longRunningConfig } = await import('./commandConfig.js');
-      const { commandLogger } = await import('./commandLogger.js');
-      const { connectNats } = await import('../nats/connection.js');
-      const { withStopSignals } = await import('../process/stopSignals.js');
+      const { longRunningConfig } = await import('../../src/cli/commandConfig.js');
+      const { commandLogger } = await import('../../src/cli/commandLogger.js');
+      const { connectNats } = await import('../../src/nats/connection.js');
+      const { withStopSignals } = await import('../../src/process/stopSignals.js');
       const { startTabularParser } = await import('../reference/tabularParserService.js');
       const cfg = longRunningConfig();
       const logger = commandLogger(cfg, { base: { service: TABULAR_PARSER } });

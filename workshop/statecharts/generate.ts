@@ -6,9 +6,10 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { AnyStateMachine } from 'xstate';
 import { recognitionJobMachine } from '../../machines/index.js';
-import { legalEdges, readMachineGraph } from './machineGraph.js';
+import { legalEdges, readMachineGraph } from '../../src/statecharts/machineGraph.js';
 import { buildOverview, overviewToDot } from './overview.js';
-import { FULL_SVG, OVERVIEW_SVG, renderMarkdown, renderStatelyFile, renderSvg, toDot } from './render.js';
+import { renderSvg, toDot } from '../../src/statecharts/render.js';
+import { FULL_SVG, OVERVIEW_SVG, renderMarkdown, renderStatelyFile } from './renderFiles.js';
 import { buildStateEventTable } from './stateEventTable.js';
 
 /** The generated files, by name relative to the output folder. */

@@ -1,14 +1,15 @@
 /**
- * `demo`: the whole exchange in one command (see `src/demo/runDemo.ts`), on private servers unless
- * `--servers existing` (`src/demo/demoServers.ts`). Exit 0 when every job reached a final status,
+ * `demo`: the whole exchange in one command (see `workshop/demo/runDemo.ts`), on private servers unless
+ * `--servers existing` (`workshop/demo/demoServers.ts`). Exit 0 when every job reached a final status,
  * 1 otherwise.
  */
 import { Option, type Command } from 'commander';
 import { DEMO_SERVER_CHOICES, type DemoServerChoice } from '../demo/demoServerChoices.js';
-import { demoTraceReceiver, flushTracing } from '../tracing/bootstrap.js';
-import { wholeNumber } from './plumbing.js';
+import { flushTracing } from '../../src/tracing/bootstrap.js';
+import { demoTraceReceiver } from '../tracing/demoTrace.js';
+import { wholeNumber } from '../../src/cli/plumbing.js';
 
-/** Where the demo runs (`src/demo/demoServers.ts`), for `demo --help`. */
+/** Where the demo runs (`workshop/demo/demoServers.ts`), for `demo --help`. */
 const SERVERS_HELP = `
 Servers:
   --servers private (the default): the demo starts a PostgreSQL (initdb into a temporary
@@ -63,9 +64,9 @@ export function registerDemoCommand(program: Command): void {
         trace?: boolean;
         servers: DemoServerChoice;
       }) => {
-        const { nameEnvTypos } = await import('./commandConfig.js');
+        const { nameEnvTypos } = await import('../../src/cli/commandConfig.js');
         const { runDemo } = await import('../demo/runDemo.js');
-        const { withStopSignals } = await import('../process/stopSignals.js');
+        const { withStopSignals } = await import('../../src/process/stopSignals.js');
         nameEnvTypos();
         // Ctrl-C once: stop waiting, shut down cleanly and print the summary; twice: exit now.
         await withStopSignals({}, async (stop) => {
