@@ -20,7 +20,8 @@
  * It refuses any other machine, with the reason; the caller then uses `machine.transition()`.
  * What only shows when an event is taken — an `enqueueActions` that enqueues a built-in other than
  * `assign` (raise, sendTo, emit…), an `assign` that spawns, an event of xstate's own (`xstate.*`),
- * a state the machine lacks — makes `step` answer `undefined`: "ask `machine.transition()`".
+ * a state the machine lacks, a guard or action that throws — makes `step` answer `undefined`:
+ * "ask `machine.transition()`", which then decides, or throws its own error.
  */
 import {
   type AnyActorScope,
@@ -72,7 +73,7 @@ interface Row {
   candidates: Map<string, Candidate[]>;
 }
 
-/** Thrown while taking an event that the table does not cover; `step` answers `undefined`. */
+/** Thrown while taking an event that the table does not cover; `step` then answers `undefined`. */
 const UNCOVERED = Symbol('not covered by the compiled table');
 
 /** The fields of xstate's built-in actions the table reads (`assign`'s and `enqueueActions`'s). */
@@ -169,19 +170,18 @@ export function compileMachine(machine: AnyStateMachine, scope: AnyActorScope): 
     step(value, context, event) {
       const row = rows.get(value);
       if (row === undefined || event.type.startsWith('xstate.')) return undefined;
-      const candidates = row.candidates.get(event.type) ?? [];
-      for (const c of candidates) {
-        if (c.guard !== undefined && !evaluateGuard(c.guard, context, event, row.snapshot)) continue;
-        const actions: ExecutedAction[] = [];
-        try {
+      try {
+        for (const c of row.candidates.get(event.type) ?? []) {
+          if (c.guard !== undefined && !evaluateGuard(c.guard, context, event, row.snapshot)) continue;
+          const actions: ExecutedAction[] = [];
           const next = run(c.actions, context, event, row, actions);
           return { value: c.target ?? value, context: next, actions };
-        } catch (e) {
-          if (e === UNCOVERED) return undefined;
-          throw e;
         }
+        return { value, context, actions: [] };
+      } catch {
+        // Not covered, or a guard or an action failed: xstate takes the event, and throws as it throws.
+        return undefined;
       }
-      return { value, context, actions: [] };
     },
   };
 }

@@ -374,7 +374,7 @@ describe('compileMachine', () => {
     }
   });
 
-  it('hands to xstate what it meets at run time: an enqueued raise, a spawn, an xstate event, an unknown state', () => {
+  it('hands to xstate what it meets at run time: an enqueued raise, a spawn, a failing guard, an xstate event, an unknown state', () => {
     const machine = setup({ actions: { effect: () => {} } }).createMachine({
       id: 'm',
       initial: 'a',
@@ -385,6 +385,12 @@ describe('compileMachine', () => {
             RAISE: { actions: enqueueActions(({ enqueue }) => enqueue.raise({ type: 'GO' })) },
             SPAWN: {
               actions: assign(({ spawn }) => ({ n: spawn(createMachine({})) ? 1 : 0 })),
+            },
+            FAIL: {
+              guard: () => {
+                throw new Error('broken guard');
+              },
+              actions: 'effect',
             },
             COUNT: {
               target: 'b',
@@ -405,6 +411,11 @@ describe('compileMachine', () => {
     if (compiled.path !== 'compiled') throw new Error(compiled.reason);
     expect(compiled.step('a', { n: 0 }, { type: 'RAISE' })).toBeUndefined();
     expect(compiled.step('a', { n: 0 }, { type: 'SPAWN' })).toBeUndefined();
+    // xstate then throws its own error, naming the guard's transition.
+    expect(compiled.step('a', { n: 0 }, { type: 'FAIL' })).toBeUndefined();
+    expect(() => xstateStep(machine, 'a', { n: 0 }, { type: 'FAIL' })).toThrow(
+      /Unable to evaluate guard.*broken guard/s,
+    );
     expect(compiled.step('a', { n: 0 }, { type: 'xstate.stop' })).toBeUndefined();
     expect(compiled.step('nowhere', { n: 0 }, { type: 'COUNT' })).toBeUndefined();
     // What it covers, it takes as xstate does: assign, then a check of the assigned context,
