@@ -1,9 +1,12 @@
 /**
  * The pure decision API around the machine: hydrate a job from its status and context, apply one
  * event, and get back the next status, the next context, the effects and the decision.
- * Pure: returns actions as data, executes none.
+ * Pure: returns actions as data, executes none. Decisions come from the machine alone: from its
+ * transitions compiled into a table at start-up (`compileMachine.ts` says what it covers), or from
+ * xstate's `transition()` when the machine uses something the table does not cover.
  */
-import { createActor, type AnyActorScope, type UnknownAction } from 'xstate';
+import { createActor, type AnyActorScope } from 'xstate';
+import { compileMachine, type ExecutedAction, type Step } from './compileMachine.js';
 import { recognitionJobMachine } from './recognitionJob.machine.js';
 import { JOB_STATUSES, type JobStatus } from './statuses.js';
 import {
@@ -57,14 +60,14 @@ export function hydrate(job: JobState) {
 }
 
 /**
- * The actor scope `decide()` transitions in: inert (nothing deferred, emitted, logged or spawned;
- * the actions are collected, never executed), built once. It is what xstate's pure `transition()`
- * does, minus building a fresh scope for every event, which would create an actor and compute the
- * machine's initial state for each decision. Sharing it is sound because
- * the machine spawns and invokes nothing, and `decide()` is synchronous: `actions` below belongs
- * to one call at a time.
+ * The actor scope `decideWithXstate()` transitions in: inert (nothing deferred, emitted, logged or
+ * spawned; the actions are collected, never executed), built once. It is what xstate's pure
+ * `transition()` does, minus building a fresh scope for every event, which would create an actor
+ * and compute the machine's initial state for each decision. Sharing it is sound because the
+ * machine spawns and invokes nothing, and a decision is synchronous: `executed` below belongs to
+ * one call at a time. The compiled table takes its actions' `self` and `system` from it too.
  */
-let actions: UnknownAction[] = [];
+let executed: ExecutedAction[] = [];
 const scope: AnyActorScope = (() => {
   // Never started: the actor only gives the scope a `self` and a system. Its input is a
   // placeholder; no decision reads the actor's own (initial) context.
@@ -79,36 +82,67 @@ const scope: AnyActorScope = (() => {
     logger: () => {},
     stopChild: () => {},
     actionExecutor: (action: { type: string; params?: unknown }) => {
-      actions.push(action as UnknownAction);
+      executed.push({ type: action.type, params: action.params });
     },
   } as unknown as AnyActorScope;
 })();
 
 /**
- * Apply one event to a job. Pure: hydrates, transitions the machine (as xstate's `transition()`
- * does, in a shared inert scope), and returns the effects it produced as data. The decision is
- * `applied` exactly when a transition was recorded.
+ * The machine's transitions compiled into a table at start-up (`compileMachine`); or, when the
+ * machine uses something the table does not cover, the reason, and every decision goes to xstate.
+ */
+const compiled = compileMachine(recognitionJobMachine, scope);
+
+/** Which path `decide()` takes: the compiled table, or xstate's `transition()` and why. */
+export type DecisionPath = { path: 'compiled' } | { path: 'xstate'; reason: string };
+
+/** Which path `decide()` takes, decided once at start-up from the machine. */
+export function decisionPath(): DecisionPath {
+  return compiled.path === 'compiled' ? { path: 'compiled' } : { path: 'xstate', reason: compiled.reason };
+}
+
+/**
+ * Apply one event to a job. Pure: returns the effects the machine produced as data. Decided by the
+ * machine's compiled table when {@link decisionPath} is `compiled` and the table covers the event,
+ * else by {@link decideWithXstate}; both give the same decision (a unit test holds them equal over
+ * every status, event and guard input).
  */
 export function decide(job: JobState, event: JobEvent): JobDecision {
-  actions = [];
+  const step = compiled.path === 'compiled' ? compiled.step(job.status, job.context, event) : undefined;
+  return step === undefined ? decideWithXstate(job, event) : toDecision(job, event, step);
+}
+
+/**
+ * Apply one event to a job through xstate: hydrate, transition the machine (as xstate's
+ * `transition()` does, in a shared inert scope) and collect the actions it hands to the executor.
+ */
+export function decideWithXstate(job: JobState, event: JobEvent): JobDecision {
+  executed = [];
   const next = recognitionJobMachine.transition(hydrate(job), event, scope);
-  const effects = (actions as Array<{ type: string; params?: unknown }>)
-    .filter((a) => EFFECT_TYPES.has(a.type))
-    .map((a) => ({ type: a.type, params: a.params }) as JobEffect);
-  const to = next.value as JobStatus;
+  return toDecision(job, event, { value: next.value as string, context: next.context, actions: executed });
+}
+
+/**
+ * The decision a step makes: its effects are the executed actions the shell knows; it is
+ * `applied` exactly when a transition was recorded.
+ */
+function toDecision(job: JobState, event: JobEvent, step: Step): JobDecision {
+  const effects = step.actions.filter((a) => EFFECT_TYPES.has(a.type)) as JobEffect[];
+  const to = step.value as JobStatus;
+  const context = step.context as JobContext;
   const note = effects.find((e) => e.type === 'noteNoChange');
   if (note) {
     return {
       decision: note.params.decision,
       from: job.status,
       to,
-      context: next.context,
+      context,
       effects,
       reason: note.params.reason,
     };
   }
   if (effects.some((e) => e.type === 'recordTransition')) {
-    return { decision: 'applied', from: job.status, to, context: next.context, effects, reason: null };
+    return { decision: 'applied', from: job.status, to, context, effects, reason: null };
   }
   // Every transition of the machine either records or notes; anything else is a machine bug.
   throw new Error(

@@ -7,6 +7,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { sql } from 'kysely';
 import type { Config } from '../config.js';
 import { migrationStatus, openDb, type Db } from '../db/database.js';
+import { decisionPath } from '../../machines/index.js';
 import { MigrationsPendingError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { createMetrics, type Metrics } from '../metrics.js';
@@ -252,8 +253,16 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           routes: (opts.routes ?? createStatechartRoutes)({ db, metrics }),
         })
       : undefined;
+    // Which way decisions are made: the machine's compiled table, or xstate and why (decide.ts).
+    const decisions = decisionPath();
     logger.info(
-      { event: 'started', http_port: http?.port, loops },
+      {
+        event: 'started',
+        http_port: http?.port,
+        loops,
+        decision_path: decisions.path,
+        ...(decisions.path === 'xstate' ? { decision_path_reason: decisions.reason } : {}),
+      },
       `recognition-core started${http ? ` (http on port ${http.port})` : ''}`,
     );
 

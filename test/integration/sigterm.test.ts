@@ -109,9 +109,10 @@ describe('SIGTERM with 2 000 envelopes in flight', () => {
   it('exits 0, and after a restart every envelope is applied exactly once', async () => {
     const jobs = await insertPublishedJobs(N);
 
-    // 1. The daemon runs (it provisions the streams).
+    // 1. The daemon runs (it provisions the streams), deciding through the machine's compiled table.
     const first = startCli();
-    await first.waitForLog((l) => l.event === 'started');
+    const started = await first.waitForLog((l) => l.event === 'started');
+    expect(started.decision_path).toBe('compiled');
 
     // 2. A service answers every job; SIGTERM as soon as the first result is applied.
     const svc = createServiceClient(nc);

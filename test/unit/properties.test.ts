@@ -20,6 +20,7 @@ import {
   FAILED_JOB_STATUSES,
   FILE_STATUS,
   decide,
+  decisionPath,
   isFinalStatus,
   type JobContext,
   type JobEvent,
@@ -181,6 +182,11 @@ function play(
 }
 
 describe('the machine under random histories (from pending)', () => {
+  // The histories run through the compiled decision table (compileMachine.test.ts holds it equal to xstate's).
+  it('are decided through the compiled table', () => {
+    expect(decisionPath()).toEqual({ path: 'compiled' });
+  });
+
   it('a final status is never left, and nothing after it is applied but one retry of a failed job, which keeps it', () => {
     let retries = 0;
     fc.assert(

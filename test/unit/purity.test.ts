@@ -1,8 +1,8 @@
 /**
- * `machines/` is pure (docs/development.md, "Layers"): it imports only xstate and its own files, and time enters
- * as data on the event. The lint rule that keeps it so is itself under test here: probe code,
- * linted as if it lived in `machines/`, must be rejected for each kind of impurity, and the real
- * folder must lint clean.
+ * `machines/` is pure (docs/development.md, "Layers"): it imports only xstate (and `xstate/guards`,
+ * its guard evaluation) and its own files, and time enters as data on the event. The lint rule
+ * that keeps it so is itself under test here: probe code, linted as if it lived in `machines/`,
+ * must be rejected for each kind of impurity, and the real folder must lint clean.
  */
 import { fileURLToPath } from 'node:url';
 import { ESLint } from 'eslint';
@@ -50,13 +50,15 @@ describe('machines/ stays pure', { timeout: 60_000 }, () => {
     expect(errors.map((e) => e.rule)).toEqual([rule]);
   });
 
-  it('accepts xstate and its own files', async () => {
+  it('accepts xstate, its guard evaluation and its own files', async () => {
     const code = [
       `import { setup } from 'xstate';`,
+      `import { evaluateGuard } from 'xstate/guards';`,
       `import { JOB_STATUS } from './statuses.js';`,
       `import type { JobEvent } from './recognitionJob.types.js';`,
       `export const m = setup({ types: { events: {} as JobEvent } });`,
       `export const s = JOB_STATUS.pending;`,
+      `export const g = evaluateGuard;`,
       `export const later = (now: Date) => new Date(now.getTime() + 1000);`,
       '',
     ].join('\n');

@@ -14,6 +14,7 @@ import {
   JOB_EVENT_TYPES,
   JOB_STATUSES,
   decide,
+  decisionPath,
   hydrate,
   publishBackoffMs,
   recognitionJobMachine,
@@ -355,6 +356,11 @@ function run(state: JobStatus, variantName: EventVariantName, overrides: Partial
 const withoutFileEffects = (effects: JobEffect[]) => effects.filter((e) => e.type !== 'setFileStatus');
 
 describe('recognition job lifecycle, every (state × event)', () => {
+  // The table runs through the compiled decision table (compileMachine.test.ts holds it equal to xstate's).
+  it('is decided through the compiled table', () => {
+    expect(decisionPath()).toEqual({ path: 'compiled' });
+  });
+
   // A job that is no longer its file's current job does everything the same, but never touches the file.
   describe.each([true, false])('fileIsCurrent = %s', (fileIsCurrent) => {
     it.each(TABLE)('%s × %s', (state, variantName, asCurrent, notCurrent) => {
