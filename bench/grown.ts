@@ -155,11 +155,9 @@ export async function measureGrown(
       grown: await adminP95(grownEnv.databaseUrl, 200),
     };
     log(`  admin p95, ms: ${JSON.stringify(admin)}`);
-    // Every round makes `due` more done jobs due: a small history must hold them.
-    const due = Math.min(o.watchdogDue, Math.floor(history.jobs / (4 * (o.rounds + 1))));
-    // Seeded: 20 000 in flight, 1 000 for the untimed sweep, `due` per round.
-    const args = { due, rounds: o.rounds, daemonOnly: true };
-    const sweep = ({ databaseUrl, nats }: BenchEnv, keep: boolean, rows = 21_000 + due * o.rounds) =>
+    // Each sweep adds its due jobs; the empty database holds the watchdog section's 20 000 in flight.
+    const args = { due: o.watchdogDue, rounds: o.rounds, daemonOnly: true };
+    const sweep = ({ databaseUrl, nats }: BenchEnv, keep: boolean, rows = 21_000) =>
       measureWatchdogInChild({ ...args, databaseUrl, natsUrl: nats.url, keep, rows });
     const watchdog = { empty: sweep(env, false), grown: sweep(grownEnv, true, history.jobs) };
     const inboxes = { empty: empty!, grown: grown!, duringRetention: duringRetention! };

@@ -85,21 +85,35 @@ async function seed(pool: pg.Pool, rows: number): Promise<void> {
 }
 
 /**
- * Turn `due` finished jobs back into overdue `processing` ones, vacuum and analyse what that and
- * the previous sweep left, take a checkpoint. Among a history, the newest: due jobs are recent ones.
+ * Add `due` overdue jobs — new files and jobs, `processing` (published and acked 20 minutes ago),
+ * their deadline a minute past: what a daemon leaves when a service stops answering. They are new
+ * rows, as such jobs are in production: the recent end of the table, wherever the rows before
+ * them are. Then vacuum and analyse what that and the previous sweep left, and take a checkpoint.
  */
-async function makeDue(pool: pg.Pool, due: number, newest = false): Promise<void> {
+async function makeDue(pool: pg.Pool, due: number): Promise<void> {
   await inPgTransaction(pool, async (client: pg.PoolClient) => {
     await client.query('SET LOCAL session_replication_role = replica');
     await client.query(
-      `WITH picked AS (SELECT id, file_id FROM recognition_job WHERE status = 'done' ORDER BY ${newest ? 'created_at DESC' : 'id'} LIMIT $1),
-       jobs AS (
-         UPDATE recognition_job j SET status = 'processing', finished_at = NULL, result_msg_id = NULL,
-                reply_deadline = now() - interval '1 minute'
-         FROM picked WHERE j.id = picked.id
-       )
-       UPDATE stored_file f SET status = 'PROCESSING', error_code = NULL FROM picked WHERE f.id = picked.file_id`,
+      `CREATE TEMP TABLE due ON COMMIT DROP AS
+       SELECT recognition_uuid_v7() AS job_id, recognition_uuid_v7() AS file_id FROM generate_series(1, $1::integer)`,
       [due],
+    );
+    await client.query(
+      `WITH upload AS (
+         INSERT INTO s3_object (bucket, key, bucket_role, created_by)
+         SELECT 'arm-ka', 'uploads/' || file_id || '.xlsx', 'uploads', 'bench' FROM due
+         RETURNING id, key
+       ),
+       file AS (
+         INSERT INTO stored_file (id, s3_object_id, original_name, status, current_recognition_job_id)
+         SELECT d.file_id, u.id, 'report.xlsx', 'PROCESSING', d.job_id
+         FROM due d JOIN upload u ON u.key = 'uploads/' || d.file_id || '.xlsx'
+       )
+       INSERT INTO recognition_job (id, file_id, attempt, target_service, status, service_name, service_version,
+                                    publish_attempts, next_publish_at, published_at, reply_deadline, started_at)
+       SELECT job_id, file_id, 1, 'tabular-parser', 'processing', 'tabular-parser', '2.3.1', 1, NULL,
+              now() - interval '20 minutes', now() - interval '1 minute', now() - interval '19 minutes'
+       FROM due`,
     );
   });
   await pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
@@ -158,7 +172,7 @@ export async function measureWatchdog(a: WatchdogArgs, log: (line: string) => vo
   const result: WatchdogResult = { sweeps: [], rawSweeps: [] };
   /** Time `sweep` on `due` freshly due rows and check what it did. */
   async function timed(raw: boolean, sweep: () => Promise<number>): Promise<void> {
-    await makeDue(pool, a.due, a.keep);
+    await makeDue(pool, a.due);
     const before = await timedOut(pool);
     // The sweep's connections open first, as a running daemon's are (the pool closes idle ones
     // while the rows are prepared).
@@ -180,7 +194,7 @@ export async function measureWatchdog(a: WatchdogArgs, log: (line: string) => vo
   try {
     if (!a.keep) await seed(pool, a.rows);
     // Untimed: the watchdog's connections opened, its statements prepared, the JIT warm.
-    await makeDue(pool, Math.min(1_000, a.due), a.keep);
+    await makeDue(pool, Math.min(1_000, a.due));
     await watchdog.sweep();
     const raw = await pool.connect();
     try {

@@ -12,6 +12,7 @@ import * as m0006 from './0006_job_trace_context.js';
 import * as m0007 from './0007_quarantine_service_mismatch.js';
 import * as m0010 from './0010_retention_indexes.js';
 import * as m0011 from './0011_time_ordered_ids.js';
+import * as m0012 from './0012_transition_fillfactor.js';
 
 export const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
@@ -23,4 +24,5 @@ export const migrations: Record<string, Migration> = {
   '0007_quarantine_service_mismatch': m0007,
   '0010_retention_indexes': m0010,
   '0011_time_ordered_ids': m0011,
+  '0012_transition_fillfactor': m0012,
 };
