@@ -1,24 +1,17 @@
 /**
  * The bench's world: its own database on the local PostgreSQL server (created, migrated, dropped
- * after), its own nats-server (a child process on a free port with a temporary store), the
- * fixtures every measurement starts from (N published jobs and their files, N result envelopes
- * in `RECOGNITION_RESULTS`), and the CPU and RSS of processes read from `/proc`.
- *
- * Fixtures are inserted with set-based SQL, not through the step: the bench measures the daemon,
- * not the seeding. Seeding runs with `session_replication_role = replica` so that a file can name
- * its job before the job row exists (foreign keys are triggers, which that role skips).
+ * after), its own nats-server (a child process on a free port with a temporary store), the stream
+ * reset and waited on, and the CPU split of a run (this process, its PostgreSQL backends,
+ * nats-server). The fixtures are `workshop/benchFixtures.ts`.
  */
-import { readFileSync, readdirSync } from 'node:fs';
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
-import { headers as natsHeaders } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
-import { newId } from '../src/db/ids.js';
-import { inPgTransaction } from '../src/db/pgTransaction.js';
 import { CONFIG_VARIABLES, loadConfig, type Config } from '../src/config.js';
 import { createDatabaseIfMissing, dropDatabase, migrateToLatest, openDb } from '../src/db/database.js';
 import { provisionStreams } from '../src/nats/provision.js';
-import { INBOX_CONSUMER, RESULTS_STREAM, RESULT_SUBJECT } from '../src/nats/subjects.js';
+import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
+import { processCpuMs } from '../workshop/processStats.js';
 import { startNatsServer, type NatsServerHandle } from '../workshop/localServers/natsServer.js';
 
 /** Everything a measurement needs; {@link BenchEnv.close} removes it all. */
@@ -94,94 +87,9 @@ export async function startBenchEnv(): Promise<BenchEnv> {
   }
 }
 
-/** A job of the fixtures. */
-export interface BenchJob {
-  jobId: string;
-  fileId: string;
-}
-
-/** Empty every table the project writes (identities restart): each measurement starts alike. */
-export async function truncateAll(pool: pg.Pool): Promise<void> {
-  await pool.query(
-    `TRUNCATE recognition_job_transition, inbox_quarantine, recognition_job, stored_file, s3_object RESTART IDENTITY CASCADE`,
-  );
-}
-
-/**
- * Empty the tables and insert `count` files with their uploads and one job each, every job in
- * `published` with a deadline 10 minutes away and its file `QUEUED` (current job = that job): the
- * state in which a result envelope is applied with every statement (lock, job, file, s3_object,
- * transition).
- */
-export async function seedPublishedJobs(pool: pg.Pool, count: number, keep = false): Promise<BenchJob[]> {
-  // `keep`: delete the fixtures (files named report.xlsx, their jobs, transitions and objects) only.
-  await (keep
-    ? inPgTransaction(pool, async (client: pg.PoolClient) => {
-        await client.query(`SET LOCAL session_replication_role = replica`);
-        await client.query(`WITH f AS (DELETE FROM stored_file WHERE original_name = 'report.xlsx' RETURNING id, s3_object_id),
-      j AS (DELETE FROM recognition_job WHERE file_id IN (SELECT id FROM f) RETURNING id, result_s3_object_id),
-      t AS (DELETE FROM recognition_job_transition WHERE job_id IN (SELECT id FROM j)),
-      o AS (DELETE FROM s3_object WHERE id IN (SELECT s3_object_id FROM f UNION ALL SELECT result_s3_object_id FROM j))
-      DELETE FROM inbox_quarantine`);
-      })
-    : truncateAll(pool));
-  const jobs = Array.from({ length: count }, () => ({ jobId: newId(), fileId: newId() }));
-  await inPgTransaction(pool, async (client: pg.PoolClient) => {
-    await client.query(`SET LOCAL session_replication_role = replica`);
-    for (let i = 0; i < jobs.length; i += 50_000) {
-      const chunk = jobs.slice(i, i + 50_000);
-      await client.query(
-        `WITH input AS (
-           SELECT t.jid AS job_id, t.fid AS file_id FROM unnest($1::uuid[], $2::uuid[]) AS t(jid, fid)
-         ),
-         upload AS (
-           INSERT INTO s3_object (bucket, key, bucket_role, created_by)
-           SELECT 'arm-ka', 'uploads/' || file_id || '.xlsx', 'uploads', 'bench' FROM input
-           RETURNING id, key
-         ),
-         file AS (
-           INSERT INTO stored_file (id, s3_object_id, original_name, status, current_recognition_job_id)
-           SELECT i.file_id, u.id, 'report.xlsx', 'QUEUED', i.job_id
-           FROM input i JOIN upload u ON u.key = 'uploads/' || i.file_id || '.xlsx'
-         )
-         INSERT INTO recognition_job (id, file_id, attempt, target_service, status, publish_attempts,
-                                      next_publish_at, published_at, reply_deadline)
-         SELECT job_id, file_id, 1, 'tabular-parser', 'published', 1, NULL,
-                now() - interval '1 minute', now() + interval '10 minutes'
-         FROM input`,
-        [chunk.map((j) => j.jobId), chunk.map((j) => j.fileId)],
-      );
-    }
-  });
-  await pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job');
-  return jobs;
-}
-
 /** Flush dirty buffers now, so a checkpoint does not land in the middle of a timed run. */
 export async function checkpoint(pool: pg.Pool): Promise<void> {
   await pool.query('CHECKPOINT');
-}
-
-/** The result envelope of a job, as a service sends it (the same shape as the tests' service client). */
-export function doneEnvelope(job: BenchJob): Uint8Array {
-  return new TextEncoder().encode(
-    JSON.stringify({
-      job_id: job.jobId,
-      status: 'done',
-      service: { name: 'tabular-parser', version: '2.3.1' },
-      result_s3: { bucket: 'arm-ka', key: `results/${job.fileId}/${job.jobId}/result.json` },
-      result_schema_version: '1.0',
-      metrics: { pages: 2, duration_ms: 420 },
-      sent_at: new Date().toISOString(),
-    }),
-  );
-}
-
-/** The headers of a job's result: its `Nats-Msg-Id`. */
-export function resultHeaders(job: BenchJob) {
-  const h = natsHeaders();
-  h.set('Nats-Msg-Id', `result:${job.jobId}:1`);
-  return h;
 }
 
 /**
@@ -196,20 +104,6 @@ export async function resetStream(jsm: JetStreamManager, cfg: Config): Promise<v
     ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
     maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
   });
-}
-
-/** Publish one result per job, 2 000 in flight at a time. Resolves with the last stream sequence. */
-export async function prePublish(js: JetStreamClient, jobs: readonly BenchJob[]): Promise<number> {
-  let last = 0;
-  for (let i = 0; i < jobs.length; i += 2_000) {
-    const acks = await Promise.all(
-      jobs
-        .slice(i, i + 2_000)
-        .map((j) => js.publish(RESULT_SUBJECT, doneEnvelope(j), { headers: resultHeaders(j) })),
-    );
-    for (const a of acks) last = Math.max(last, a.seq);
-  }
-  return last;
 }
 
 /** Resolve once `core-inbox` has every message up to `lastSeq` acked (polled every 10 ms). */
@@ -227,68 +121,6 @@ export async function waitAllAcked(jsm: JetStreamManager, lastSeq: number, timeo
   }
 }
 
-/**
- * Sanity check after a run: every job done with its object and transition, every file PROCESSING;
- * with `fixturesOnly`, of the fixtures' rows (files named report.xlsx) among a history.
- */
-export async function checkAllDone(pool: pg.Pool, expected: number, fixturesOnly = false): Promise<void> {
-  const [file, job] = fixturesOnly ? [`original_name = 'report.xlsx'`, 'j.id IS NOT NULL'] : ['true', 'true'];
-  const jobs = `(SELECT j.* FROM recognition_job j JOIN stored_file f ON f.id = j.file_id WHERE ${file})`;
-  const { rows } = await pool.query<Record<string, string>>(`
-    SELECT (SELECT count(*) FROM ${jobs} j WHERE status = 'done' AND result_s3_object_id IS NOT NULL) AS done,
-           (SELECT count(*) FROM s3_object o LEFT JOIN ${jobs} j ON j.result_s3_object_id = o.id
-            WHERE bucket_role = 'results' AND ${job}) AS objects,
-           (SELECT count(*) FROM recognition_job_transition t LEFT JOIN ${jobs} j ON j.id = t.job_id WHERE ${job}) AS transitions,
-           (SELECT count(*) FROM stored_file WHERE status = 'PROCESSING' AND ${file}) AS files,
-           (SELECT count(*) FROM inbox_quarantine) AS quarantined`);
-  const got = JSON.stringify(Object.values(rows[0]!).map(Number));
-  const want = JSON.stringify([expected, expected, expected, expected, 0]);
-  if (got !== want) {
-    throw new Error(
-      `the run left unexpected rows: got ${got}, want ${want} (done, objects, transitions, files, quarantined)`,
-    );
-  }
-}
-
-/** CPU milliseconds (user + system) a process has used, or null when /proc cannot be read. */
-export function processCpuMs(pid: number): number | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Fields after the command name (which may contain spaces) start after the last ')'.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // utime and stime, in clock ticks of 1/100 s (USER_HZ on Linux).
-    return (Number(fields[11]) + Number(fields[12])) * 10;
-  } catch {
-    return null;
-  }
-}
-
-/** A process's resident set size, bytes, or null when /proc cannot be read. */
-export function rssBytes(pid: number): number | null {
-  try {
-    const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) * 1024 : null;
-  } catch {
-    return null;
-  }
-}
-
-/** Pid of the process whose command line contains `needle` (the nats-server's config file path). */
-function findPid(needle: string): number | null {
-  try {
-    for (const entry of readdirSync('/proc').filter((e) => /^\d+$/.test(e))) {
-      try {
-        if (readFileSync(`/proc/${entry}/cmdline`, 'utf8').includes(needle)) return Number(entry);
-      } catch {
-        // gone meanwhile
-      }
-    }
-  } catch {
-    // no /proc
-  }
-  return null;
-}
-
 /** CPU per envelope (or per job) of each part of a run, in microseconds (null where unknown). */
 export interface CpuSplit {
   nodeUs: number | null;
@@ -304,7 +136,7 @@ export interface CpuSplit {
 export function startCpuSplit(env: BenchEnv): {
   end(applicationName: string, envelopes: number): Promise<CpuSplit>;
 } {
-  const natsPid = findPid(env.nats.configFile);
+  const natsPid = env.nats.pid();
   const node0 = process.cpuUsage();
   const nats0 = natsPid === null ? null : processCpuMs(natsPid);
   return {

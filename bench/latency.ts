@@ -15,17 +15,14 @@ import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
 import { RESULT_SUBJECT } from '../src/nats/subjects.js';
+import { checkpoint, resetStream, waitAllAcked, type BenchEnv } from './env.js';
 import {
   checkAllDone,
-  checkpoint,
   doneEnvelope,
-  resetStream,
   resultHeaders,
   seedPublishedJobs,
-  waitAllAcked,
-  type BenchEnv,
   type BenchJob,
-} from './env.js';
+} from '../workshop/benchFixtures.js';
 import { startInboxDaemon, timeoutFor } from './throughput.js';
 
 /** Result of one latency measurement. */
@@ -38,8 +35,6 @@ export interface LatencyResult {
   /** Worst lag of the publisher behind its schedule (should be ~0: the rate was held). */
   publisherLagMs: number;
   logLevel: string;
-  /** Set when the rate was given by `--latency-rate` rather than half the batched maximum. */
-  fixedRate?: boolean;
 }
 
 /** What the publisher is sent, and what it sends back. */

@@ -28,9 +28,7 @@ export interface BenchReport {
   defaults: Record<string, number>;
   inbox?: { ceiling: ThroughputResult; warn: ThroughputResult; info: ThroughputResult };
   /** A daemon process as shipped on a backlog, and the ceiling on the same backlog (`cold`). */
-  cold?: { ceiling?: ThroughputResult | undefined; daemon: ThroughputResult };
-  /** The same daemon process with tracing on, and the spans its OTLP receiver got over the runs. */
-  tracing?: { on: ThroughputResult; spansReceived: number; runs: number };
+  cold?: { ceiling: ThroughputResult; daemon: ThroughputResult };
   /** Every round of the latency target. */
   latencyRounds?: LatencyResult[];
   watchdog?: WatchdogResult;
@@ -97,11 +95,7 @@ export function headlines(r: BenchReport): Headlines {
     rates('inbox_batched_info', r.inbox.info, r.inbox.ceiling, 'ceiling');
   }
   if (r.cold) h.context['cold_start_to_first_delivery_s'] = r.cold.daemon.startupSeconds ?? NaN;
-  if (r.cold?.ceiling) rates('inbox_cold_start', r.cold.daemon, r.cold.ceiling, 'cold_ceiling');
-  if (r.cold && r.tracing) {
-    rates('inbox_tracing_on', r.tracing.on, r.cold.daemon, 'tracing_off');
-    h.context['tracing_spans_received'] = r.tracing.spansReceived;
-  }
+  if (r.cold) rates('inbox_cold_start', r.cold.daemon, r.cold.ceiling, 'cold_ceiling');
   const sweep = median(r.watchdog?.sweeps ?? [], (s) => s.seconds);
   const rawSweep = median(r.watchdog?.rawSweeps ?? [], (s) => s.seconds);
   if (sweep && rawSweep) {
@@ -113,17 +107,14 @@ export function headlines(r: BenchReport): Headlines {
     const c = r.cli.commands;
     h.context['node_e_0_ms'] = c.node.wallMs;
     ratio('cli_help', c.help.wallMs, c.node.wallMs, c.node.label);
-    ratio('cli_jobs_list', c.list.wallMs, c.client.wallMs, c.client.label);
   }
   const rounds = r.latencyRounds ?? [];
   if (rounds.length > 0) {
     h.context['latency_rate_env_per_s'] = rounds[0]!.rate;
     h.context['latency_p99_ms'] = rounds.map((l) => l.p99Ms);
-    if (!rounds[0]!.fixedRate) {
-      const need = Math.ceil(LATENCY.share * rounds.length);
-      h.targets['latency_p99'] = `p99 ≤ ${LATENCY.maxMs} ms in ≥ ${need} of ${rounds.length} rounds`;
-      h.met['latency_p99'] = rounds.filter((l) => l.p99Ms <= LATENCY.maxMs).length >= need;
-    }
+    const need = Math.ceil(LATENCY.share * rounds.length);
+    h.targets['latency_p99'] = `p99 ≤ ${LATENCY.maxMs} ms in ≥ ${need} of ${rounds.length} rounds`;
+    h.met['latency_p99'] = rounds.filter((l) => l.p99Ms <= LATENCY.maxMs).length >= need;
   }
   if (r.drain) {
     h.context['drain_env_per_s'] = Math.round(r.drain.perSecond);
@@ -182,21 +173,17 @@ export function renderTable(r: BenchReport): string {
   if (r.cold) {
     const { ceiling, daemon } = r.cold;
     const more = `; start → first delivery ${daemon.startupSeconds?.toFixed(2)} s, max RSS ${mib(daemon.maxRssBytes).toFixed(0)} MiB`;
-    if (ceiling) row(ceiling.name, rateText(ceiling));
+    row(ceiling.name, rateText(ceiling));
     row(daemon.name, rateText(daemon), 'inbox_cold_start', 'the ceiling', more);
-  }
-  if (r.tracing) {
-    const more = `; ${n0(r.tracing.spansReceived)} spans received over ${r.tracing.runs} run(s)`;
-    row(r.tracing.on.name, rateText(r.tracing.on), 'inbox_tracing_on', 'the same process, tracing off', more);
   }
   const rounds = r.latencyRounds ?? [];
   if (rounds.length > 0) {
-    const { rate, fixedRate, logLevel } = rounds[0]!;
+    const { rate, logLevel } = rounds[0]!;
     const under = rounds.filter((t) => t.p99Ms <= LATENCY.maxMs).length;
     const lag = Math.max(...rounds.map((t) => t.publisherLagMs)).toFixed(1);
     const p50 = median(rounds, (t) => t.p99Ms)!.p50Ms.toFixed(1);
     row(
-      `latency publish → commit at ${n0(rate)} env/s (${fixedRate ? 'set by --latency-rate' : '½ the batched maximum'}), LOG_LEVEL=${logLevel}`,
+      `latency publish → commit at ${n0(rate)} env/s (½ the batched maximum), LOG_LEVEL=${logLevel}`,
       `p99 ${rounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${under} of ${rounds.length} rounds ≤ ${LATENCY.maxMs} ms (p50 of the median round ${p50} ms; worst publisher lag ${lag} ms)`,
       'latency_p99',
     );
@@ -216,11 +203,9 @@ export function renderTable(r: BenchReport): string {
   }
   if (r.cli) {
     const c = r.cli.commands;
-    const ms = (c: CliCommand) => `${c.wallMs.toFixed(0)} ms (CPU ${c.cpuMs?.toFixed(0) ?? '?'} ms)`;
+    const ms = (c: CliCommand) => `${c.wallMs.toFixed(0)} ms`;
     row(`\`${CLI_LABELS.node}\`, median of ${r.cli.runs} runs`, ms(c.node));
     row(`\`${CLI_LABELS.help}\``, ms(c.help), 'cli_help', CLI_LABELS.node);
-    row(`${CLI_LABELS.client} (what \`jobs list\` does)`, ms(c.client));
-    row(`\`${CLI_LABELS.list}\``, ms(c.list), 'cli_jobs_list', 'the small program');
   }
   if (r.drain) {
     const rss = `max RSS ${mib(r.drain.maxRssBytes).toFixed(0)} MiB (sampled every 100 ms); ${rateText(r.drain)}`;
@@ -268,8 +253,7 @@ export function renderTable(r: BenchReport): string {
       cpuRow(`_inbox (warn) above the ceiling_`, excess),
     );
   }
-  for (const t of [r.cold?.ceiling, r.cold?.daemon, r.tracing?.on, r.drain])
-    if (t) cpuRows.push(cpuRow(t.name, t.cpu));
+  for (const t of [r.cold?.ceiling, r.cold?.daemon, r.drain]) if (t) cpuRows.push(cpuRow(t.name, t.cpu));
 
   return (
     [

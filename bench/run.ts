@@ -2,7 +2,7 @@
  * `npm run bench`: the daemon against its ceilings, side by side, in one run, on this machine. It
  * starts a private nats-server and a fresh database (dropped at the end), warms up the inbox and
  * the ceiling on a small untimed run each and checks that they leave the same rows, runs the
- * sections (`inbox`, `cold`, `tracing`, `latency`, `watchdog`, `cli`; `drain`, `grown` on request), the
+ * sections (`inbox`, `cold`, `latency`, `watchdog`, `cli`; `drain`, `grown` on request), the
  * runs that are compared taking turns over `--rounds`, prints the tables, and a full run records
  * itself (bench/report.ts `recordRun`). `--help` lists the flags.
  */
@@ -11,7 +11,6 @@ import { cpus, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError } from 'commander';
 import { findNatsServerBinary } from '../workshop/localServers/natsServer.js';
-import { startOtlpReceiver } from '../workshop/tracing/otlpReceiver.js';
 import { CEILING_NAME } from './ceiling.js';
 import { measureCliStartup } from './cliStartup.js';
 import { startBenchEnv, type CpuSplit } from './env.js';
@@ -27,7 +26,7 @@ import {
 } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
 
-const SECTIONS = ['inbox', 'cold', 'tracing', 'latency', 'watchdog', 'cli', 'drain', 'grown'] as const;
+const SECTIONS = ['inbox', 'cold', 'latency', 'watchdog', 'cli', 'drain', 'grown'] as const;
 type Section = (typeof SECTIONS)[number];
 
 const positive = (integer: boolean) => (v: string) => {
@@ -49,7 +48,6 @@ const o = new Command('bench')
   .option('--scale <n>', 'multiply every size', positive(false), 1)
   .option('--rounds <n>', 'rounds of the compared runs (medians reported)', positive(true), 3)
   .option('--latency-rounds <n>', 'rounds of the latency target', positive(true), 5)
-  .option('--latency-rate <n>', 'latency at this publish rate; records nothing', positive(false))
   .option('--drain', 'add the drain section to a full run (several minutes)')
   .option('--grown', 'add the grown section to a full run (a generated history: many minutes)')
   .option('--grown-jobs <n>', "finished jobs in the grown section's history", positive(true), 5_000_000)
@@ -61,7 +59,6 @@ const o = new Command('bench')
     scale: number;
     rounds: number;
     latencyRounds: number;
-    latencyRate?: number;
     drain?: boolean;
     grown?: boolean;
     grownJobs: number;
@@ -70,7 +67,7 @@ const o = new Command('bench')
   }>();
 const only =
   o.only ?? new Set(SECTIONS.filter((s) => (s !== 'drain' || o.drain) && (s !== 'grown' || o.grown)));
-const record = o.only === undefined && o.latencyRate === undefined && o.dryRun !== true;
+const record = o.only === undefined && o.dryRun !== true;
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 const log = (line: string) => process.stderr.write(line + '\n');
@@ -151,8 +148,8 @@ async function compared(runs: Array<() => Promise<ThroughputResult>>) {
   }));
 }
 
-const daemonProcess = (name: string, n: number, extra?: Record<string, string>) => () =>
-  measureDaemonProcess(env, { name, logLevel: 'warn', env: extra }, n);
+const daemonProcess = (name: string, n: number) => () =>
+  measureDaemonProcess(env, { name, logLevel: 'warn' }, n);
 const backlog = (n: number) => `, backlog of ${fmt(n)}`;
 
 try {
@@ -179,51 +176,26 @@ try {
     ]);
     report.inbox = { ceiling: ceiling!, warn: warn!, info: info! };
   }
-  if (only.has('cold') || only.has('tracing')) {
-    // The daemon as shipped (tracing off) in turns with the ceiling (`cold`) and with the same
-    // daemon exporting its spans to a local OTLP receiver (`tracing`), all on the same backlog.
-    log(`cold, tracing: daemon processes on a backlog of ${fmt(sizes.backlog)}`);
-    const receiver = only.has('tracing') ? await startOtlpReceiver() : undefined;
-    try {
-      const of = backlog(sizes.backlog);
-      const daemon = 'daemon process, cold start (first delivery → last ack), tracing off, LOG_LEVEL=warn';
-      const traced = 'daemon process, tracing on (OTLP/HTTP to a local receiver), LOG_LEVEL=warn';
-      const results = await compared([
-        ...(only.has('cold') ? [() => measureCeiling(env, sizes.backlog, { name: CEILING_NAME + of })] : []),
-        daemonProcess(daemon + of, sizes.backlog),
-        ...(receiver
-          ? [
-              daemonProcess(traced + of, sizes.backlog, {
-                OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: receiver.tracesUrl,
-              }),
-            ]
-          : []),
-      ]);
-      const ceiling = only.has('cold') ? results.shift() : undefined;
-      report.cold = { ceiling, daemon: results[0]! };
-      if (receiver) {
-        const spansReceived = receiver.spans().length;
-        log(`  the receiver got ${fmt(spansReceived)} spans in ${receiver.requests()} requests`);
-        // A daemon that exported nothing did not trace: the comparison would be of off with off.
-        if (spansReceived === 0) throw new Error('the daemon with tracing on exported no span');
-        report.tracing = { on: results[1]!, spansReceived, runs: o.rounds };
-      }
-    } finally {
-      await receiver?.close();
-    }
+  if (only.has('cold')) {
+    // The daemon as shipped, a process started on a backlog, in turns with the ceiling on the same.
+    log(`cold: daemon processes on a backlog of ${fmt(sizes.backlog)}`);
+    const of = backlog(sizes.backlog);
+    const daemon = 'daemon process, cold start (first delivery → last ack), LOG_LEVEL=warn';
+    const [ceiling, started] = await compared([
+      () => measureCeiling(env, sizes.backlog, { name: CEILING_NAME + of }),
+      daemonProcess(daemon + of, sizes.backlog),
+    ]);
+    report.cold = { ceiling: ceiling!, daemon: started! };
   }
   if (only.has('latency')) {
-    const rate =
-      o.latencyRate ??
-      Math.round(
-        (report.inbox?.warn ?? (await measureInbox(env, { name: 'rate', logLevel: 'warn' }, sizes.batched)))
-          .perSecond / 2,
-      );
+    const rate = Math.round(
+      (report.inbox?.warn ?? (await measureInbox(env, { name: 'rate', logLevel: 'warn' }, sizes.batched)))
+        .perSecond / 2,
+    );
     log(`latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s, ${o.latencyRounds} round(s)`);
     report.latencyRounds = [];
     for (let i = 0; i < o.latencyRounds; i++) {
       const r = await measureLatency(env, rate, sizes.latencySeconds);
-      if (o.latencyRate !== undefined) r.fixedRate = true;
       log(
         `  p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`,
       );
@@ -240,7 +212,7 @@ try {
   }
   if (only.has('cli')) {
     log(`cli: the command's start-up beside node -e 0, ${sizes.cliRuns} runs each`);
-    report.cli = measureCliStartup(env.databaseUrl, sizes.cliRuns);
+    report.cli = measureCliStartup(sizes.cliRuns);
     for (const c of Object.values(report.cli.commands)) log(`  ${c.label}: ${c.wallMs.toFixed(0)} ms`);
   }
   if (only.has('drain')) {

@@ -18,18 +18,15 @@ import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
 import { CEILING, CEILING_NAME, startCeiling } from './ceiling.js';
 import {
   benchPool,
-  checkAllDone,
   checkpoint,
-  prePublish,
-  processCpuMs,
   resetStream,
-  rssBytes,
-  seedPublishedJobs,
   startCpuSplit,
   waitAllAcked,
   type BenchEnv,
   type CpuSplit,
 } from './env.js';
+import { checkAllDone, prePublish, seedPublishedJobs } from '../workshop/benchFixtures.js';
+import { processCpuMs, rssBytes } from '../workshop/processStats.js';
 
 /** One throughput measurement. */
 export interface ThroughputResult {
@@ -199,7 +196,7 @@ export const RSS_EVERY_MS = 100;
  */
 export async function measureDaemonProcess(
   env: BenchEnv,
-  opts: { name: string; logLevel: LogLevel; env?: Record<string, string> | undefined },
+  opts: { name: string; logLevel: LogLevel },
   n: number,
 ): Promise<ThroughputResult> {
   const last = await prepare(env, n);
@@ -209,7 +206,7 @@ export async function measureDaemonProcess(
   const bin = fileURLToPath(new URL('../../bin/recognition-core.js', import.meta.url));
   const split = startCpuSplit(env);
   const spawned = performance.now();
-  // Tracing is what `opts.env` asks for, whatever OTEL_* variables the bench was started with.
+  // Tracing off, as shipped, whatever OTEL_* variables the bench was started with.
   const inherited = Object.entries(process.env).filter(([k]) => !k.startsWith('OTEL_'));
   const child = spawn(process.execPath, [bin, 'start'], {
     env: {
@@ -220,7 +217,6 @@ export async function measureDaemonProcess(
       HTTP_HOST: '127.0.0.1',
       LOG_LEVEL: opts.logLevel,
       LOG_PRETTY: 'false',
-      ...opts.env,
     },
     stdio: ['ignore', out, 'inherit'],
   });

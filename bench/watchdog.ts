@@ -16,7 +16,8 @@ import { openDb } from '../src/db/database.js';
 import { createLogger } from '../src/logger.js';
 import { createMetrics } from '../src/metrics.js';
 import { createWatchdog } from '../src/daemon/watchdog.js';
-import { benchPool, checkpoint, configFor, truncateAll } from './env.js';
+import { benchPool, checkpoint, configFor } from './env.js';
+import { truncateAll } from '../workshop/benchFixtures.js';
 
 /** One timed sweep: the daemon's, or the raw SQL statement's (whose batch size is null). */
 export interface SweepResult {

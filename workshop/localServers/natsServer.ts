@@ -63,6 +63,8 @@ export interface NatsServerHandle extends LocalServerHandle {
   readonly serverName: string;
   /** Path of the generated config file. */
   readonly configFile: string;
+  /** The running process's pid (it changes with a restart); null while stopped. */
+  pid(): number | null;
   /** SIGTERM (graceful shutdown) and resolve once the process has exited; SIGKILL after 15 s. No-op if stopped. */
   stop(): Promise<void>;
   /**
@@ -243,6 +245,7 @@ export async function startNatsServer(opts: NatsServerOptions = {}): Promise<Nat
     storeDir,
     serverName,
     configFile,
+    pid: () => (running() ? (child?.proc.pid ?? null) : null),
     isRunning: running,
     output: output.text,
     stop: () => signalAndWait('SIGTERM'),
