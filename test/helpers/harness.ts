@@ -3,8 +3,8 @@
  * what the options ask for before the file's (or the describe block's) tests and take it down
  * after them, and returns a handle whose parts are valid inside tests and later hooks.
  *
- *     const h = useHarness({ database: true, nats: true, client: true, daemon: { env: { … } } });
- *     // h.db, h.pool, h.url (the database), h.nats (the nats-server), h.nc, h.svc, h.daemon, h.drained()
+ *     const t = useHarness({ database: true, nats: true, client: true, daemon: { env: { … } } });
+ *     // t.db, t.pool, t.url (the database), t.nats (the nats-server), t.nc, t.svc, t.daemon, t.drained()
  *
  * Set-up runs in this order: private PostgreSQL cluster, database, nats-server, client
  * connection, daemon. What a file starts itself goes through the handle's `start…`, `connect`
