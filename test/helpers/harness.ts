@@ -66,9 +66,9 @@ export interface Harness {
   readonly db: Db['db'];
   /** The database's `pg` pool. */
   readonly pool: Db['pool'];
-  /** The database's URL, for a daemon or the CLI. */
+  /** The database's URL, for a daemon or the CLI (on the test server, known from the start). */
   readonly url: string;
-  /** The database's name. */
+  /** The database's name (on the test server, known from the start). */
   readonly dbName: string;
   readonly pgCluster: PgClusterHandle;
   /** The nats-server: `url`, `port`, `stop`/`restart`/`pause`/`resume` for outages. */
@@ -101,7 +101,9 @@ export function useHarness(options: HarnessOptions = {}): Harness {
     throw new Error('useHarness: a daemon needs { database: true, nats: true }');
   if (options.client && !options.nats) throw new Error('useHarness: a client needs { nats: true }');
   const dbOptions = options.database === true ? {} : options.database;
-  const sharedName = `rc_test_${process.pid}_${Date.now()}_${counter++}`;
+  // On the test server the database's name and URL are known before it exists, as in describe bodies.
+  const sharedName =
+    dbOptions && !options.pgCluster ? `rc_test_${process.pid}_${Date.now()}_${counter++}` : undefined;
 
   let database: (Db & { url: string; name: string; shared: boolean }) | undefined;
   let cluster: PgClusterHandle | undefined;
@@ -137,10 +139,10 @@ export function useHarness(options: HarnessOptions = {}): Harness {
       return part(database, 'database').pool;
     },
     get url() {
-      return part(database, 'database').url;
+      return sharedName ? dbUrl(sharedName) : part(database, 'database').url;
     },
     get dbName() {
-      return part(database, 'database').name;
+      return sharedName ?? part(database, 'database').name;
     },
     get pgCluster() {
       return part(cluster, 'pgCluster');
@@ -169,7 +171,7 @@ export function useHarness(options: HarnessOptions = {}): Harness {
       return s;
     },
     async connect(opts) {
-      const nc = await connect({ servers: handle.nats.url, ...opts });
+      const nc = await connect({ ...opts, servers: opts?.servers ?? handle.nats.url });
       connections.push(nc);
       return nc;
     },
@@ -205,7 +207,7 @@ export function useHarness(options: HarnessOptions = {}): Harness {
         const db = openDb(url, { max: dbOptions.max ?? 20 });
         database = { ...db, url, name, shared: false };
         await migrateToLatest(db.db);
-      } else {
+      } else if (sharedName) {
         const url = dbUrl(sharedName);
         await createDatabaseIfMissing(url, { template: inject('templateDb') });
         database = { ...openDb(url, { max: dbOptions.max ?? 20 }), url, name: sharedName, shared: true };
