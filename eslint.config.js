@@ -154,4 +154,33 @@ export default tseslint.config(
       message: 'test/ never imports bench/: shared process helpers live in workshop/localServers',
     },
   ]),
+  {
+    // Every integration test file sets up its servers through the one harness, which takes them
+    // down in one order. This block repeats test/'s bench ban: a later rule replaces an earlier one.
+    files: ['test/integration/**/*.ts'],
+    ignores: ['test/integration/helpers.nats.test.ts', 'test/integration/helpers.pgCluster.test.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^\\.{1,2}/(?:.*/)?bench(?:/|\\.js$)',
+              message: 'test/ never imports bench/: shared process helpers live in workshop/localServers',
+            },
+            ...[
+              ['localServers/natsServer', ['startNatsServer', 'startNatsCluster']],
+              ['localServers/pgCluster', ['startPgCluster']],
+              ['helpers/testDaemon', ['startTestDaemon']],
+            ].map(([module, importNames]) => ({
+              regex: `(?:^|/)${module}\\.js$`,
+              importNames,
+              message:
+                'integration tests start servers and daemons through useHarness (test/helpers/harness.ts)',
+            })),
+          ],
+        },
+      ],
+    },
+  },
 );

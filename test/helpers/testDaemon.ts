@@ -13,14 +13,17 @@ export interface TestDaemon extends Daemon {
   logs: LogSink;
 }
 
-export async function startTestDaemon(opts: {
+/** What {@link startTestDaemon} runs on and with; `loops` defaults to the inbox alone. */
+export interface TestDaemonOptions {
   databaseUrl: string;
   natsUrl: string;
   env?: Record<string, string>;
   loops?: DaemonOptions['loops'];
   beforeInboxBatch?: DaemonOptions['beforeInboxBatch'];
   afterInboxCommit?: DaemonOptions['afterInboxCommit'];
-}): Promise<TestDaemon> {
+}
+
+export async function startTestDaemon(opts: TestDaemonOptions): Promise<TestDaemon> {
   const config = loadConfig({
     DATABASE_URL: opts.databaseUrl,
     NATS_URL: opts.natsUrl,

@@ -6,8 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import { headers as natsHeaders, nanos, type NatsConnection } from '@nats-io/nats-core';
-import { connect } from '@nats-io/transport-node';
+import { headers as natsHeaders, nanos } from '@nats-io/nats-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { decodeEnvelope } from '../../src/messages/decodeEnvelope.js';
@@ -22,7 +21,7 @@ import {
 } from '../../workshop/reference/tabularParserService.js';
 import { messageExamples, messageValidators, readAsyncApi, readSchemaFiles } from '../helpers/asyncapi.js';
 import { createLogSink } from '../helpers/logSink.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
+import { useHarness } from '../helpers/harness.js';
 
 type Facts = Record<string, unknown>;
 const doc = readAsyncApi() as {
@@ -31,15 +30,12 @@ const doc = readAsyncApi() as {
 };
 const cfg = loadConfig({});
 
-let server: NatsServerHandle;
-let nc: NatsConnection;
+const t = useHarness({ nats: true, client: true });
 let jsm: JetStreamManager;
 let service: TabularParserService;
 
 beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-  jsm = await jetstreamManager(nc);
+  jsm = await jetstreamManager(t.nc);
   // What the daemon does at start with its default configuration.
   await provisionStreams(jsm, {
     duplicateWindowMs: cfg.NATS_DUPLICATE_WINDOW_MS,
@@ -48,7 +44,7 @@ beforeAll(async () => {
     maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
   });
   service = await startTabularParser({
-    nc,
+    nc: t.nc,
     seed: 1,
     weights: { done: 1, needs_check: 0, error: 0, silent: 0 },
     replyDelayMs: 20,
@@ -57,8 +53,6 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await service?.stop();
-  await nc?.close();
-  await server?.cleanup();
 });
 
 /** `{service}` in a documented name, for the reference service. */
@@ -97,7 +91,7 @@ describe('the JetStream extensions of schemas/asyncapi.yaml are what the server 
 describe('the reference service and the document agree', () => {
   it('answers the job example, sent as documented, with an ack and a result its messages describe', async () => {
     const job = messageExamples(doc as never).find((e) => e.message === 'job')!;
-    const js = jetstream(nc);
+    const js = jetstream(t.nc);
     const h = natsHeaders();
     for (const [k, v] of Object.entries(job.headers ?? {})) h.set(k, v);
     await js.publish(jobSubject(TABULAR_PARSER), JSON.stringify(job.payload), {
@@ -149,7 +143,7 @@ describe('the reference service and the document agree', () => {
 
 /** The envelopes on RECOGNITION_RESULTS for `jobId`, once `count` of them are there (read-only). */
 async function envelopesFor(jobId: string, count: number) {
-  const js = jetstream(nc);
+  const js = jetstream(t.nc);
   const deadline = Date.now() + 30_000;
   for (;;) {
     const found: Array<{ msgId: string | undefined; body: Record<string, unknown> }> = [];
@@ -170,7 +164,7 @@ async function envelopesFor(jobId: string, count: number) {
 
 /** Publish a job message as the core does: on the service's subject, with its Nats-Msg-Id. */
 async function publishJob(payload: unknown, msgId: string): Promise<void> {
-  await jetstream(nc).publish(jobSubject(TABULAR_PARSER), JSON.stringify(payload), { msgID: msgId });
+  await jetstream(t.nc).publish(jobSubject(TABULAR_PARSER), JSON.stringify(payload), { msgID: msgId });
 }
 
 /** The reference service's durable: nothing left to ack once every job message is settled. */
@@ -238,7 +232,7 @@ describe('a service reads job messages tolerantly (docs/contract.md, "Evolving t
   it('an invalid job message naming no job (not JSON): terminated, nothing published', async () => {
     const before = (await jsm.streams.info(RESULTS_STREAM)).state.messages;
     const invalid = service.stats().invalid;
-    await jetstream(nc).publish(jobSubject(TABULAR_PARSER), 'this is {not json', {
+    await jetstream(t.nc).publish(jobSubject(TABULAR_PARSER), 'this is {not json', {
       msgID: `job:${randomUUID()}:1`,
     });
     expect(await jobsSettled()).toBe(true);

@@ -14,9 +14,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing, dropDatabase } from '../../src/db/database.js';
 import { insertJob, snapshotTables } from '../helpers/fixtures.js';
 import { dbUrl } from '../helpers/pgUrls.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
+const t = useHarness({ database: true });
 const run = promisify(execFile);
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -36,7 +36,7 @@ async function cli(args: string[], env: Record<string, string> = {}, root = ROOT
 
 describe('migrate', () => {
   it('creates a missing database, migrates it, and is harmless the second time', async () => {
-    const url = dbUrl(`${t.name}_fresh`);
+    const url = dbUrl(`${t.dbName}_fresh`);
     try {
       const first = await cli(['migrate'], { DATABASE_URL: url });
       expect(first).toMatchObject({ code: 0, stderr: '' });
@@ -49,7 +49,7 @@ describe('migrate', () => {
   });
 
   it('start refuses a database whose migrations are behind, in one clear line', async () => {
-    const url = dbUrl(`${t.name}_behind`);
+    const url = dbUrl(`${t.dbName}_behind`);
     await createDatabaseIfMissing(url);
     try {
       const r = await cli(['start'], { DATABASE_URL: url, HTTP_PORT: '0' });

@@ -12,13 +12,12 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dropDatabase, openDb } from '../../src/db/database.js';
 import { migrations } from '../../src/db/migrations/index.js';
-import { startNatsServer } from '../../workshop/localServers/natsServer.js';
 import { CLI_BIN, cliEnv, runCli, spawnCli } from '../helpers/cliProcess.js';
 import { insertJob } from '../helpers/fixtures.js';
 import { dbUrl } from '../helpers/pgUrls.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
+const t = useHarness({ database: true });
 
 /** A port nothing listens on: commands that need NATS fail after their start-up lines. */
 const NO_NATS = 'nats://127.0.0.1:1';
@@ -196,7 +195,7 @@ describe('--version', () => {
 
 describe('migrations of another version', () => {
   const known = Object.keys(migrations).sort();
-  const url = dbUrl(`${t.name}_versions`);
+  const url = dbUrl(`${t.dbName}_versions`);
   const FUTURE = '9999_from_a_newer_version';
   afterAll(() => dropDatabase(url));
 
@@ -218,7 +217,7 @@ describe('migrations of another version', () => {
       const found = await admin.db
         .selectFrom('pg_database' as never)
         .select('datname' as never)
-        .where('datname' as never, '=', `${t.name}_versions` as never)
+        .where('datname' as never, '=', `${t.dbName}_versions` as never)
         .execute();
       expect(found).toEqual([]);
     } finally {
@@ -288,7 +287,7 @@ describe('migrations of another version', () => {
   });
 
   it('start runs on, logs the unknown migrations once and exports their count', async () => {
-    const nats = await startNatsServer();
+    const nats = await t.startNats();
     const cli = spawnCli(['start'], {
       DATABASE_URL: url,
       NATS_URL: nats.url,
@@ -307,7 +306,6 @@ describe('migrations of another version', () => {
     } finally {
       cli.child.kill('SIGTERM');
       await cli.exited;
-      await nats.cleanup();
     }
   });
 

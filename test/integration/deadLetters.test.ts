@@ -11,10 +11,9 @@ import {
   jetstreamManager,
   type JetStreamManager,
 } from '@nats-io/jetstream';
-import { nanos, type NatsConnection } from '@nats-io/nats-core';
-import { connect } from '@nats-io/transport-node';
+import { nanos } from '@nats-io/nats-core';
 import { InMemorySpanExporter } from '@opentelemetry/sdk-trace-node';
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { openDb } from '../../src/db/database.js';
 import { addFile, createJob } from '../../src/db/jobs.js';
@@ -26,35 +25,21 @@ import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { startTracingSdk } from '../../src/tracing/sdk.js';
 import { loadAll } from '../helpers/fixtures.js';
 import { createLogSink, type LogSink } from '../helpers/logSink.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { serverUrl } from '../helpers/pgUrls.js';
 import { startTcpProxy } from '../helpers/tcpProxy.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
-let server: NatsServerHandle;
-const connections: NatsConnection[] = [];
+const t = useHarness({ database: true, nats: true });
 let jsm: JetStreamManager;
 
-async function natsConnection(): Promise<NatsConnection> {
-  const nc = await connect({ servers: server.url });
-  connections.push(nc);
-  return nc;
-}
-
 beforeAll(async () => {
-  server = await startNatsServer();
-  jsm = await jetstreamManager(await natsConnection());
+  jsm = await jetstreamManager(await t.connect());
   await provisionStreams(jsm, {
     duplicateWindowMs: 120_000,
     replicas: 1,
     ackWaitMs: 30_000,
     maxAckPending: 1000,
   });
-});
-afterAll(async () => {
-  await Promise.all(connections.map((nc) => nc.close().catch(() => undefined)));
-  await server?.cleanup();
 });
 
 const running: DeadLetters[] = [];
@@ -67,7 +52,7 @@ async function startDeadLetters() {
   const metrics = createMetrics({}, { defaultMetrics: false });
   const deadLetters = createDeadLetters({
     db: t.db,
-    nc: await natsConnection(),
+    nc: await t.connect(),
     logger: logs.logger,
     metrics,
   });
@@ -87,7 +72,7 @@ async function publishedJob() {
   const logs = createLogSink();
   const publisher = createPublisher({
     db: t.db,
-    js: jetstream(await natsConnection()),
+    js: jetstream(await t.connect()),
     logger: logs.logger,
     config: loadConfig({}),
   });
@@ -114,7 +99,7 @@ describe('max-deliveries advisory', () => {
       max_deliver: 2,
       ack_wait: nanos(1_000),
     });
-    const consumer = await jetstream(await natsConnection()).consumers.get(JOBS_STREAM, 'tabular-parser');
+    const consumer = await jetstream(await t.connect()).consumers.get(JOBS_STREAM, 'tabular-parser');
     const deliveries: number[] = [];
     const messages = await consumer.consume({ max_messages: 10 });
     void (async () => {
@@ -191,7 +176,7 @@ describe('max-deliveries advisory', () => {
       const logs = createLogSink();
       const deadLetters = createDeadLetters({
         db: viaProxy.db,
-        nc: await natsConnection(),
+        nc: await t.connect(),
         logger: logs.logger,
       });
       running.push(deadLetters);
@@ -200,7 +185,7 @@ describe('max-deliveries advisory', () => {
 
       proxy.cut();
       // What JetStream would send; handled by the loop, as a real advisory is.
-      const nc = await natsConnection();
+      const nc = await t.connect();
       nc.publish(
         `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${JOBS_STREAM}.tabular-parser`,
         JSON.stringify({

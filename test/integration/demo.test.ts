@@ -19,7 +19,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
 import { AckPolicy, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { FINAL_JOB_STATUSES } from '../../machines/index.js';
 import { dropDatabase, openDb } from '../../src/db/database.js';
@@ -33,22 +32,15 @@ import {
 } from '../../src/nats/subjects.js';
 import { runCli, spawnCli } from '../helpers/cliProcess.js';
 import { insertJob, snapshotTables } from '../helpers/fixtures.js';
-import { createServiceClient } from '../helpers/serviceClient.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
+import { useHarness } from '../helpers/harness.js';
 import { dbUrl } from '../helpers/pgUrls.js';
 
 /** Matches the stale-database cleanup of globalSetup (rc_test_<pid>_…) and the demo's "demo" rule. */
 const DEMO_DB = `rc_test_${process.pid}_${Date.now()}_demo`;
 const JOBS = 40;
-let nats: NatsServerHandle;
-
-beforeAll(async () => {
-  nats = await startNatsServer();
-});
+const t = useHarness({ nats: true });
 
 afterAll(async () => {
-  await nats?.cleanup();
   await dropDatabase(dbUrl(DEMO_DB));
 });
 
@@ -82,7 +74,7 @@ describe('recognition-core demo', () => {
         '40',
       ],
       // DATABASE_URL names the server; the demo uses its own database on it.
-      { DATABASE_URL: dbUrl('postgres'), NATS_URL: nats.url },
+      { DATABASE_URL: dbUrl('postgres'), NATS_URL: t.nats.url },
       60_000,
     );
     const wallMs = Date.now() - started;
@@ -136,7 +128,7 @@ describe('recognition-core demo', () => {
         '--timeout',
         '40',
       ],
-      { DATABASE_URL: dbUrl('postgres'), NATS_URL: nats.url },
+      { DATABASE_URL: dbUrl('postgres'), NATS_URL: t.nats.url },
       60_000,
     );
     try {
@@ -191,7 +183,7 @@ describe('recognition-core demo', () => {
   it('refuses a database name that does not say demo (it would drop it)', async () => {
     const r = await runCli(['demo', '--database', 'recognition'], {
       DATABASE_URL: dbUrl('postgres'),
-      NATS_URL: nats.url,
+      NATS_URL: t.nats.url,
     });
     expect(r.code).toBe(2);
     expect(r.stderr).toHaveLength(1);
@@ -228,18 +220,14 @@ async function natsState(jsm: JetStreamManager) {
 }
 
 describe('recognition-core demo next to a daemon on the addresses it is given', () => {
-  /** The daemon's database: jobs whose envelopes wait, unapplied, in RECOGNITION_RESULTS. */
-  const daemonDb = useTestDatabase();
-  let daemonNats: NatsServerHandle;
-  let nc: NatsConnection;
+  /** The daemon's database (jobs whose envelopes wait, unapplied, in RECOGNITION_RESULTS) and nats-server. */
+  const daemon = useHarness({ database: true, nats: true, client: true });
   let jsm: JetStreamManager;
   let natsBefore: Awaited<ReturnType<typeof natsState>>;
   let rowsBefore: Awaited<ReturnType<typeof snapshotTables>>;
 
   beforeAll(async () => {
-    daemonNats = await startNatsServer();
-    nc = await connect({ servers: daemonNats.url });
-    jsm = await jetstreamManager(nc);
+    jsm = await jetstreamManager(daemon.nc);
     // What a daemon provisions (a long ack wait: envelopes it took stay in hand), and a service's
     // durable consumer on the jobs stream.
     await provisionStreams(jsm, {
@@ -254,15 +242,14 @@ describe('recognition-core demo next to a daemon on the addresses it is given', 
       ack_policy: AckPolicy.Explicit,
     });
     // Five published jobs, their job messages, and the service's ack and result for each.
-    const js = jetstream(nc);
-    const svc = createServiceClient(nc);
+    const js = jetstream(daemon.nc);
     for (let i = 0; i < 5; i++) {
-      const job = await insertJob(daemonDb.db);
+      const job = await insertJob(daemon.db);
       await js.publish(jobSubject('tabular-parser'), JSON.stringify({ job_id: job.jobId }), {
         msgID: jobMsgId(job.jobId, 1),
       });
-      await svc.ack(job);
-      await svc.done(job);
+      await daemon.svc.ack(job);
+      await daemon.svc.done(job);
     }
     // The daemon had taken three envelopes when it stopped: delivered, never acked.
     const inbox = await js.consumers.get(RESULTS_STREAM, INBOX_CONSUMER);
@@ -272,7 +259,7 @@ describe('recognition-core demo next to a daemon on the addresses it is given', 
       for await (const m of batch) taken.push(m.seq);
     }
     natsBefore = await natsState(jsm);
-    rowsBefore = await snapshotTables(daemonDb.db);
+    rowsBefore = await snapshotTables(daemon.db);
     expect(natsBefore.map((x) => x.name)).toEqual([JOBS_STREAM, RESULTS_STREAM]);
     expect(natsBefore[1]).toMatchObject({ messages: 10, first_seq: 1, last_seq: 10 });
     expect(natsBefore[1]!.consumers).toEqual([
@@ -281,21 +268,16 @@ describe('recognition-core demo next to a daemon on the addresses it is given', 
     expect(rowsBefore.jobs.map((j) => j.status)).toEqual(Array(5).fill('published'));
   });
 
-  afterAll(async () => {
-    await nc?.close();
-    await daemonNats?.cleanup();
-  });
-
   /** The daemon's streams, consumers and rows are exactly as recorded, and no other stream is left. */
   async function expectDaemonUntouched(): Promise<void> {
     expect(await natsState(jsm)).toEqual(natsBefore);
-    expect(await snapshotTables(daemonDb.db)).toEqual(rowsBefore);
+    expect(await snapshotTables(daemon.db)).toEqual(rowsBefore);
   }
 
   it("by default runs on private servers of its own, whatever NATS_URL and DATABASE_URL say: the daemon's streams, consumers and database stay as they were", async () => {
     const r = await runCli(
       ['demo', '--jobs', '20', '--seed', '7', '--timeout', '30'],
-      { DATABASE_URL: daemonDb.url, NATS_URL: daemonNats.url },
+      { DATABASE_URL: daemon.url, NATS_URL: daemon.nats.url },
       90_000,
     );
     expect(r.code, r.output).toBe(0);
@@ -306,10 +288,10 @@ describe('recognition-core demo next to a daemon on the addresses it is given', 
     expect(natsLine).toMatch(
       /nats:\/\/127\.0\.0\.1:\d+ \(streams RECOGNITION_JOBS and RECOGNITION_RESULTS\)/,
     );
-    expect(natsLine).not.toContain(daemonNats.url);
+    expect(natsLine).not.toContain(daemon.nats.url);
     const dbLine = r.stdout.find((l) => l.startsWith('  database ')) ?? '';
     expect(dbLine).toMatch(/postgres:\/\/postgres@127\.0\.0\.1:\d+\/recognition_demo/);
-    expect(dbLine).not.toContain(`@${new URL(daemonDb.url).host}/`);
+    expect(dbLine).not.toContain(`@${new URL(daemon.url).host}/`);
     const printed = parseSummary(r.stdout);
     expect(printed.get('total')).toBe(20);
     printed.delete('total');
@@ -335,7 +317,7 @@ describe('recognition-core demo next to a daemon on the addresses it is given', 
           '--database',
           demoDb,
         ],
-        { DATABASE_URL: daemonDb.url, NATS_URL: daemonNats.url },
+        { DATABASE_URL: daemon.url, NATS_URL: daemon.nats.url },
         90_000,
       );
       expect(r.code, r.output).toBe(0);
@@ -347,7 +329,7 @@ describe('recognition-core demo next to a daemon on the addresses it is given', 
           text,
         );
       expect(own, text).not.toBeNull();
-      expect(own![1]).toBe(daemonNats.url);
+      expect(own![1]).toBe(daemon.nats.url);
       expect(text).toContain(`Deleted this run's streams ${own![2]} and ${own![4]} (and their consumers).`);
 
       // Every demo job is final, in the demo's database.

@@ -1,9 +1,8 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 
 import { startTcpProxy, type TcpProxy } from '../helpers/tcpProxy.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
+import { useHarness } from '../helpers/harness.js';
 import { serverUrl } from '../helpers/pgUrls.js';
 
 /** The test PostgreSQL server (`TEST_PG_URL`, else the machine's 127.0.0.1:5432). Only read from here. */
@@ -78,17 +77,11 @@ describe('startTcpProxy', () => {
   });
 
   describe('with NATS behind it', () => {
-    let nats: NatsServerHandle | undefined;
-    let nc: NatsConnection | undefined;
-    afterAll(async () => {
-      await nc?.close().catch(() => undefined);
-      await nats?.cleanup();
-    });
+    const t = useHarness({ nats: true });
 
     it('a client reconnects through the proxy after cut() + restore()', async () => {
-      nats = await startNatsServer();
-      const p = await proxy({ host: '127.0.0.1', port: nats.port });
-      nc = await connect({
+      const p = await proxy({ host: '127.0.0.1', port: t.nats.port });
+      const nc = await t.connect({
         servers: `nats://127.0.0.1:${p.port}`,
         reconnectTimeWait: 100,
         maxReconnectAttempts: -1,

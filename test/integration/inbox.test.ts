@@ -4,53 +4,30 @@
  * database outage in the middle of a stream.
  */
 import { randomUUID } from 'node:crypto';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
-import { createServiceClient, type ServiceClient } from '../helpers/serviceClient.js';
-import { inboxDrained, startTestDaemon, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
-let server: NatsServerHandle;
-let nc: NatsConnection;
-let svc: ServiceClient;
-let daemon: TestDaemon;
-
-beforeAll(async () => {
-  server = await startNatsServer();
-  daemon = await startTestDaemon({
-    databaseUrl: t.url,
-    natsUrl: server.url,
-    env: { NATS_DUPLICATE_WINDOW_MS: '1000', MAX_ENVELOPE_BYTES: '4096', INBOX_BATCH_SIZE: '50' },
-  });
-  nc = await connect({ servers: server.url });
-  svc = createServiceClient(nc);
-});
-
-afterAll(async () => {
-  await daemon?.stop();
-  await nc?.close();
-  await server?.cleanup();
+const t = useHarness({
+  database: true,
+  nats: true,
+  client: true,
+  daemon: { env: { NATS_DUPLICATE_WINDOW_MS: '1000', MAX_ENVELOPE_BYTES: '4096', INBOX_BATCH_SIZE: '50' } },
 });
 
 async function consumerIdle(): Promise<boolean> {
-  const jsm = await jetstreamManager(nc);
+  const jsm = await jetstreamManager(t.nc);
   const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
   return info.num_pending === 0 && info.num_ack_pending === 0;
 }
 
-/** Wait until core-inbox has acked everything published so far. */
-const drained = () => inboxDrained(nc);
-
 describe("a service's ack: the service confirmed", () => {
   it('an ack moves a published job to processing, with started_at, service and the file PROCESSING', async () => {
     const job = await insertJob(t.db, { status: 'published' });
-    await svc.ack(job);
-    await drained();
+    await t.svc.ack(job);
+    await t.drained();
     const { job: row, file, transitions } = await loadAll(t.db, job.jobId);
     expect(row).toMatchObject({
       status: 'processing',
@@ -66,7 +43,7 @@ describe("a service's ack: the service confirmed", () => {
     const processing = await insertJob(t.db, { status: 'processing' });
     const finished = await insertJob(t.db, { status: 'done' });
     const before = await snapshotTables(t.db);
-    await svc.envelope(
+    await t.svc.envelope(
       {
         job_id: processing.jobId,
         status: 'processing',
@@ -74,10 +51,10 @@ describe("a service's ack: the service confirmed", () => {
       },
       `ack:${processing.jobId}:again`,
     );
-    await svc.ack(finished);
-    await drained();
+    await t.svc.ack(finished);
+    await t.drained();
     expect(await snapshotTables(t.db)).toEqual(before);
-    const lines = daemon.logs.lines.filter(
+    const lines = t.daemon.logs.lines.filter(
       (l) => l.job_id === processing.jobId || l.job_id === finished.jobId,
     );
     expect(lines.map((l) => [l.job_id, l.decision, l.level])).toEqual(
@@ -92,9 +69,9 @@ describe("a service's ack: the service confirmed", () => {
 describe('results, applied idempotently', () => {
   it('success: done, result object registered, file stays PROCESSING; one info line naming the envelope', async () => {
     const job = await insertJob(t.db, { status: 'processing' });
-    const { seq } = await svc.done(job);
-    await drained();
-    expect(daemon.logs.lines.filter((l) => l.job_id === job.jobId)).toEqual([
+    const { seq } = await t.svc.done(job);
+    await t.drained();
+    expect(t.daemon.logs.lines.filter((l) => l.job_id === job.jobId)).toEqual([
       expect.objectContaining({
         level: 'info',
         msg_id: `result:${job.jobId}:1`,
@@ -128,19 +105,19 @@ describe('results, applied idempotently', () => {
 
   it('the same result published twice, inside the duplicate window and after it: one effect', async () => {
     const job = await insertJob(t.db, { status: 'processing' });
-    const first = await svc.done(job);
-    const second = await svc.done(job); // inside the window: JetStream drops it
+    const first = await t.svc.done(job);
+    const second = await t.svc.done(job); // inside the window: JetStream drops it
     expect(second.duplicate).toBe(true);
-    await drained();
+    await t.drained();
     const before = await snapshotTables(t.db);
     await new Promise((r) => setTimeout(r, 1_300)); // the test's duplicate window is 1 s
-    const third = await svc.done(job);
+    const third = await t.svc.done(job);
     expect(third.duplicate).toBe(false);
     expect(third.seq).toBeGreaterThan(first.seq);
-    await drained();
+    await t.drained();
     expect(await snapshotTables(t.db)).toEqual(before);
     expect(
-      daemon.logs.lines.some(
+      t.daemon.logs.lines.some(
         (l) => l.job_id === job.jobId && l.decision === 'duplicate' && l.msg_id === `result:${job.jobId}:1`,
       ),
     ).toBe(true);
@@ -148,8 +125,8 @@ describe('results, applied idempotently', () => {
 
   it('service error: job error, error_code and message, file ERROR, no result object', async () => {
     const job = await insertJob(t.db, { status: 'processing' });
-    await svc.error(job, 'UNSUPPORTED_FORMAT', 'not a spreadsheet');
-    await drained();
+    await t.svc.error(job, 'UNSUPPORTED_FORMAT', 'not a spreadsheet');
+    await t.drained();
     const { job: row, file } = await loadAll(t.db, job.jobId);
     expect(row).toMatchObject({
       status: 'error',
@@ -163,10 +140,10 @@ describe('results, applied idempotently', () => {
   it('a result after timeout changes nothing and is logged at warn', async () => {
     const job = await insertJob(t.db, { status: 'timeout', error_code: 'TIMEOUT' });
     const before = await snapshotTables(t.db);
-    await svc.done(job);
-    await drained();
+    await t.svc.done(job);
+    await t.drained();
     expect(await snapshotTables(t.db)).toEqual(before);
-    expect(daemon.logs.lines.find((l) => l.job_id === job.jobId)).toMatchObject({
+    expect(t.daemon.logs.lines.find((l) => l.job_id === job.jobId)).toMatchObject({
       decision: 'late',
       level: 'warn',
       from: 'timeout',
@@ -177,14 +154,14 @@ describe('results, applied idempotently', () => {
     const jobs = await Promise.all(
       Array.from({ length: 200 }, () => insertJob(t.db, { status: 'published' })),
     );
-    const sends = jobs.flatMap((j) => [() => svc.ack(j), () => svc.done(j)]);
+    const sends = jobs.flatMap((j) => [() => t.svc.ack(j), () => t.svc.done(j)]);
     for (let i = sends.length - 1; i > 0; i--) {
       const k = Math.floor(Math.random() * (i + 1));
       [sends[i], sends[k]] = [sends[k]!, sends[i]!];
     }
     const quarantineBefore = (await t.db.selectFrom('inbox_quarantine').select('id').execute()).length;
     await Promise.all(sends.map((s) => s()));
-    await drained();
+    await t.drained();
     const rows = await t.db
       .selectFrom('recognition_job')
       .selectAll()
@@ -211,8 +188,11 @@ describe('a contract that can grow: fields the core does not know are ignored (d
     const job = await insertJob(t.db, { status: 'published' });
     const service = { name: 'tabular-parser', version: '2.4.0' };
     const extra = { priority: 'high', worker: { host: 'w-7', pool: ['a', 'b'] }, retry_hint: null };
-    await svc.envelope({ job_id: job.jobId, status: 'processing', service, ...extra }, `ack:${job.jobId}:1`);
-    await svc.envelope(
+    await t.svc.envelope(
+      { job_id: job.jobId, status: 'processing', service, ...extra },
+      `ack:${job.jobId}:1`,
+    );
+    await t.svc.envelope(
       {
         job_id: job.jobId,
         status: 'done',
@@ -224,7 +204,7 @@ describe('a contract that can grow: fields the core does not know are ignored (d
       },
       `result:${job.jobId}:1`,
     );
-    await drained();
+    await t.drained();
     const { job: row, transitions } = await loadAll(t.db, job.jobId);
     expect(row).toMatchObject({
       status: 'done',
@@ -247,39 +227,40 @@ describe('hostile input: one quarantine row each, acked, the inbox keeps consumi
   const cases: Array<[string, () => Promise<unknown>, string]> = [
     [
       'not JSON',
-      () => svc.raw('this is {not json', { 'Nats-Msg-Id': `bad:${randomUUID()}` }),
+      () => t.svc.raw('this is {not json', { 'Nats-Msg-Id': `bad:${randomUUID()}` }),
       'INVALID_JSON',
     ],
     [
       'JSON that is not an object',
-      () => svc.raw('[1,2,3]', { 'Nats-Msg-Id': `bad:${randomUUID()}` }),
+      () => t.svc.raw('[1,2,3]', { 'Nats-Msg-Id': `bad:${randomUUID()}` }),
       'SCHEMA_INVALID',
     ],
     [
       'status outside the enum',
       () =>
-        svc.envelope({ job_id: randomUUID(), status: 'finished', service: svcInfo }, `bad:${randomUUID()}`),
+        t.svc.envelope({ job_id: randomUUID(), status: 'finished', service: svcInfo }, `bad:${randomUUID()}`),
       'SCHEMA_INVALID',
     ],
     [
       'no job_id',
-      () => svc.envelope({ status: 'done', service: svcInfo }, `bad:${randomUUID()}`),
+      () => t.svc.envelope({ status: 'done', service: svcInfo }, `bad:${randomUUID()}`),
       'SCHEMA_INVALID',
     ],
     [
       'job_id not a uuid',
-      () => svc.envelope({ job_id: '42', status: 'done', service: svcInfo }, `bad:${randomUUID()}`),
+      () => t.svc.envelope({ job_id: '42', status: 'done', service: svcInfo }, `bad:${randomUUID()}`),
       'SCHEMA_INVALID',
     ],
     [
       'error without error',
-      () => svc.envelope({ job_id: randomUUID(), status: 'error', service: svcInfo }, `bad:${randomUUID()}`),
+      () =>
+        t.svc.envelope({ job_id: randomUUID(), status: 'error', service: svcInfo }, `bad:${randomUUID()}`),
       'SCHEMA_INVALID',
     ],
     [
       'result_s3 on an error',
       () =>
-        svc.envelope(
+        t.svc.envelope(
           {
             job_id: randomUUID(),
             status: 'error',
@@ -294,7 +275,7 @@ describe('hostile input: one quarantine row each, acked, the inbox keeps consumi
     [
       'wrong types in service',
       () =>
-        svc.envelope(
+        t.svc.envelope(
           { job_id: randomUUID(), status: 'done', service: { name: 7, version: [] } },
           `bad:${randomUUID()}`,
         ),
@@ -303,7 +284,7 @@ describe('hostile input: one quarantine row each, acked, the inbox keeps consumi
     [
       'a __proto__ payload',
       () =>
-        svc.raw(
+        t.svc.raw(
           `{"job_id":"${randomUUID()}","status":"done","service":{"name":"a","version":"1"},"__proto__":{"admin":true}}`,
           { 'Nats-Msg-Id': `bad:${randomUUID()}` },
         ),
@@ -312,7 +293,7 @@ describe('hostile input: one quarantine row each, acked, the inbox keeps consumi
     [
       'a payload over the limit',
       () =>
-        svc.envelope(
+        t.svc.envelope(
           { job_id: randomUUID(), status: 'done', service: svcInfo, pad: 'x'.repeat(5000) },
           `bad:${randomUUID()}`,
         ),
@@ -320,13 +301,16 @@ describe('hostile input: one quarantine row each, acked, the inbox keeps consumi
     ],
     [
       'a result without Nats-Msg-Id',
-      () => svc.envelope({ job_id: randomUUID(), status: 'done', service: svcInfo }, null),
+      () => t.svc.envelope({ job_id: randomUUID(), status: 'done', service: svcInfo }, null),
       'MISSING_MSG_ID',
     ],
     [
       'an unknown job_id',
       () =>
-        svc.envelope({ job_id: randomUUID(), status: 'done', service: svcInfo }, `result:${randomUUID()}:1`),
+        t.svc.envelope(
+          { job_id: randomUUID(), status: 'done', service: svcInfo },
+          `result:${randomUUID()}:1`,
+        ),
       'UNKNOWN_JOB',
     ],
   ];
@@ -339,7 +323,7 @@ describe('hostile input: one quarantine row each, acked, the inbox keeps consumi
       .limit(1)
       .executeTakeFirst();
     const ack = (await send()) as { seq: number };
-    await drained();
+    await t.drained();
     const rows = await t.db
       .selectFrom('inbox_quarantine')
       .selectAll()
@@ -355,16 +339,16 @@ describe('hostile input: one quarantine row each, acked, the inbox keeps consumi
     expect(rows[0]!.payload.length).toBeGreaterThan(0);
     // Still consuming: a valid envelope right after is applied.
     const job = await insertJob(t.db, { status: 'published' });
-    await svc.ack(job);
-    await drained();
+    await t.svc.ack(job);
+    await t.drained();
     expect((await loadAll(t.db, job.jobId)).job.status).toBe('processing');
   });
 
   it('stores the raw payload and headers verbatim', async () => {
     const payload = `{"job_id":"nope","status":"done","service":{"name":"x'; DROP TABLE recognition_job; --","version":"1"}}`;
     const msgId = `bad:${randomUUID()}`;
-    await svc.raw(payload, { 'Nats-Msg-Id': msgId, 'X-Trace': 'abc' });
-    await drained();
+    await t.svc.raw(payload, { 'Nats-Msg-Id': msgId, 'X-Trace': 'abc' });
+    await t.drained();
     const row = await t.db
       .selectFrom('inbox_quarantine')
       .selectAll()

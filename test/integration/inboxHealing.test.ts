@@ -6,26 +6,22 @@
  * then publishes a result and sees it applied. The waits poll until a bound; nothing sleeps.
  */
 import { jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/jetstream';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { provisionStreams } from '../../src/nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM, RESULT_SUBJECT } from '../../src/nats/subjects.js';
 import { insertJob, loadAll } from '../helpers/fixtures.js';
-import { createServiceClient, type ServiceClient } from '../helpers/serviceClient.js';
-import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase, type TestDatabase } from '../helpers/withDatabase.js';
+import type { ServiceClient } from '../helpers/serviceClient.js';
+import { waitFor, type TestDaemon } from '../helpers/testDaemon.js';
+import { useHarness, type Harness } from '../helpers/harness.js';
 
 /** "Back within 30 s": the bound every heal must meet. */
 const HEAL_WITHIN_MS = 30_000;
 
 const PROVISION = { duplicateWindowMs: 120_000, replicas: 1, ackWaitMs: 30_000, maxAckPending: 1000 };
 
-const t = useTestDatabase();
+const t = useHarness({ database: true });
 
 interface Setup {
-  nats: NatsServerHandle;
-  nc: NatsConnection;
   jsm: JetStreamManager;
   svc: ServiceClient;
   daemon: TestDaemon;
@@ -33,32 +29,21 @@ interface Setup {
 }
 
 /** A private nats-server, a client for the test, and a daemon (inbox and HTTP) on them. */
-async function setUp(env: Record<string, string>): Promise<Setup> {
-  const nats = await startNatsServer();
-  const nc = await connect({ servers: nats.url });
-  const jsm = await jetstreamManager(nc);
-  // Provisioned before the daemon starts, as an operator does where the core does not.
-  await provisionStreams(jsm, PROVISION);
-  const daemon = await startTestDaemon({
-    databaseUrl: t.url,
-    natsUrl: nats.url,
-    env: { LOG_LEVEL: 'info', ...env },
-    loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: true },
+function useSetUp(env: Record<string, string>): Setup {
+  const h = useHarness({ nats: true, client: true });
+  const s = {} as Setup;
+  beforeAll(async () => {
+    const jsm = await jetstreamManager(h.nc);
+    // Provisioned before the daemon starts, as an operator does where the core does not.
+    await provisionStreams(jsm, PROVISION);
+    const daemon = await h.startDaemon({
+      databaseUrl: t.url,
+      env: { LOG_LEVEL: 'info', ...env },
+      loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: true },
+    });
+    Object.assign(s, { jsm, svc: h.svc, daemon, base: `http://127.0.0.1:${daemon.http!.port}` });
   });
-  return {
-    nats,
-    nc,
-    jsm,
-    svc: createServiceClient(nc),
-    daemon,
-    base: `http://127.0.0.1:${daemon.http!.port}`,
-  };
-}
-
-async function tearDown(s: Setup | undefined): Promise<void> {
-  await s?.daemon.stop();
-  await s?.nc.close();
-  await s?.nats.cleanup();
+  return s;
 }
 
 async function consumerCheck(s: Setup): Promise<{ status: number; consumer: boolean | undefined }> {
@@ -68,7 +53,7 @@ async function consumerCheck(s: Setup): Promise<{ status: number; consumer: bool
 }
 
 /** A published job, its result sent by the "service" now, and applied by the inbox. */
-async function resultApplied(s: Setup, db: TestDatabase): Promise<void> {
+async function resultApplied(s: Setup, db: Harness): Promise<void> {
   const job = await insertJob(db.db, { status: 'published' });
   await s.svc.done(job);
   await waitFor(
@@ -86,11 +71,7 @@ async function consumerExists(jsm: JetStreamManager): Promise<boolean> {
 }
 
 describe('NATS_PROVISION=true: the daemon provisions what disappeared', () => {
-  let s: Setup;
-  beforeAll(async () => {
-    s = await setUp({});
-  });
-  afterAll(() => tearDown(s));
+  const s = useSetUp({});
 
   it('core-inbox deleted under the running daemon is back within 30 s, and results published after it are applied', async () => {
     await resultApplied(s, t);
@@ -147,12 +128,8 @@ describe('NATS_PROVISION=true: the daemon provisions what disappeared', () => {
 });
 
 describe('NATS_PROVISION=false: the daemon waits for the operator', () => {
-  let s: Setup;
-  beforeAll(async () => {
-    // At debug, every look for the missing consumer is logged (warn only every 30 s).
-    s = await setUp({ NATS_PROVISION: 'false', LOG_LEVEL: 'debug' });
-  });
-  afterAll(() => tearDown(s));
+  // At debug, every look for the missing consumer is logged (warn only every 30 s).
+  const s = useSetUp({ NATS_PROVISION: 'false', LOG_LEVEL: 'debug' });
 
   it('core-inbox deleted: /readyz red (consumer false) and the log names it; green again once an operator re-creates it', async () => {
     await resultApplied(s, t);

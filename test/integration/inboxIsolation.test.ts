@@ -4,36 +4,18 @@
  * neighbours are applied. Real PostgreSQL refuses: a trigger the test installs raises for one
  * job's transition.
  */
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { insertJob, loadAll, type JobFixture } from '../helpers/fixtures.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
-import { createServiceClient } from '../helpers/serviceClient.js';
-import { inboxDrained, startTestDaemon, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
-let server: NatsServerHandle;
-let nc: NatsConnection;
-let daemon: TestDaemon | undefined;
-
-beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-});
-
-afterAll(async () => {
-  await daemon?.stop();
-  await nc?.close();
-  await server?.cleanup();
-});
+const t = useHarness({ database: true, nats: true, client: true });
 
 it('one refused message in a batch: quarantined alone (SCHEMA_INVALID, stage apply) and acked; the others applied', async () => {
   const env = { INBOX_BATCH_SIZE: '50', INBOX_CONCURRENCY: '1' };
   // Provision the stream and consumer, then stop: the results wait in the stream, so the next
   // start receives them together, in one batch.
-  await (await startTestDaemon({ databaseUrl: t.url, natsUrl: server.url, env })).stop();
+  await (await t.startDaemon({ env })).stop();
 
   const jobs: JobFixture[] = [];
   for (let i = 0; i < 5; i++) jobs.push(await insertJob(t.db, { status: 'processing' }));
@@ -48,17 +30,14 @@ it('one refused message in a batch: quarantined alone (SCHEMA_INVALID, stage app
     CREATE TRIGGER test_refuse_transition BEFORE INSERT ON recognition_job_transition
     FOR EACH ROW EXECUTE FUNCTION test_refuse_transition()`.execute(t.db);
 
-  const svc = createServiceClient(nc);
-  for (const job of jobs) await svc.done(job);
+  for (const job of jobs) await t.svc.done(job);
 
   const batchSizes: number[] = [];
-  daemon = await startTestDaemon({
-    databaseUrl: t.url,
-    natsUrl: server.url,
+  const daemon = await t.startDaemon({
     env,
     beforeInboxBatch: (items) => void batchSizes.push(items.length),
   });
-  await inboxDrained(nc);
+  await t.drained();
 
   // The five came in one batch, which failed and was applied one message at a time.
   expect(batchSizes[0]).toBe(5);

@@ -4,22 +4,13 @@
  * — the later one waits until the earlier one's batch has committed. Real NATS JetStream, real
  * PostgreSQL, small batches so that a job's two envelopes are often split.
  */
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { InboxItem } from '../../src/daemon/inboxBatch.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { insertJob, loadAll } from '../helpers/fixtures.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
-import { createServiceClient, type ServiceClient } from '../helpers/serviceClient.js';
-import { inboxDrained, startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
-
-const t = useTestDatabase();
-let server: NatsServerHandle;
-let nc: NatsConnection;
-let svc: ServiceClient;
-let daemon: TestDaemon;
+import { waitFor } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 
 const msgIdOf = (item: InboxItem): string | null => (item.decoded.ok ? item.decoded.msgId : null);
 const jobOf = (item: InboxItem): string | null => (item.decoded.ok ? item.decoded.envelope.job_id : null);
@@ -41,11 +32,11 @@ const seen = {
 /** A batch holding this msg id waits before its transaction until `release()` is called. */
 let hold: { msgId: string; entered: () => void; released: Promise<void> } | undefined;
 
-beforeAll(async () => {
-  server = await startNatsServer();
-  daemon = await startTestDaemon({
-    databaseUrl: t.url,
-    natsUrl: server.url,
+const t = useHarness({
+  database: true,
+  nats: true,
+  client: true,
+  daemon: {
     env: { INBOX_BATCH_SIZE: '5', INBOX_CONCURRENCY: '4', INBOX_LINGER_MS: '1' },
     beforeInboxBatch: async (items) => {
       const ids = items.map(msgIdOf).filter((id): id is string => id !== null);
@@ -73,15 +64,7 @@ beforeAll(async () => {
       }
       seen.running -= 1;
     },
-  });
-  nc = await connect({ servers: server.url });
-  svc = createServiceClient(nc);
-});
-
-afterAll(async () => {
-  await daemon?.stop();
-  await nc?.close();
-  await server?.cleanup();
+  },
 });
 
 /** The transitions of a job, as `event from→to`. */
@@ -98,12 +81,12 @@ describe('per-job order with several transactions in flight', () => {
       Array.from({ length: 300 }, () => insertJob(t.db, { status: 'published' })),
     );
     // One connection publishes in order: each job's ack is in the stream before its result.
-    await Promise.all(jobs.flatMap((j) => [svc.ack(j), svc.done(j)]));
-    await inboxDrained(nc, 60_000);
+    await Promise.all(jobs.flatMap((j) => [t.svc.ack(j), t.svc.done(j)]));
+    await t.drained(60_000);
 
     for (const j of jobs) expect(await transitionsOf(j.jobId)).toEqual(IN_ORDER);
     const ids = new Set(jobs.map((j) => j.jobId));
-    const acks = daemon.logs.lines.filter(
+    const acks = t.daemon.logs.lines.filter(
       (l) => l['loop'] === 'inbox' && l['event'] === 'ENVELOPE_PROCESSING' && ids.has(l['job_id'] as string),
     );
     expect(acks).toHaveLength(300);
@@ -128,14 +111,14 @@ describe('per-job order with several transactions in flight', () => {
     let release!: () => void;
     hold = { msgId: ackId, entered, released: new Promise<void>((resolve) => (release = resolve)) };
     try {
-      await svc.ack(slow);
+      await t.svc.ack(slow);
       await enteredP; // the ack's batch is running, held before its transaction
-      const resultSeq = (await svc.done(slow)).seq;
-      await svc.ack(other);
+      const resultSeq = (await t.svc.done(slow)).seq;
+      await t.svc.ack(other);
       // Another job's batch commits meanwhile, so the inbox is not stalled; the result has been
       // delivered to the inbox (its stream sequence is before the other job's ack) and waits.
       await waitFor(async () => (await loadAll(t.db, other.jobId)).job.status === 'processing', 'other job');
-      const jsm = await jetstreamManager(nc);
+      const jsm = await jetstreamManager(t.nc);
       const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
       expect(info.delivered.stream_seq).toBeGreaterThanOrEqual(resultSeq);
       expect(seen.events).not.toContain(`start ${resultId}`);
@@ -144,7 +127,7 @@ describe('per-job order with several transactions in flight', () => {
       hold = undefined;
       release();
     }
-    await inboxDrained(nc);
+    await t.drained();
     expect(await transitionsOf(slow.jobId)).toEqual(IN_ORDER);
     expect(seen.events.indexOf(`commit ${ackId}`)).toBeGreaterThanOrEqual(0);
     expect(seen.events.indexOf(`start ${resultId}`)).toBeGreaterThan(seen.events.indexOf(`commit ${ackId}`));

@@ -11,23 +11,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { randomUUID } from 'node:crypto';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, type ConsumerInfo } from '@nats-io/jetstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing, dropDatabase } from '../../src/db/database.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { runCli } from '../helpers/cliProcess.js';
 import { insertJob, snapshotTables, type JobFixture } from '../helpers/fixtures.js';
-import { createServiceClient, type ServiceClient } from '../helpers/serviceClient.js';
-import { inboxDrained, startTestDaemon, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import type { TestDaemon } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 
 const run = promisify(execFile);
-const t = useTestDatabase();
-let nats: NatsServerHandle;
-let nc: NatsConnection;
-let svc: ServiceClient;
+const t = useHarness({ database: true, nats: true, client: true });
 let daemon: TestDaemon | undefined;
 let dir: string;
 let dump: string;
@@ -45,22 +39,16 @@ const QUARANTINED = 2;
 let since: Date;
 
 beforeAll(async () => {
-  nats = await startNatsServer();
-  nc = await connect({ servers: nats.url });
-  svc = createServiceClient(nc);
   dir = await mkdtemp(join(tmpdir(), 'rc-replay-'));
   dump = join(dir, 'before-results.dump');
 });
 
 afterAll(async () => {
-  await daemon?.stop();
-  await nc?.close();
-  await nats?.cleanup();
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
 async function startDaemon(): Promise<void> {
-  daemon = await startTestDaemon({ databaseUrl: t.url, natsUrl: nats.url });
+  daemon = await t.startDaemon();
 }
 
 async function stopDaemon(): Promise<void> {
@@ -76,7 +64,7 @@ async function restoreFromDump(): Promise<void> {
 }
 
 async function replay(...args: string[]) {
-  const r = await runCli(['inbox', 'replay', ...args], { DATABASE_URL: t.url, NATS_URL: nats.url }, 60_000);
+  const r = await runCli(['inbox', 'replay', ...args], { DATABASE_URL: t.url, NATS_URL: t.nats.url }, 60_000);
   const json = r.stdout.filter((l) => l.startsWith('{'));
   return { ...r, summary: json.length === 1 ? (JSON.parse(json[0]!) as Record<string, unknown>) : undefined };
 }
@@ -117,7 +105,7 @@ async function transitionsPerMsgId(): Promise<Map<string, number>> {
 }
 
 async function inboxInfo() {
-  const jsm = await jetstreamManager(nc);
+  const jsm = await jetstreamManager(t.nc);
   const pick = (i: ConsumerInfo) => ({
     delivered: i.delivered,
     ack_floor: i.ack_floor,
@@ -148,18 +136,18 @@ describe('inbox replay after a restore from a backup', () => {
     await run('pg_dump', ['-Fc', '-f', dump, '-d', t.url]);
     since = new Date();
     for (const [i, j] of jobs.entries()) {
-      const ack = await svc.ack(j);
+      const ack = await t.svc.ack(j);
       const result =
         i < 14
-          ? await svc.done(j)
+          ? await t.svc.done(j)
           : i < 17
-            ? await svc.error(j, 'UNSUPPORTED_FORMAT', 'xls 95 is not supported')
-            : await svc.done(j, { status: 'needs_check' });
+            ? await t.svc.error(j, 'UNSUPPORTED_FORMAT', 'xls 95 is not supported')
+            : await t.svc.done(j, { status: 'needs_check' });
       answered.push({ ...j, ackSeq: ack.seq, resultSeq: result.seq, resultMsgId: `result:${j.jobId}:1` });
     }
-    await svc.raw('not json at all', { 'Nats-Msg-Id': `junk:${randomUUID()}` });
-    await svc.done({ jobId: randomUUID(), fileId: randomUUID() });
-    await inboxDrained(nc);
+    await t.svc.raw('not json at all', { 'Nats-Msg-Id': `junk:${randomUUID()}` });
+    await t.svc.done({ jobId: randomUUID(), fileId: randomUUID() });
+    await t.drained();
 
     before = await jobOutcomes();
     expect(before.map((j) => j.status).sort()).toEqual(
@@ -206,7 +194,7 @@ describe('inbox replay after a restore from a backup', () => {
     expect(await countRows('inbox_quarantine')).toBe(QUARANTINED);
     expect(await inboxInfo()).toEqual(inboxBefore);
     // The replay's own consumer is gone: only core-inbox remains.
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(t.nc);
     const names: string[] = [];
     for await (const c of jsm.consumers.list(RESULTS_STREAM)) names.push(c.name);
     expect(names).toEqual([INBOX_CONSUMER]);

@@ -5,36 +5,24 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import type { NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing, dropDatabase, openDb, type Db } from '../../src/db/database.js';
 import { replayQuarantine } from '../../src/daemon/quarantineReplay.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { insertJob, loadAll } from '../helpers/fixtures.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { dbUrl } from '../helpers/pgUrls.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
 import { startTcpProxy } from '../helpers/tcpProxy.js';
-import { startTestDaemon, waitFor } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { waitFor } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 import { inject } from 'vitest';
 
-const t = useTestDatabase();
-let server: NatsServerHandle;
-let nc: NatsConnection;
-
-beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-});
-afterAll(async () => {
-  await nc?.close();
-  await server?.cleanup();
-});
+const t = useHarness({ database: true, nats: true, client: true });
 
 async function ackFloor(
-  conn: NatsConnection = nc,
+  conn: NatsConnection = t.nc,
 ): Promise<{ floor: number; last: number; ackPending: number; pending: number }> {
   const jsm = await jetstreamManager(conn);
   const [c, s] = await Promise.all([
@@ -55,13 +43,12 @@ describe('PostgreSQL unreachable in the middle of a stream', () => {
     const proxy = await startTcpProxy({ host: pg.hostname, port: Number(pg.port) });
     const viaProxy = new URL(t.url);
     viaProxy.port = String(proxy.port);
-    const daemon = await startTestDaemon({
+    const daemon = await t.startDaemon({
       databaseUrl: viaProxy.toString(),
-      natsUrl: server.url,
       env: { INBOX_BATCH_SIZE: '20' },
     });
     try {
-      const svc = createServiceClient(nc);
+      const svc = createServiceClient(t.nc);
       const jobs = await Promise.all(
         Array.from({ length: 300 }, () => insertJob(t.db, { status: 'published' })),
       );
@@ -118,9 +105,9 @@ describe('PostgreSQL unreachable in the middle of a stream', () => {
 
 describe('quarantine replay', () => {
   it('applies an UNKNOWN_JOB message once the job exists, and records the outcome', async () => {
-    const daemon = await startTestDaemon({ databaseUrl: t.url, natsUrl: server.url });
+    const daemon = await t.startDaemon();
     try {
-      const svc = createServiceClient(nc);
+      const svc = createServiceClient(t.nc);
       const jobId = randomUUID();
       const ack = await svc.envelope(
         {
@@ -263,21 +250,20 @@ describe('SIGKILL while 2 000 envelopes are in flight', () => {
 
   it('after a restart the final rows equal those of an undisturbed run', async () => {
     // The undisturbed run: in-process, into its own database.
-    const cleanUrl = dbUrl(`${t.name}_clean`);
+    const cleanUrl = dbUrl(`${t.dbName}_clean`);
     await createDatabaseIfMissing(cleanUrl, { template: inject('templateDb') });
     const clean = openDb(cleanUrl);
     const killedDb = openDb(t.url);
     // Each run has its own nats-server: the same msg ids would be dropped as duplicates otherwise.
-    const otherServer = await startNatsServer();
-    const otherNc = await connect({ servers: otherServer.url });
+    const otherServer = await t.startNats();
+    const otherNc = await t.connect({ servers: otherServer.url });
     try {
       const cleanJobs = await seed(clean);
-      const undisturbed = await startTestDaemon({
+      const undisturbed = await t.startDaemon({
         databaseUrl: cleanUrl,
-        natsUrl: server.url,
         env: { LOG_LEVEL: 'warn' },
       });
-      await publishAll(nc, cleanJobs);
+      await publishAll(t.nc, cleanJobs);
       await waitFor(
         async () => {
           const s = await ackFloor();
@@ -344,8 +330,6 @@ describe('SIGKILL while 2 000 envelopes are in flight', () => {
       expect(actual.transitions).toHaveLength(2 * N);
       expect(actual).toEqual(expected);
     } finally {
-      await otherNc.close();
-      await otherServer.cleanup();
       await clean.close();
       await killedDb.close();
       await dropDatabase(cleanUrl);

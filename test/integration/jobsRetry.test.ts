@@ -6,19 +6,17 @@
  */
 import { randomUUID } from 'node:crypto';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { connect } from '@nats-io/transport-node';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { applyRetries, step } from '../../src/step/index.js';
 import { runCli } from '../helpers/cliProcess.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
-import { startTestDaemon, waitFor } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { waitFor } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
+const t = useHarness({ database: true });
 
 async function cli(...args: string[]) {
   return runCli(args, { DATABASE_URL: t.url });
@@ -374,23 +372,15 @@ describe('jobs list', () => {
 });
 
 describe('a retried job reaches the stream', () => {
-  let server: NatsServerHandle;
-  beforeAll(async () => {
-    server = await startNatsServer();
-  });
-  afterAll(async () => {
-    await server?.cleanup();
-  });
+  const n = useHarness({ nats: true, client: true });
 
   it('the running daemon publishes the new attempt (woken by its insert) with the next attempt’s msg id', async () => {
-    const daemon = await startTestDaemon({
+    const daemon = await n.startDaemon({
       databaseUrl: t.url,
-      natsUrl: server.url,
       // A poll this long leaves only the insert's NOTIFY to wake the publisher in time.
       env: { PUBLISHER_POLL_INTERVAL_MS: '600000' },
       loops: { inbox: false, watchdog: false, publisher: true, deadLetters: false, http: false },
     });
-    const nc = await connect({ servers: server.url });
     try {
       const { jobId } = await failedJob('timeout');
       const r = await cli('jobs', 'retry', jobId);
@@ -400,7 +390,7 @@ describe('a retried job reaches the stream', () => {
         async () => (await loadAll(t.db, nextId)).job.status === 'published',
         'the retry published',
       );
-      const jsm = await jetstreamManager(nc);
+      const jsm = await jetstreamManager(n.nc);
       const m = await jsm.streams.getMessage(JOBS_STREAM, { last_by_subj: 'recognition.job.tabular-parser' });
       expect(m?.header.get('Nats-Msg-Id')).toBe(`job:${nextId}:2`);
       expect(m?.json()).toMatchObject({ job_id: nextId, attempt: 2 });
@@ -410,7 +400,6 @@ describe('a retried job reaches the stream', () => {
         ['pending', 'published', 'PUBLISHED'],
       ]);
     } finally {
-      await nc.close();
       await daemon.stop();
     }
   });

@@ -3,33 +3,16 @@
  * publishes acks and results for inserted jobs, and the Prometheus text read back over HTTP.
  * The names asserted here are the ones documented in docs/operations.md ("Metrics").
  */
-import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { insertJob, type JobFixture } from '../helpers/fixtures.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
-import { createServiceClient } from '../helpers/serviceClient.js';
-import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { waitFor } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
-let nats: NatsServerHandle;
-let nc: NatsConnection;
-let daemon: TestDaemon;
-
-beforeAll(async () => {
-  nats = await startNatsServer();
-  daemon = await startTestDaemon({
-    databaseUrl: t.url,
-    natsUrl: nats.url,
-    loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: true },
-  });
-  nc = await connect({ servers: nats.url });
-});
-
-afterAll(async () => {
-  await nc?.close();
-  await daemon?.stop();
-  await nats?.cleanup();
+const t = useHarness({
+  database: true,
+  nats: true,
+  client: true,
+  daemon: { loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: true } },
 });
 
 /** One sample of the Prometheus text: `name{labels} value`. */
@@ -54,7 +37,7 @@ function parsePrometheus(text: string): Sample[] {
 }
 
 async function scrape(): Promise<Sample[]> {
-  const res = await fetch(`http://127.0.0.1:${daemon.http!.port}/metrics`);
+  const res = await fetch(`${t.baseUrl}/metrics`);
   expect(res.status).toBe(200);
   expect(res.headers.get('content-type')).toMatch(/^text\/plain/);
   return parsePrometheus(await res.text());
@@ -85,9 +68,8 @@ describe('/metrics', () => {
 
   it('counts applied envelopes and transitions by edge as acks and results are processed', async () => {
     jobs = await Promise.all(Array.from({ length: N }, () => insertJob(t.db, { status: 'published' })));
-    const svc = createServiceClient(nc);
-    for (const j of jobs) await svc.ack(j);
-    for (const j of jobs) await svc.done(j);
+    for (const j of jobs) await t.svc.ack(j);
+    for (const j of jobs) await t.svc.done(j);
 
     const s = await waitFor(
       async () => {
@@ -121,11 +103,10 @@ describe('/metrics', () => {
   });
 
   it('counts envelopes that change nothing, and quarantine by reason', async () => {
-    const svc = createServiceClient(nc);
     const [a, b] = jobs as [JobFixture, JobFixture];
-    await svc.ack({ ...a, attempt: 2 }); // an ack for a job already done: ignored
-    await svc.done(b, { msgId: `result:${b.jobId}:again` }); // another result for a done job: late
-    await svc.raw('{"job_id": oops', { 'Nats-Msg-Id': 'garbage-1' }); // not JSON: quarantined
+    await t.svc.ack({ ...a, attempt: 2 }); // an ack for a job already done: ignored
+    await t.svc.done(b, { msgId: `result:${b.jobId}:again` }); // another result for a done job: late
+    await t.svc.raw('{"job_id": oops', { 'Nats-Msg-Id': 'garbage-1' }); // not JSON: quarantined
 
     const s = await waitFor(async () => {
       const x = await scrape();

@@ -17,9 +17,9 @@ import { addFile, createJob } from '../../src/db/jobs.js';
 import { step } from '../../src/step/index.js';
 import { baseContext, NOW, sampleEventsByKind } from '../helpers/machineSamples.js';
 import { loadAll } from '../helpers/fixtures.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
+const t = useHarness({ database: true });
 
 // The alphabet: the sample events, with a reply timeout in the past so that a deadline tick after
 // PUBLISHED passes both in the model (fixed now) and in the database (its own clock).

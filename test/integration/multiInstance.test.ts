@@ -4,30 +4,19 @@
  * and there is one transition row per transition.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { AckPolicy, jetstream, jetstreamManager, type ConsumerMessages } from '@nats-io/jetstream';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
-import { createServiceClient } from '../helpers/serviceClient.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { waitFor } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
+const t = useHarness({ database: true, nats: true, client: true });
 const JOBS = 5_000;
-let server: NatsServerHandle;
-let nc: NatsConnection;
 const daemons: ChildProcess[] = [];
 
-beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-});
-afterAll(async () => {
+afterAll(() => {
   for (const d of daemons) d.kill('SIGKILL');
-  await nc?.close();
-  await server?.cleanup();
 });
 
 function startDaemonProcess(): ChildProcess {
@@ -35,7 +24,7 @@ function startDaemonProcess(): ChildProcess {
     env: {
       ...process.env,
       DATABASE_URL: t.url,
-      NATS_URL: server.url,
+      NATS_URL: t.nats.url,
       HTTP_PORT: '0',
       LOG_LEVEL: 'warn',
       LOG_PRETTY: 'false',
@@ -69,7 +58,7 @@ describe('three daemons, one database, one NATS', () => {
     );
 
     for (let i = 0; i < 3; i++) startDaemonProcess();
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(t.nc);
     await waitFor(() => jsm.streams.info(JOBS_STREAM), 'a daemon to provision the streams');
 
     // A service that answers two jobs in three (ack then done) and leaves the third to time out.
@@ -78,8 +67,7 @@ describe('three daemons, one database, one NATS', () => {
       ack_policy: AckPolicy.Explicit,
       filter_subject: 'recognition.job.tabular-parser',
     });
-    const svc = createServiceClient(nc);
-    const consumer = await jetstream(nc).consumers.get(JOBS_STREAM, 'svc');
+    const consumer = await jetstream(t.nc).consumers.get(JOBS_STREAM, 'svc');
     const seen = new Map<string, number>();
     const answers: Array<Promise<unknown>> = [];
     const messages: ConsumerMessages = await consumer.consume({ max_messages: 500 });
@@ -91,7 +79,7 @@ describe('three daemons, one database, one NATS', () => {
         if (n++ % 3 !== 2) {
           // One connection keeps publish order: the ack lands in the stream before the result.
           const ref = { jobId: job.job_id, fileId: job.file_id, attempt: job.attempt };
-          answers.push(svc.ack(ref), svc.done(ref));
+          answers.push(t.svc.ack(ref), t.svc.done(ref));
         }
         m.ack();
       }

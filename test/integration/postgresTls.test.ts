@@ -12,7 +12,8 @@ import { loadConfig } from '../../src/config.js';
 import { openDb, type Db } from '../../src/db/database.js';
 import { pgConnection } from '../../src/db/pgTls.js';
 import { ConfigError } from '../../src/errors.js';
-import { startPgCluster, type PgClusterHandle } from '../../workshop/localServers/pgCluster.js';
+import type { PgClusterHandle } from '../../workshop/localServers/pgCluster.js';
+import { useHarness } from '../helpers/harness.js';
 import { runCli } from '../helpers/cliProcess.js';
 import { makeTestPki, type TestPki } from '../helpers/testPki.js';
 
@@ -20,6 +21,7 @@ const ROLE = 'rc_tls';
 const PASSWORD = 'tls-Pw-5e7b';
 const DB = 'tls_test';
 
+const t = useHarness();
 let pki: TestPki;
 let cluster: PgClusterHandle;
 const warnings: Error[] = [];
@@ -28,7 +30,7 @@ const onWarning = (w: Error) => warnings.push(w);
 beforeAll(async () => {
   process.on('warning', onWarning);
   pki = await makeTestPki({ serverNames: ['DNS:localhost', 'IP:127.0.0.1'], clientName: ROLE });
-  cluster = await startPgCluster({
+  cluster = await t.startPgCluster({
     ssl: { cert: pki.server.cert, key: pki.server.key, ca: pki.ca },
     settings: { listen_addresses: '127.0.0.1,127.0.0.2' },
     // TLS only (no hostnossl line: a plain connection matches nothing), a password and a client
@@ -52,7 +54,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   process.off('warning', onWarning);
-  await cluster?.cleanup();
   await pki?.remove();
 });
 

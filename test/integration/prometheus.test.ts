@@ -5,19 +5,21 @@
  * alerts stay quiet. Every metric the rules and the Grafana dashboard name exists in the daemon's
  * /metrics, and every dashboard query is valid PromQL to that Prometheus.
  */
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { startPrometheus, type PrometheusHandle } from '../helpers/prometheusServer.js';
-import { createServiceClient } from '../helpers/serviceClient.js';
-import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { waitFor } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 import { RULES_FILE, dashboardExprs, loadRules, metricNames } from '../helpers/monitoringFiles.js';
 
-const t = useTestDatabase();
-let nats: NatsServerHandle;
-let nc: NatsConnection;
-let daemon: TestDaemon;
+const t = useHarness({
+  database: true,
+  nats: true,
+  client: true,
+  daemon: {
+    env: { LOG_LEVEL: 'info', WATCHDOG_INTERVAL_MS: '500', PUBLISHER_POLL_INTERVAL_MS: '500' },
+    loops: { inbox: true, watchdog: true, publisher: true, deadLetters: true, http: true },
+  },
+});
 let prometheus: PrometheusHandle;
 
 /** Long enough for Prometheus to start, scrape a few times and evaluate; polled, never slept. */
@@ -38,16 +40,8 @@ const query = (expr: string) =>
   prometheus.api<{ resultType: string; result: VectorSample[] }>('query', { query: expr });
 
 beforeAll(async () => {
-  nats = await startNatsServer();
-  daemon = await startTestDaemon({
-    databaseUrl: t.url,
-    natsUrl: nats.url,
-    env: { LOG_LEVEL: 'info', WATCHDOG_INTERVAL_MS: '500', PUBLISHER_POLL_INTERVAL_MS: '500' },
-    loops: { inbox: true, watchdog: true, publisher: true, deadLetters: true, http: true },
-  });
-  nc = await connect({ servers: nats.url });
   prometheus = await startPrometheus({
-    targets: [`127.0.0.1:${daemon.http!.port}`],
+    targets: [`127.0.0.1:${t.daemon.http!.port}`],
     jobName: 'recognition-core',
     ruleFiles: [RULES_FILE],
     interval: '1s',
@@ -56,9 +50,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await prometheus?.cleanup();
-  await nc?.close();
-  await daemon?.stop();
-  await nats?.cleanup();
 });
 
 describe('a real Prometheus scraping the daemon', () => {
@@ -94,10 +85,9 @@ describe('a real Prometheus scraping the daemon', () => {
     expect((await alertsNow()).filter((a) => a.labels.alertname === 'RecognitionInboxQuarantining')).toEqual(
       [],
     );
-    const svc = createServiceClient(nc);
-    await svc.raw('{"job_id": not json', { 'Nats-Msg-Id': 'garbage-1' });
-    await svc.raw('<html>', { 'Nats-Msg-Id': 'garbage-2' });
-    await svc.envelope({ job_id: 'not-a-uuid', status: 'done' }, 'bad-schema-1');
+    await t.svc.raw('{"job_id": not json', { 'Nats-Msg-Id': 'garbage-1' });
+    await t.svc.raw('<html>', { 'Nats-Msg-Id': 'garbage-2' });
+    await t.svc.envelope({ job_id: 'not-a-uuid', status: 'done' }, 'bad-schema-1');
 
     const firing = await waitFor(
       async () => {
@@ -123,7 +113,7 @@ describe('a real Prometheus scraping the daemon', () => {
   });
 
   it('finds every metric the rules and the dashboard name in the daemon’s /metrics', async () => {
-    const text = await (await fetch(`http://127.0.0.1:${daemon.http!.port}/metrics`)).text();
+    const text = await (await fetch(`${t.baseUrl}/metrics`)).text();
     const families = new Map(
       [...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => [m[1]!, m[2]!] as const),
     );

@@ -7,10 +7,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import type { NatsConnection } from '@nats-io/nats-core';
-import { connect } from '@nats-io/transport-node';
 import { sql } from 'kysely';
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { loadConfig } from '../../src/config.js';
 import { addFile, createJob } from '../../src/db/jobs.js';
 import {
@@ -27,29 +25,20 @@ import { provisionStreams } from '../../src/nats/provision.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { loadAll } from '../helpers/fixtures.js';
 import { createLogSink } from '../helpers/logSink.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcpProxy.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
-let server: NatsServerHandle;
-let nc: NatsConnection;
+const t = useHarness({ database: true, nats: true, client: true });
 let jsm: JetStreamManager;
 
 beforeAll(async () => {
-  server = await startNatsServer();
-  nc = await connect({ servers: server.url });
-  jsm = await jetstreamManager(nc);
+  jsm = await jetstreamManager(t.nc);
   await provisionStreams(jsm, {
     duplicateWindowMs: 120_000,
     replicas: 1,
     ackWaitMs: 30_000,
     maxAckPending: 1000,
   });
-});
-afterAll(async () => {
-  await nc?.close();
-  await server?.cleanup();
 });
 
 /** Defaults of the real configuration, with a poll so long that only NOTIFY or a timer explain a prompt publish. */
@@ -75,7 +64,7 @@ function publisher(overrides: Partial<PublisherOptions> & { config?: PublisherCo
   const p = createPublisher({
     db: t.db,
     pool: t.pool,
-    js: jetstream(nc),
+    js: jetstream(t.nc),
     logger: logs.logger,
     metrics,
     config: config(),
@@ -264,7 +253,7 @@ describe('exactly one message per job', () => {
 describe('NATS unreachable', () => {
   /** A publisher whose NATS connection (the production one) runs through a proxy a test can cut. */
   async function behindProxy(cfg: PublisherConfig) {
-    const proxy: TcpProxy = await startTcpProxy({ host: '127.0.0.1', port: server.port });
+    const proxy: TcpProxy = await startTcpProxy({ host: '127.0.0.1', port: t.nats.port });
     const logs = createLogSink();
     const nats: Nats = await connectNats(
       {

@@ -8,19 +8,15 @@
  */
 import { randomUUID } from 'node:crypto';
 import { jetstreamManager, StorageType, type JetStreamManager } from '@nats-io/jetstream';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { addFile, createJob } from '../../src/db/jobs.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { provisionStreams } from '../../src/nats/provision.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { loadAll } from '../helpers/fixtures.js';
-import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { waitFor, type TestDaemon } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
-let nats: NatsServerHandle;
-let nc: NatsConnection;
+const t = useHarness({ database: true, nats: true, client: true });
 let jsm: JetStreamManager;
 let daemon: TestDaemon;
 let base: string;
@@ -36,9 +32,7 @@ const addOperatorJobsStream = () =>
   });
 
 beforeAll(async () => {
-  nats = await startNatsServer();
-  nc = await connect({ servers: nats.url });
-  jsm = await jetstreamManager(nc);
+  jsm = await jetstreamManager(t.nc);
   // The operator's provisioning: the results stream and core-inbox as the core would make them,
   // and a jobs stream of their own.
   await provisionStreams(jsm, {
@@ -49,9 +43,7 @@ beforeAll(async () => {
   });
   await jsm.streams.delete(JOBS_STREAM);
   await addOperatorJobsStream();
-  daemon = await startTestDaemon({
-    databaseUrl: t.url,
-    natsUrl: nats.url,
+  daemon = await t.startDaemon({
     env: {
       LOG_LEVEL: 'info',
       NATS_PROVISION: 'false',
@@ -63,12 +55,6 @@ beforeAll(async () => {
     loops: { inbox: true, watchdog: false, publisher: true, deadLetters: false, http: true },
   });
   base = `http://127.0.0.1:${daemon.http!.port}`;
-});
-
-afterAll(async () => {
-  await daemon?.stop();
-  await nc?.close();
-  await nats?.cleanup();
 });
 
 async function newJob(targetService: string): Promise<string> {

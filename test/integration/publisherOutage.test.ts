@@ -8,30 +8,21 @@
  */
 import { randomUUID } from 'node:crypto';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { addFile, createJob } from '../../src/db/jobs.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
-import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
-
-const t = useTestDatabase();
-let nats: NatsServerHandle;
-let daemon: TestDaemon;
-let base: string;
-let nc: NatsConnection;
-let jsm: JetStreamManager;
+import { waitFor } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 
 const MAX_PUBLISH_ATTEMPTS = 3;
 const JOBS = 50;
 
-beforeAll(async () => {
-  nats = await startNatsServer();
-  daemon = await startTestDaemon({
-    databaseUrl: t.url,
-    natsUrl: nats.url,
+const t = useHarness({
+  database: true,
+  nats: true,
+  client: { maxReconnectAttempts: -1, reconnectTimeWait: 200 },
+  daemon: {
     env: {
       LOG_LEVEL: 'info',
       MAX_PUBLISH_ATTEMPTS: String(MAX_PUBLISH_ATTEMPTS),
@@ -41,17 +32,12 @@ beforeAll(async () => {
       PUBLISHER_POLL_INTERVAL_MS: '500',
     },
     loops: { inbox: true, watchdog: false, publisher: true, deadLetters: false, http: true },
-  });
-  base = `http://127.0.0.1:${daemon.http!.port}`;
-  nc = await connect({ servers: nats.url, maxReconnectAttempts: -1, reconnectTimeWait: 200 });
-  jsm = await jetstreamManager(nc);
+  },
 });
+let jsm: JetStreamManager;
 
-afterAll(async () => {
-  nats?.resume();
-  await daemon?.stop();
-  await nc?.close();
-  await nats?.cleanup();
+beforeAll(async () => {
+  jsm = await jetstreamManager(t.nc);
 });
 
 interface Readiness {
@@ -60,7 +46,7 @@ interface Readiness {
 }
 
 async function readyz(): Promise<Readiness> {
-  const res = await fetch(`${base}/readyz`);
+  const res = await fetch(`${t.baseUrl}/readyz`);
   return { status: res.status, body: (await res.json()) as Readiness['body'] };
 }
 
@@ -76,15 +62,15 @@ async function readinessUntil(want: (r: Readiness) => boolean, what: string): Pr
  * the gauges that ask JetStream, which a frozen server never answers.
  */
 async function outageWaits(): Promise<number> {
-  return (await daemon.metrics.publisherOutageWaits.get()).values[0]?.value ?? 0;
+  return (await t.daemon.metrics.publisherOutageWaits.get()).values[0]?.value ?? 0;
 }
 async function natsUnavailableGauge(): Promise<number> {
-  return (await daemon.metrics.publisherNatsUnavailable.get()).values[0]?.value ?? 0;
+  return (await t.daemon.metrics.publisherNatsUnavailable.get()).values[0]?.value ?? 0;
 }
 
 /** A metric without labels, as /metrics shows it. */
 async function scraped(name: string): Promise<number> {
-  const text = await (await fetch(`${base}/metrics`)).text();
+  const text = await (await fetch(`${t.baseUrl}/metrics`)).text();
   const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
   if (!m) throw new Error(`${name} not in /metrics`);
   return Number(m[1]);
@@ -171,7 +157,7 @@ async function expectAllPublishedOnce(ids: string[]): Promise<void> {
 
 /** The outage began once and ended once since `from` (an index into the daemon's log lines). */
 function expectOneOutageLogged(from: number): void {
-  const lines = daemon.logs.lines.slice(from);
+  const lines = t.daemon.logs.lines.slice(from);
   expect(lines.filter((l) => l.event === 'publisher_nats_unavailable')).toEqual([
     expect.objectContaining({ level: 'warn', loop: 'publisher' }),
   ]);
@@ -183,8 +169,8 @@ function expectOneOutageLogged(from: number): void {
 
 describe('an outage of NATS spends no publish attempt', () => {
   it('jobs that fall due while nats-server restarts are all published after it: none in dlq, attempts unspent', async () => {
-    const logFrom = daemon.logs.lines.length;
-    await nats.stop();
+    const logFrom = t.daemon.logs.lines.length;
+    await t.nats.stop();
     const red = await readinessUntil(
       (r) => r.status === 503 && r.body.checks.nats === false,
       'readiness red with NATS stopped',
@@ -195,22 +181,22 @@ describe('an outage of NATS spends no publish attempt', () => {
     await outlastTheAttempts(ids);
     expect((await readyz()).body.checks.nats).toBe(false);
 
-    await nats.restart();
+    await t.nats.restart();
     await expectAllPublishedOnce(ids);
     await readinessUntil((r) => r.status === 200, 'readiness green after the restart');
     expect(await scraped('recognition_publisher_nats_unavailable')).toBe(0);
     expect(await scraped('recognition_publisher_outage_waits_total')).toBeGreaterThan(MAX_PUBLISH_ATTEMPTS);
     expectOneOutageLogged(logFrom);
     expect(
-      daemon.logs.lines.slice(logFrom).find((l) => l.event === 'publisher_nats_unavailable'),
+      t.daemon.logs.lines.slice(logFrom).find((l) => l.event === 'publisher_nats_unavailable'),
     ).toMatchObject({
       reason: 'NATS is not connected',
     });
   });
 
   it('jobs that fall due while nats-server is frozen (SIGSTOP, then SIGCONT) are all published after it, each once', async () => {
-    const logFrom = daemon.logs.lines.length;
-    nats.pause();
+    const logFrom = t.daemon.logs.lines.length;
+    t.nats.pause();
     const ids = await newJobs(JOBS);
     // The connection still looks up; the publishes that get no ack make the NATS check red.
     await readinessUntil(
@@ -219,25 +205,25 @@ describe('an outage of NATS spends no publish attempt', () => {
     );
     await outlastTheAttempts(ids);
 
-    nats.resume();
+    t.nats.resume();
     // The server now takes what it was sent while frozen; the publishes that follow carry the same
     // msg ids and are dropped as duplicates.
     await expectAllPublishedOnce(ids);
     await readinessUntil((r) => r.status === 200, 'readiness green after the thaw');
     expectOneOutageLogged(logFrom);
     expect(
-      daemon.logs.lines.slice(logFrom).find((l) => l.event === 'publisher_nats_unavailable'),
+      t.daemon.logs.lines.slice(logFrom).find((l) => l.event === 'publisher_nats_unavailable'),
     ).toMatchObject({
       reason: expect.stringMatching(/timeout/i),
     });
   });
 
   it('the jobs stream deleted under the daemon (provisioning on): an outage; the stream is created again and the job published', async () => {
-    const logFrom = daemon.logs.lines.length;
+    const logFrom = t.daemon.logs.lines.length;
     await jsm.streams.delete(JOBS_STREAM);
     const ids = await newJobs(1);
     await expectAllPublishedOnce(ids);
-    const lines = daemon.logs.lines.slice(logFrom);
+    const lines = t.daemon.logs.lines.slice(logFrom);
     expect(lines.find((l) => l.event === 'publisher_nats_unavailable')).toMatchObject({
       reason: expect.stringContaining('no stream answered on recognition.job.tabular-parser'),
     });

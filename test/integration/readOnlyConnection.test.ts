@@ -10,9 +10,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDb, type Db } from '../../src/db/database.js';
 import { inPgTransaction } from '../../src/db/pgTransaction.js';
 import { isRetryable, isUnusableConnection } from '../../src/errors.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const database = useTestDatabase();
+const database = useHarness({ database: true });
 let db: Db;
 
 beforeAll(async () => {

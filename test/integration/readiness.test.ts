@@ -5,13 +5,11 @@
  * same checks as `recognition_ready{check}` (1 or 0), which the alerting rules read.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
-import { startTcpProxy, type TcpProxy } from '../helpers/tcpProxy.js';
-import { startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import type { TcpProxy } from '../helpers/tcpProxy.js';
+import { waitFor, type TestDaemon } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
-let nats: NatsServerHandle;
+const t = useHarness({ database: true, nats: true });
 let pgProxy: TcpProxy;
 let natsProxy: TcpProxy;
 let daemon: TestDaemon;
@@ -21,14 +19,13 @@ let base: string;
 const WITHIN_MS = 10_000;
 
 beforeAll(async () => {
-  nats = await startNatsServer();
   const pgTarget = new URL(t.url);
-  pgProxy = await startTcpProxy({ host: pgTarget.hostname, port: Number(pgTarget.port || 5432) });
-  natsProxy = await startTcpProxy({ host: '127.0.0.1', port: nats.port });
+  pgProxy = await t.proxy({ host: pgTarget.hostname, port: Number(pgTarget.port || 5432) });
+  natsProxy = await t.proxy({ host: '127.0.0.1', port: t.nats.port });
   const proxiedDb = new URL(t.url);
   proxiedDb.hostname = '127.0.0.1';
   proxiedDb.port = String(pgProxy.port);
-  daemon = await startTestDaemon({
+  daemon = await t.startDaemon({
     databaseUrl: proxiedDb.toString(),
     natsUrl: `nats://127.0.0.1:${natsProxy.port}`,
     env: { LOG_LEVEL: 'info', WATCHDOG_INTERVAL_MS: '500', PUBLISHER_POLL_INTERVAL_MS: '500' },
@@ -37,13 +34,10 @@ beforeAll(async () => {
   base = `http://127.0.0.1:${daemon.http!.port}`;
 });
 
-afterAll(async () => {
+afterAll(() => {
+  // The daemon stops after this, through the proxies.
   pgProxy?.restore();
   natsProxy?.restore();
-  await daemon?.stop();
-  await pgProxy?.close();
-  await natsProxy?.close();
-  await nats?.cleanup();
 });
 
 interface Readiness {
@@ -135,12 +129,12 @@ describe('/readyz', () => {
   });
 
   it('says nats false while the NATS server is down (killed), and recovers when it restarts', async () => {
-    await nats.kill();
+    await t.nats.kill();
     await readinessUntil(
       (x) => x.status === 503 && x.body.checks.nats === false,
       'not ready with NATS killed',
     );
-    await nats.restart();
+    await t.nats.restart();
     const green = await readinessUntil((x) => x.status === 200, 'ready after NATS restarted');
     expect(green.body.ready).toBe(true);
   });

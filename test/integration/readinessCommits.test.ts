@@ -6,62 +6,40 @@
  * applied exactly once, and readiness is green again.
  */
 import { randomUUID } from 'node:crypto';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDatabaseIfMissing, migrateToLatest, openDb, type Db } from '../../src/db/database.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
-import { startPgCluster, type PgClusterHandle } from '../../workshop/localServers/pgCluster.js';
+import { afterAll, describe, expect, it } from 'vitest';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { insertJob, type JobFixture } from '../helpers/fixtures.js';
-import { createServiceClient } from '../helpers/serviceClient.js';
-import { inboxDrained, startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
+import { waitFor } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 
 /** The operator's requirement: an instance whose commits hang leaves service within this. */
 const RED_WITHIN_MS = 30_000;
 const JOBS = 200;
 
-let cluster: PgClusterHandle;
-let nats: NatsServerHandle;
-let nc: NatsConnection;
-let db: Db;
-let daemon: TestDaemon;
-let base: string;
-/** Connections left waiting at a commit by the test itself; ended after the release. */
-const waiting: pg.Client[] = [];
-
-beforeAll(async () => {
-  cluster = await startPgCluster();
-  const url = cluster.url('recognition');
-  await createDatabaseIfMissing(url);
-  db = openDb(url, { max: 4 });
-  await migrateToLatest(db.db);
-  nats = await startNatsServer();
-  nc = await connect({ servers: nats.url });
-  daemon = await startTestDaemon({
-    databaseUrl: url,
-    natsUrl: nats.url,
+const t = useHarness({
+  pgCluster: true,
+  database: { max: 4 },
+  nats: true,
+  client: true,
+  daemon: {
     // The default readiness bounds: what an operator gets without tuning.
     env: { LOG_LEVEL: 'info' },
     loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: true },
-  });
-  base = `http://127.0.0.1:${daemon.http!.port}`;
+  },
 });
+/** Connections left waiting at a commit by the test itself; ended after the release. */
+const waiting: pg.Client[] = [];
 
 afterAll(async () => {
   await setSyncStandbys(null).catch(() => undefined);
-  await daemon?.stop();
   for (const c of waiting) await c.end().catch(() => undefined);
-  await db?.close();
-  await nc?.close();
-  await nats?.cleanup();
-  await cluster?.cleanup();
 });
 
 /** Run statements on a connection of their own (ALTER SYSTEM cannot run in a transaction). */
 async function admin(...statements: string[]): Promise<void> {
-  const client = new pg.Client({ connectionString: cluster.url() });
+  const client = new pg.Client({ connectionString: t.pgCluster.url() });
   await client.connect();
   try {
     for (const s of statements) await client.query(s);
@@ -85,7 +63,7 @@ async function setSyncStandbys(name: string | null): Promise<void> {
  * left waiting (the commit returns once the standby setting is reset).
  */
 async function commitsWithinASecond(): Promise<boolean> {
-  const client = new pg.Client({ connectionString: cluster.url('recognition') });
+  const client = new pg.Client({ connectionString: t.url });
   client.on('error', () => undefined);
   await client.connect();
   // A catalog write: WAL before the commit record, so its commit waits like any batch's.
@@ -105,13 +83,13 @@ interface Readiness {
 }
 
 async function readyz(): Promise<Readiness> {
-  const res = await fetch(`${base}/readyz`);
+  const res = await fetch(`${t.baseUrl}/readyz`);
   return { status: res.status, body: (await res.json()) as Readiness['body'] };
 }
 
 /** Transition rows per result msg id of `jobs`. */
 async function resultTransitions(jobs: readonly JobFixture[]): Promise<Map<string, number>> {
-  const rows = await db.db
+  const rows = await t.db
     .selectFrom('recognition_job_transition')
     .select(['msg_id', (eb) => eb.fn.countAll<string>().as('n')])
     .where(
@@ -127,7 +105,7 @@ async function resultTransitions(jobs: readonly JobFixture[]): Promise<Map<strin
 describe('/readyz when commits hang', () => {
   it('turns red within 30 s while envelopes wait on commits, and green once they commit, each applied once', async () => {
     const jobs: JobFixture[] = [];
-    for (let i = 0; i < JOBS; i++) jobs.push(await insertJob(db.db, { status: 'published' }));
+    for (let i = 0; i < JOBS; i++) jobs.push(await insertJob(t.db, { status: 'published' }));
     const ready = await waitFor(async () => {
       const r = await readyz();
       return r.status === 200 ? r : undefined;
@@ -140,8 +118,7 @@ describe('/readyz when commits hang', () => {
     await waitFor(async () => !(await commitsWithinASecond()), 'commits to hang');
 
     // 2. The service answers every job; the inbox receives them and cannot commit.
-    const svc = createServiceClient(nc);
-    await Promise.all(jobs.map((j) => svc.done(j)));
+    await Promise.all(jobs.map((j) => t.svc.done(j)));
     const red = await waitFor(
       async () => {
         const r = await readyz();
@@ -155,18 +132,18 @@ describe('/readyz when commits hang', () => {
     // Reads still answer: only the commits check can see it.
     expect(red.body.checks).toEqual({ database: true, nats: true, commits: false, consumer: true });
     expect(red.body.reasons?.commits).toMatch(/waited .* s to commit/);
-    expect(daemon.logs.lines.some((l) => l.event === 'commits_stalled')).toBe(true);
+    expect(t.daemon.logs.lines.some((l) => l.event === 'commits_stalled')).toBe(true);
     // The envelopes are pending: received or waiting in the stream, none applied.
     expect((await resultTransitions(jobs)).size).toBe(0);
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(t.nc);
     const consumer = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
     expect(consumer.num_pending + consumer.num_ack_pending).toBeGreaterThan(0);
-    const metrics = await (await fetch(`${base}/metrics`)).text();
+    const metrics = await (await fetch(`${t.baseUrl}/metrics`)).text();
     expect(metrics).toMatch(/^recognition_ready\{check="commits"\} 0$/m);
 
     // 3. Release: the waiting commits return.
     await setSyncStandbys(null);
-    await inboxDrained(nc, 60_000);
+    await t.drained(60_000);
     const green = await waitFor(
       async () => {
         const r = await readyz();
@@ -179,13 +156,13 @@ describe('/readyz when commits hang', () => {
       ready: true,
       checks: { database: true, nats: true, commits: true, consumer: true },
     });
-    expect(daemon.logs.lines.some((l) => l.event === 'commits_resumed')).toBe(true);
+    expect(t.daemon.logs.lines.some((l) => l.event === 'commits_resumed')).toBe(true);
 
     // 4. Every envelope applied exactly once.
     const perMsg = await resultTransitions(jobs);
     expect(perMsg.size).toBe(JOBS);
     expect([...perMsg.values()].every((n) => n === 1)).toBe(true);
-    const statuses = await db.db
+    const statuses = await t.db
       .selectFrom('recognition_job')
       .select(['status', (eb) => eb.fn.countAll<string>().as('n')])
       .groupBy('status')

@@ -22,9 +22,9 @@ import { runCli } from '../helpers/cliProcess.js';
 import { insertJob, snapshotTables } from '../helpers/fixtures.js';
 import { generateJobHistory, type JobHistoryOptions } from '../../workshop/localServers/jobHistory.js';
 import { createLogSink } from '../helpers/logSink.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
+const t = useHarness({ database: true });
 const DAY = 86_400_000;
 const SETTINGS: RetentionSettings = {
   succeededMs: 30 * DAY,

@@ -16,21 +16,19 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { nanos, type NatsConnection } from '@nats-io/nats-core';
-import { connect } from '@nats-io/transport-node';
+import { nanos } from '@nats-io/nats-core';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDb, type Db } from '../../src/db/database.js';
 import { pgConnection } from '../../src/db/pgTls.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
-import { findPgBinDir, startPgCluster, type PgClusterHandle } from '../../workshop/localServers/pgCluster.js';
+import { findPgBinDir, type PgClusterHandle } from '../../workshop/localServers/pgCluster.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
 import { runCli, spawnCli, type CliProcess } from '../helpers/cliProcess.js';
 import { insertJob } from '../helpers/fixtures.js';
-import { createServiceClient } from '../helpers/serviceClient.js';
 import { makeTestPki, type TestPki } from '../helpers/testPki.js';
 import { waitFor } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 
 const run = promisify(execFile);
 const deployFile = (name: string) => fileURLToPath(new URL(`../../deploy/postgres/${name}`, import.meta.url));
@@ -47,10 +45,12 @@ const SECRETS = [MIGRATOR_PASSWORD, RUNTIME_PASSWORD, NATS_PASSWORD].flatMap((s)
   encodeURIComponent(s),
 ]);
 
+const t = useHarness({
+  nats: { user: 'core', password: NATS_PASSWORD },
+  client: { user: 'core', pass: NATS_PASSWORD },
+});
 let pki: TestPki;
 let cluster: PgClusterHandle;
-let nats: NatsServerHandle;
-let nc: NatsConnection;
 let secretsDir: string;
 /** A superuser's handle on the database, over the Unix socket, for fixtures and checks. */
 let admin: Db;
@@ -100,12 +100,10 @@ let env: { migrator: Record<string, string>; runtime: Record<string, string> };
 
 beforeAll(async () => {
   pki = await makeTestPki({ serverNames: ['DNS:localhost', 'IP:127.0.0.1'], clientName: 'recognition-core' });
-  cluster = await startPgCluster({
+  cluster = await t.startPgCluster({
     ssl: { cert: pki.server.cert, key: pki.server.key, ca: pki.ca },
     hba: ['hostssl all all 127.0.0.1/32 scram-sha-256 clientcert=verify-ca'],
   });
-  nats = await startNatsServer({ user: 'core', password: NATS_PASSWORD });
-  nc = await connect({ servers: nats.url, user: 'core', pass: NATS_PASSWORD });
   secretsDir = await mkdtemp(join(tmpdir(), 'roles-secrets-'));
   await psql('roles.sql', { migrator_password: MIGRATOR_PASSWORD, runtime_password: RUNTIME_PASSWORD });
 
@@ -120,7 +118,7 @@ beforeAll(async () => {
     runtime: {
       DATABASE_URL_FILE: await secretFile('database-url-runtime', roleUrl(RUNTIME, RUNTIME_PASSWORD)),
       ...tls,
-      NATS_URL: nats.url,
+      NATS_URL: t.nats.url,
       NATS_USER: 'core',
       NATS_PASSWORD_FILE: await secretFile('nats-password', NATS_PASSWORD),
     },
@@ -130,9 +128,6 @@ beforeAll(async () => {
 afterAll(async () => {
   if (daemon && daemon.child.exitCode === null) daemon.child.kill('SIGKILL');
   await admin?.close();
-  await nc?.close();
-  await nats?.cleanup();
-  await cluster?.cleanup();
   await pki?.remove();
   if (secretsDir) await rm(secretsDir, { recursive: true, force: true });
 });
@@ -176,7 +171,6 @@ describe('the runtime role', () => {
     });
     const started = await daemon.waitForLog((l) => l.event === 'started');
     const port = Number(started.http_port);
-    const svc = createServiceClient(nc);
 
     // Readiness: the database, NATS and the consumer.
     await waitFor(async () => (await fetch(`http://127.0.0.1:${port}/readyz`)).status === 200, '/readyz 200');
@@ -200,13 +194,13 @@ describe('the runtime role', () => {
     await waitFor(async () => (await jobStatus(jobId)) === 'published', 'pending → published');
 
     // The inbox: the service's ack and result.
-    await svc.ack({ jobId, fileId });
+    await t.svc.ack({ jobId, fileId });
     await waitFor(async () => (await jobStatus(jobId)) === 'processing', 'published → processing');
-    await svc.done({ jobId, fileId });
+    await t.svc.done({ jobId, fileId });
     await waitFor(async () => (await jobStatus(jobId)) === 'done', 'processing → done');
 
     // The quarantine: an envelope that is not JSON.
-    await svc.raw('not json', { 'Nats-Msg-Id': `bad:${randomUUID()}` });
+    await t.svc.raw('not json', { 'Nats-Msg-Id': `bad:${randomUUID()}` });
     await daemon.waitForLog((l) => l.event === 'quarantined');
 
     // The watchdog: a job whose reply deadline has passed times out.
@@ -217,7 +211,7 @@ describe('the runtime role', () => {
     await waitFor(async () => (await jobStatus(late.jobId)) === 'timeout', 'published → timeout (watchdog)');
 
     // Dead letters: a service consumer that takes the job message and never acks it.
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(t.nc);
     await jsm.consumers.add(JOBS_STREAM, {
       durable_name: 'never-acks',
       ack_policy: AckPolicy.Explicit,
@@ -227,7 +221,7 @@ describe('the runtime role', () => {
       ack_wait: nanos(1_000),
     });
     const messages = await (
-      await jetstream(nc).consumers.get(JOBS_STREAM, 'never-acks')
+      await jetstream(t.nc).consumers.get(JOBS_STREAM, 'never-acks')
     ).consume({ max_messages: 10 });
     void (async () => {
       for await (const _m of messages) {

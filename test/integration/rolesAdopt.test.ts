@@ -11,18 +11,17 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { sql } from 'kysely';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDatabaseIfMissing, migrateToLatest, openDb, type Db } from '../../src/db/database.js';
-import { findPgBinDir, startPgCluster, type PgClusterHandle } from '../../workshop/localServers/pgCluster.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { findPgBinDir } from '../../workshop/localServers/pgCluster.js';
 import { runCli } from '../helpers/cliProcess.js';
 import { insertJob, type JobFixture } from '../helpers/fixtures.js';
+import { useHarness } from '../helpers/harness.js';
 
 const run = promisify(execFile);
 const deployFile = (name: string) => fileURLToPath(new URL(`../../deploy/postgres/${name}`, import.meta.url));
 const DB = 'legacy';
 
-let cluster: PgClusterHandle;
-let superuser: Db;
+const t = useHarness({ pgCluster: true, database: { name: DB, max: 2 } });
 let job: JobFixture;
 
 async function psql(file: string, vars: Record<string, string>, role?: string) {
@@ -32,9 +31,9 @@ async function psql(file: string, vars: Record<string, string>, role?: string) {
     '-v',
     'ON_ERROR_STOP=1',
     '-h',
-    cluster.dir,
+    t.pgCluster.dir,
     '-p',
-    String(cluster.port),
+    String(t.pgCluster.port),
     '-U',
     'postgres',
   ];
@@ -47,7 +46,7 @@ async function psql(file: string, vars: Record<string, string>, role?: string) {
 
 /** A client logged in as `role` (the cluster trusts local TCP connections). */
 async function as<T>(role: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: `postgres://${role}@127.0.0.1:${cluster.port}/${DB}` });
+  const c = new pg.Client({ connectionString: `postgres://${role}@127.0.0.1:${t.pgCluster.port}/${DB}` });
   await c.connect();
   try {
     return await fn(c);
@@ -57,18 +56,9 @@ async function as<T>(role: string, fn: (c: pg.Client) => Promise<T>): Promise<T>
 }
 
 beforeAll(async () => {
-  cluster = await startPgCluster();
-  await createDatabaseIfMissing(cluster.url(DB));
-  superuser = openDb(cluster.url(DB), { max: 2 });
-  await migrateToLatest(superuser.db);
-  job = await insertJob(superuser.db, { status: 'published' });
+  job = await insertJob(t.db, { status: 'published' });
   await psql('adopt-database.sql', { migrator_password: 'm-pw', runtime_password: 'r-pw' });
   await psql('narrow-runtime.sql', {}, 'recognition_migrator');
-});
-
-afterAll(async () => {
-  await superuser?.close();
-  await cluster?.cleanup();
 });
 
 describe('adopt-database.sql', () => {
@@ -77,14 +67,14 @@ describe('adopt-database.sql', () => {
       SELECT 'database' AS kind, pg_get_userbyid(datdba) AS owner FROM pg_database WHERE datname = ${DB}
       UNION SELECT 'table', tableowner FROM pg_tables WHERE schemaname = 'public'
       UNION SELECT 'function', pg_get_userbyid(proowner) FROM pg_proc WHERE pronamespace = 'public'::regnamespace
-    `.execute(superuser.db);
+    `.execute(t.db);
     expect(rows.sort((a, b) => a.kind.localeCompare(b.kind))).toEqual([
       { kind: 'database', owner: 'recognition_migrator' },
       { kind: 'function', owner: 'recognition_migrator' },
       { kind: 'table', owner: 'recognition_migrator' },
     ]);
     const r = await runCli(['migrate'], {
-      DATABASE_URL: `postgres://recognition_migrator@127.0.0.1:${cluster.port}/${DB}`,
+      DATABASE_URL: `postgres://recognition_migrator@127.0.0.1:${t.pgCluster.port}/${DB}`,
     });
     expect(r.code, r.output).toBe(0);
     expect(r.stdout).toEqual(['migrations are up to date']);

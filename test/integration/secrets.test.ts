@@ -5,17 +5,13 @@
  * both (wrong NATS password, PostgreSQL unreachable), every line of stdout and stderr collected:
  * neither secret appears, in any spelling.
  */
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertJob } from '../helpers/fixtures.js';
 import { spawnCli, runCli, type CliProcess } from '../helpers/cliProcess.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
-import { createServiceClient } from '../helpers/serviceClient.js';
-import { startTcpProxy, type TcpProxy } from '../helpers/tcpProxy.js';
+import type { TcpProxy } from '../helpers/tcpProxy.js';
 import { waitFor } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
 /** With characters that URLs encode, so the encoded spelling is checked too. */
 const PG_SECRET = 'pgS3cr3t/Zq9:Lm';
 const NATS_SECRET = 'natsS3cr3t-Kw7xV';
@@ -28,9 +24,12 @@ const SECRETS = [
   WRONG_NATS_SECRET,
 ];
 
-let nats: NatsServerHandle;
+const t = useHarness({
+  database: true,
+  nats: { user: 'core', password: NATS_SECRET },
+  client: { user: 'core', pass: NATS_SECRET, maxReconnectAttempts: -1, reconnectTimeWait: 200 },
+});
 let pgProxy: TcpProxy;
-let client: NatsConnection;
 /** Every line every CLI run printed, both streams. */
 const allOutput: string[] = [];
 const children: CliProcess[] = [];
@@ -47,7 +46,7 @@ function databaseUrl(): string {
 
 const env = (natsPassword = NATS_SECRET) => ({
   DATABASE_URL: databaseUrl(),
-  NATS_URL: nats.url,
+  NATS_URL: t.nats.url,
   NATS_USER: 'core',
   NATS_PASSWORD: natsPassword,
   HTTP_HOST: '127.0.0.1',
@@ -58,23 +57,12 @@ const env = (natsPassword = NATS_SECRET) => ({
 });
 
 beforeAll(async () => {
-  nats = await startNatsServer({ user: 'core', password: NATS_SECRET });
   const target = new URL(t.url);
-  pgProxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
-  client = await connect({
-    servers: nats.url,
-    user: 'core',
-    pass: NATS_SECRET,
-    maxReconnectAttempts: -1,
-    reconnectTimeWait: 200,
-  });
+  pgProxy = await t.proxy({ host: target.hostname, port: Number(target.port || 5432) });
 });
 
 afterAll(async () => {
   for (const c of children) if (c.child.exitCode === null) c.child.kill('SIGKILL');
-  await client?.close();
-  await pgProxy?.close();
-  await nats?.cleanup();
 });
 
 describe('secrets never reach the output', () => {
@@ -84,25 +72,24 @@ describe('secrets never reach the output', () => {
     children.push(cli);
     const started = await cli.waitForLog((l) => l.event === 'started');
     const port = Number(started.http_port);
-    const svc = createServiceClient(client);
 
     // Work goes through while everything is up.
     const job = await insertJob(t.db, { status: 'published' });
-    await svc.ack(job);
+    await t.svc.ack(job);
     await cli.waitForLog((l) => l.job_id === job.jobId && l.decision === 'applied');
 
     // PostgreSQL unreachable while an envelope waits: the inbox fails and retries, readiness red.
     pgProxy.cut();
-    await svc.done(job);
+    await t.svc.done(job);
     await cli.waitForLog((l) => l.event === 'batch_retry' && l.level === 'warn');
     expect((await fetch(`http://127.0.0.1:${port}/readyz`)).status).toBe(503);
     await fetch(`http://127.0.0.1:${port}/metrics`);
 
     // NATS gone: the client reports the disconnect and keeps trying.
-    await nats.kill();
+    await t.nats.kill();
     await cli.waitForLog((l) => l.event === 'nats_disconnected');
     await new Promise((r) => setTimeout(r, 1_500)); // a few failed reconnect attempts
-    await nats.restart();
+    await t.nats.restart();
     await cli.waitForLog((l) => l.event === 'nats_reconnected');
     pgProxy.restore();
     await waitFor(
@@ -127,15 +114,15 @@ describe('secrets never reach the output', () => {
 
   it('with the NATS credentials inside NATS_URL, through a NATS restart', async () => {
     const { NATS_USER: _u, NATS_PASSWORD: _p, ...rest } = env();
-    const u = new URL(nats.url);
+    const u = new URL(t.nats.url);
     u.username = 'core';
     u.password = encodeURIComponent(NATS_SECRET);
     const cli = spawnCli(['start'], { ...rest, NATS_URL: u.toString() });
     children.push(cli);
     await cli.waitForLog((l) => l.event === 'started');
-    await nats.kill();
+    await t.nats.kill();
     await cli.waitForLog((l) => l.event === 'nats_disconnected');
-    await nats.restart();
+    await t.nats.restart();
     await cli.waitForLog((l) => l.event === 'nats_reconnected');
     cli.child.kill('SIGTERM');
     expect(await cli.exited).toEqual({ code: 0, signal: null });

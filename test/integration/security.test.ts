@@ -21,7 +21,6 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PermissionViolationError, type NatsConnection } from '@nats-io/nats-core';
 import { AckPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { connect } from '@nats-io/transport-node';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTabularParser } from '../../workshop/reference/tabularParserService.js';
@@ -29,15 +28,12 @@ import { INBOX_CONSUMER, JOBS_STREAM, RESULTS_STREAM, RESULT_SUBJECT } from '../
 import { spawnCli, runCli } from '../helpers/cliProcess.js';
 import { insertJob, loadAll } from '../helpers/fixtures.js';
 import { createLogSink } from '../helpers/logSink.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
+import type { NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
-import { inboxDrained, startTestDaemon, waitFor, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { inboxDrained, waitFor } from '../helpers/testDaemon.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
-const servers: NatsServerHandle[] = [];
-const connections: NatsConnection[] = [];
-const daemons: TestDaemon[] = [];
+const t = useHarness({ database: true });
 let certDir: string;
 
 beforeAll(async () => {
@@ -45,23 +41,8 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  for (const d of daemons) await d.stop().catch(() => undefined);
-  for (const c of connections) await c.close().catch(() => undefined);
-  for (const s of servers) await s.cleanup();
   await rm(certDir, { recursive: true, force: true });
 });
-
-async function server(opts: Parameters<typeof startNatsServer>[0]): Promise<NatsServerHandle> {
-  const s = await startNatsServer(opts);
-  servers.push(s);
-  return s;
-}
-
-async function client(opts: Parameters<typeof connect>[0]): Promise<NatsConnection> {
-  const nc = await connect(opts);
-  connections.push(nc);
-  return nc;
-}
 
 /** Environment of a CLI `start` against the test database and `natsUrl`. */
 const startEnv = (natsUrl: string, extra: Record<string, string> = {}): Record<string, string> => ({
@@ -110,7 +91,7 @@ describe('authentication', () => {
   const WRONG_TOKEN = 'tok-wrong-4Nd';
 
   it('user/password: starts with the right ones; wrong or missing credentials end the start with one line', async () => {
-    const s = await server({ user: 'core', password: PASSWORD });
+    const s = await t.startNats({ user: 'core', password: PASSWORD });
     const lines = await expectStarts(startEnv(s.url, { NATS_USER: 'core', NATS_PASSWORD: PASSWORD }));
     expect(lines.join('\n')).not.toContain(PASSWORD);
     await expectFailsClearly(startEnv(s.url, { NATS_USER: 'core', NATS_PASSWORD: WRONG }), /authoriz/i, [
@@ -126,7 +107,7 @@ describe('authentication', () => {
   });
 
   it('token: starts with the right one; a wrong or missing token ends the start with one line', async () => {
-    const s = await server({ token: TOKEN });
+    const s = await t.startNats({ token: TOKEN });
     const lines = await expectStarts(startEnv(s.url, { NATS_TOKEN: TOKEN }));
     expect(lines.join('\n')).not.toContain(TOKEN);
     await expectFailsClearly(startEnv(s.url, { NATS_TOKEN: WRONG_TOKEN }), /authoriz/i, [TOKEN, WRONG_TOKEN]);
@@ -226,12 +207,11 @@ async function withCa(dir: string) {
 describe('TLS', () => {
   it('self-signed certificate: the daemon connects through TLS with NATS_TLS_CA and applies an envelope; without the CA it fails clearly', async () => {
     const { cert, key } = selfSigned(certDir);
-    const s = await server({ tls: { cert, key } });
+    const s = await t.startNats({ tls: { cert, key } });
     // The end-to-end part in process (the CLI's start is checked below): an envelope over TLS.
-    const daemon = await startTestDaemon({ databaseUrl: t.url, natsUrl: s.url, env: { NATS_TLS_CA: cert } });
-    daemons.push(daemon);
+    const daemon = await t.startDaemon({ natsUrl: s.url, env: { NATS_TLS_CA: cert } });
     expect(daemon.nats.nc.info?.tls_required).toBe(true);
-    const nc = await client({ servers: s.url, tls: { caFile: cert } });
+    const nc = await t.connect({ servers: s.url, tls: { caFile: cert } });
     const job = await insertJob(t.db, { status: 'published' });
     await createServiceClient(nc).ack(job);
     await waitFor(
@@ -246,7 +226,7 @@ describe('TLS', () => {
 
   it('mutual TLS: a client certificate is required; with it the daemon starts, without it the start fails clearly', async () => {
     const c = await withCa(certDir);
-    const s = await server({
+    const s = await t.startNats({
       configText: [
         'tls {',
         `  cert_file: ${JSON.stringify(c.serverCert)}`,
@@ -293,9 +273,8 @@ describe('a recognition service limited to its own subjects (docs/nats-permissio
   const violations: PermissionViolationError[] = [];
 
   beforeAll(async () => {
-    s = await server({ configText: documentedBlock(passwords) });
-    const daemon = await startTestDaemon({
-      databaseUrl: t.url,
+    s = await t.startNats({ configText: documentedBlock(passwords) });
+    await t.startDaemon({
       natsUrl: s.url,
       env: {
         NATS_USER: 'recognition-core',
@@ -304,9 +283,8 @@ describe('a recognition service limited to its own subjects (docs/nats-permissio
       },
       loops: { inbox: true, publisher: true, watchdog: false, deadLetters: false, http: false },
     });
-    daemons.push(daemon);
-    coreConn = await client({ servers: s.url, user: 'recognition-core', pass: passwords.core });
-    svcConn = await client({
+    coreConn = await t.connect({ servers: s.url, user: 'recognition-core', pass: passwords.core });
+    svcConn = await t.connect({
       servers: s.url,
       user: 'tabular-parser',
       pass: passwords.service,
@@ -442,9 +420,9 @@ describe('hostile input through real NATS into the real database', () => {
 
   beforeAll(async () => {
     // Room above MAX_ENVELOPE_BYTES (1 MiB, the default), so an oversized envelope reaches the inbox.
-    s = await server({ configText: 'max_payload: 4194304' });
-    daemons.push(await startTestDaemon({ databaseUrl: t.url, natsUrl: s.url }));
-    nc = await client({ servers: s.url });
+    s = await t.startNats({ configText: 'max_payload: 4194304' });
+    await t.startDaemon({ natsUrl: s.url });
+    nc = await t.connect({ servers: s.url });
     send = createServiceClient(nc);
   });
 

@@ -5,42 +5,19 @@
  * nats-server and PostgreSQL, through the daemon's inbox, and on both paths of the step.
  */
 import { randomUUID } from 'node:crypto';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { applyInboxBatchTx, decodeItem, type RawMessage } from '../../src/daemon/inboxBatch.js';
 import { withPgClient } from '../../src/db/pgTransaction.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { RESULTS_STREAM, RESULT_SUBJECT } from '../../src/nats/subjects.js';
 import { applyEventsOptimistic, pgStepSql } from '../../src/step/index.js';
 import { spawnCli } from '../helpers/cliProcess.js';
 import { insertJob, loadAll, snapshotTables, type JobFixture } from '../helpers/fixtures.js';
-import { createServiceClient, type ServiceClient } from '../helpers/serviceClient.js';
-import { inboxDrained, startTestDaemon, type TestDaemon } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
-let server: NatsServerHandle;
-let nc: NatsConnection;
-let svc: ServiceClient;
-let daemon: TestDaemon;
+const t = useHarness({ database: true, nats: true, client: true, daemon: true });
 
 const IMPOSTOR = { name: 'impostor', version: '6.6.6' };
 const TARGET = 'tabular-parser';
-
-beforeAll(async () => {
-  server = await startNatsServer();
-  daemon = await startTestDaemon({ databaseUrl: t.url, natsUrl: server.url });
-  nc = await connect({ servers: server.url });
-  svc = createServiceClient(nc);
-});
-
-afterAll(async () => {
-  await daemon?.stop();
-  await nc?.close();
-  await server?.cleanup();
-});
-
-const drained = () => inboxDrained(nc);
 
 /** The impostor's envelopes for `job`: an ack, and an error result (what moved a job to `error`). */
 const impostor = {
@@ -61,7 +38,7 @@ const impostor = {
 
 /** `recognition_inbox_quarantined_total{reason="SERVICE_MISMATCH"}` as the daemon exports it. */
 async function mismatchCount(): Promise<number | undefined> {
-  const text = await daemon.metrics.registry.metrics();
+  const text = await t.daemon.metrics.registry.metrics();
   const m = /^recognition_inbox_quarantined_total\{reason="SERVICE_MISMATCH"\} (\d+)$/m.exec(text);
   return m ? Number(m[1]) : undefined;
 }
@@ -99,8 +76,8 @@ describe("an envelope from a service other than the job's target_service", () =>
       const before = await jobState(job.jobId);
       const counted = (await mismatchCount())!;
       const { body, msgId } = impostor[kind](job);
-      const pub = await svc.envelope(body, msgId);
-      await drained();
+      const pub = await t.svc.envelope(body, msgId);
+      await t.drained();
 
       const after = await jobState(job.jobId);
       expect({ job: after.job, file: after.file, transitions: after.transitions }).toEqual({
@@ -123,7 +100,7 @@ describe("an envelope from a service other than the job's target_service", () =>
       expect(JSON.parse(Buffer.from(q.payload).toString('utf8'))).toEqual(body);
       expect(await mismatchCount()).toBe(counted + 1);
 
-      const line = daemon.logs.lines.find((l) => l.job_id === job.jobId && l.event === 'quarantined');
+      const line = t.daemon.logs.lines.find((l) => l.job_id === job.jobId && l.event === 'quarantined');
       expect(line).toMatchObject({
         level: 'warn',
         reason: 'SERVICE_MISMATCH',
@@ -135,15 +112,15 @@ describe("an envelope from a service other than the job's target_service", () =>
 
   it("the job's own service is still applied afterwards: its ack, then its result", async () => {
     const job = await insertJob(t.db, { status: 'published' });
-    for (const send of [impostor.ack(job), impostor.result(job)]) await svc.envelope(send.body, send.msgId);
+    for (const send of [impostor.ack(job), impostor.result(job)]) await t.svc.envelope(send.body, send.msgId);
     // The target service's envelopes carry other msg ids than the impostor's, so JetStream's
     // duplicate window does not drop them.
-    await svc.envelope(
+    await t.svc.envelope(
       { job_id: job.jobId, status: 'processing', service: { name: TARGET, version: '2.3.1' } },
       `ack:${job.jobId}:own`,
     );
-    await svc.done(job, { msgId: `result:${job.jobId}:own` });
-    await drained();
+    await t.svc.done(job, { msgId: `result:${job.jobId}:own` });
+    await t.drained();
     const after = await jobState(job.jobId);
     expect(after.job).toMatchObject({ status: 'done', service_name: TARGET, service_version: '2.3.1' });
     expect(after.transitions.map((r) => [r.from_status, r.to_status])).toEqual([
@@ -156,8 +133,8 @@ describe("an envelope from a service other than the job's target_service", () =>
   it('`quarantine list --reason SERVICE_MISMATCH` shows it, with both names', async () => {
     const job = await insertJob(t.db, { status: 'processing' });
     const { body, msgId } = impostor.result(job);
-    await svc.envelope(body, msgId);
-    await drained();
+    await t.svc.envelope(body, msgId);
+    await t.drained();
 
     const cli = spawnCli(['quarantine', 'list', '--reason', 'SERVICE_MISMATCH'], { DATABASE_URL: t.url });
     const { code } = await cli.exited;

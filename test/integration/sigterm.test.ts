@@ -7,32 +7,20 @@
  */
 import { randomUUID } from 'node:crypto';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { sql } from 'kysely';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { spawnCli, type CliProcess } from '../helpers/cliProcess.js';
 import type { JobRef } from '../helpers/serviceClient.js';
-import { createServiceClient } from '../helpers/serviceClient.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { waitFor } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
+const t = useHarness({ database: true, nats: true, client: true });
 const N = 2_000;
-let nats: NatsServerHandle;
-let nc: NatsConnection;
 const children: CliProcess[] = [];
 
-beforeAll(async () => {
-  nats = await startNatsServer();
-  nc = await connect({ servers: nats.url });
-});
-
-afterAll(async () => {
+afterAll(() => {
   for (const c of children) if (c.child.exitCode === null) c.child.kill('SIGKILL');
-  await nc?.close();
-  await nats?.cleanup();
 });
 
 /** `N` published jobs (deadline an hour away), inserted in one transaction. */
@@ -82,7 +70,7 @@ async function insertPublishedJobs(n: number): Promise<JobRef[]> {
 function startCli(): CliProcess {
   const p = spawnCli(['start'], {
     DATABASE_URL: t.url,
-    NATS_URL: nats.url,
+    NATS_URL: t.nats.url,
     HTTP_HOST: '127.0.0.1',
     HTTP_PORT: '0',
     LOG_LEVEL: 'info',
@@ -115,9 +103,8 @@ describe('SIGTERM with 2 000 envelopes in flight', () => {
     expect(started.decision_path).toBe('compiled');
 
     // 2. A service answers every job; SIGTERM as soon as the first result is applied.
-    const svc = createServiceClient(nc);
     const publishing = (async () => {
-      for (let i = 0; i < N; i += 250) await Promise.all(jobs.slice(i, i + 250).map((j) => svc.done(j)));
+      for (let i = 0; i < N; i += 250) await Promise.all(jobs.slice(i, i + 250).map((j) => t.svc.done(j)));
     })();
     await first.waitForLog((l) => l.decision === 'applied' && l.to === 'done');
     first.child.kill('SIGTERM');
@@ -133,7 +120,7 @@ describe('SIGTERM with 2 000 envelopes in flight', () => {
     const second = startCli();
     await second.waitForLog((l) => l.event === 'started');
     await waitFor(async () => (await doneCount()) === N, `${N} jobs done`, 90_000);
-    const jsm = await jetstreamManager(nc);
+    const jsm = await jetstreamManager(t.nc);
     await waitFor(async () => {
       const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
       return info.num_pending === 0 && info.num_ack_pending === 0;

@@ -22,9 +22,9 @@ import { legalEdges } from '../../src/statecharts/machineGraph.js';
 import { createStatechartRoutes } from '../../src/statecharts/livePage.js';
 import { insertJob } from '../helpers/fixtures.js';
 import { freePort } from '../../workshop/localServers/freePort.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
+const t = useHarness({ database: true });
 const CLI = fileURLToPath(new URL('../../bin/recognition-core.js', import.meta.url));
 const BUILT = fileURLToPath(new URL('../../dist/src/cli.js', import.meta.url));
 const SCENARIOS = fileURLToPath(new URL('../../visualizations/scenarios/', import.meta.url));
@@ -403,7 +403,7 @@ describe('GET /statechart in headless Chromium', () => {
       logger: createLogger({ level: 'silent' }),
       registry: new Registry(),
       readiness: {},
-      routes: createStatechartRoutes({ db: t }),
+      routes: createStatechartRoutes({ db: t.database }),
     });
     browser = await chromium.launch({
       executablePath: CHROMIUM,

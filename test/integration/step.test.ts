@@ -22,9 +22,9 @@ import {
 } from '../../src/step/index.js';
 import { CONFIRM, LOCK, READ } from '../../src/step/statements.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
+const t = useHarness({ database: true });
 
 /**
  * The unlocked path for one event, on the pool. `afterQuery`, when given, runs after each of its

@@ -5,8 +5,6 @@
  * PostgreSQL, a private nats-server; nothing of the SDK is mocked.
  */
 import { randomBytes } from 'node:crypto';
-import type { NatsConnection } from '@nats-io/nats-core';
-import { connect } from '@nats-io/transport-node';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -16,21 +14,17 @@ import {
 } from '../../workshop/tracing/otlpReceiver.js';
 import { runCli, spawnCli, type CliProcess } from '../helpers/cliProcess.js';
 import { insertJob } from '../helpers/fixtures.js';
-import { startNatsServer, type NatsServerHandle } from '../../workshop/localServers/natsServer.js';
-import { createServiceClient } from '../helpers/serviceClient.js';
 import { waitFor } from '../helpers/testDaemon.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
-let nats: NatsServerHandle;
-let nc: NatsConnection;
+const t = useHarness({ database: true, nats: true, client: true });
 let receiver: OtlpReceiver;
 let daemon: CliProcess;
 let service: CliProcess;
 
 const env = () => ({
   DATABASE_URL: t.url,
-  NATS_URL: nats.url,
+  NATS_URL: t.nats.url,
   HTTP_HOST: '127.0.0.1',
   HTTP_PORT: '0',
   LOG_LEVEL: 'info',
@@ -43,7 +37,6 @@ const otel = () => ({
 });
 
 beforeAll(async () => {
-  nats = await startNatsServer();
   receiver = await startOtlpReceiver();
   daemon = spawnCli(['start'], {
     ...env(),
@@ -58,7 +51,6 @@ beforeAll(async () => {
     ...otel(),
   });
   await service.waitForLog((l) => l.event === 'ready', 30_000);
-  nc = await connect({ servers: nats.url });
 });
 
 afterAll(async () => {
@@ -68,9 +60,7 @@ afterAll(async () => {
       await p.exited;
     }
   }
-  await nc?.close();
   await receiver?.close();
-  await nats?.cleanup();
 });
 
 const hex = (bytes: number) => randomBytes(bytes).toString('hex');
@@ -244,9 +234,8 @@ describe('one job, one trace', () => {
   it('an envelope without a trace context (a C-client service) is applied exactly as without tracing', async () => {
     // A job published by someone else, answered by a client that sends no trace headers.
     const job = await insertJob(t.db, { status: 'published' });
-    const svc = createServiceClient(nc);
-    await svc.ack(job);
-    await svc.done(job);
+    await t.svc.ack(job);
+    await t.svc.done(job);
     await waitFor(async () => (await jobStatus(job.jobId)) === 'done', 'the job to be done');
     const row = await t.db
       .selectFrom('recognition_job')

@@ -14,9 +14,9 @@ import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
 import { createLogSink } from '../helpers/logSink.js';
 import { serverUrl } from '../helpers/pgUrls.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcpProxy.js';
-import { useTestDatabase } from '../helpers/withDatabase.js';
+import { useHarness } from '../helpers/harness.js';
 
-const t = useTestDatabase();
+const t = useHarness({ database: true });
 
 /** A short interval, so "within one interval" is a bound a test can wait for. */
 const INTERVAL_MS = 200;

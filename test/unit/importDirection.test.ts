@@ -17,9 +17,10 @@ beforeAll(() => {
   eslint = new ESLint({ cwd: REPO_ROOT });
 });
 
-/** Whether ESLint's `no-restricted-imports` rejects `specifier` imported from `filePath`. */
-async function rejected(filePath: string, specifier: string): Promise<boolean> {
-  const [result] = await eslint.lintText(`import '${specifier}';\n`, { filePath });
+/** Whether ESLint's `no-restricted-imports` rejects `specifier` (or `name` of it) imported from `filePath`. */
+async function rejected(filePath: string, specifier: string, name?: string): Promise<boolean> {
+  const code = name ? `import { ${name} } from '${specifier}';\n` : `import '${specifier}';\n`;
+  const [result] = await eslint.lintText(code, { filePath });
   return (result?.messages ?? []).some((m) => m.severity === 2 && m.ruleId === 'no-restricted-imports');
 }
 
@@ -79,5 +80,37 @@ describe('the import direction is enforced by lint', { timeout: 60_000 }, () => 
     ['test/integration/__probe.ts', '../../workshop/localServers/pgCluster.js'],
   ])('%s may import %s', async (file, specifier) => {
     expect(await rejected(file, specifier)).toBe(false);
+  });
+});
+
+describe('integration tests start servers and daemons through the harness', { timeout: 60_000 }, () => {
+  const probe = 'test/integration/__probe.test.ts';
+
+  it.each([
+    ['startNatsServer', '../../workshop/localServers/natsServer.js'],
+    ['startNatsCluster', '../../workshop/localServers/natsServer.js'],
+    ['startPgCluster', '../../workshop/localServers/pgCluster.js'],
+    ['startTestDaemon', '../helpers/testDaemon.js'],
+  ])('%s from %s is rejected', async (name, specifier) => {
+    expect(await rejected(probe, specifier, name)).toBe(true);
+  });
+
+  it.each([
+    [probe, 'useHarness', '../helpers/harness.js'],
+    [probe, 'waitFor', '../helpers/testDaemon.js'],
+    [probe, 'findNatsServerBinary', '../../workshop/localServers/natsServer.js'],
+    // The tests of the local servers themselves.
+    ['test/integration/helpers.nats.test.ts', 'startNatsServer', '../../workshop/localServers/natsServer.js'],
+    [
+      'test/integration/helpers.pgCluster.test.ts',
+      'startPgCluster',
+      '../../workshop/localServers/pgCluster.js',
+    ],
+  ])('%s may import %s from %s', async (file, name, specifier) => {
+    expect(await rejected(file, specifier, name)).toBe(false);
+  });
+
+  it('the bench ban still holds there', async () => {
+    expect(await rejected(probe, '../../bench/env.js')).toBe(true);
   });
 });
