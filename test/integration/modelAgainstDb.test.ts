@@ -15,7 +15,7 @@ import {
 import { rowToJobState } from '../../src/db/jobRow.js';
 import { addFile, createJob } from '../../src/db/jobs.js';
 import { step } from '../../src/step/index.js';
-import { baseContext, NOW, sampleEventsByKind } from '../helpers/machineSamples.js';
+import { baseContext, NOW, sampleEventsByKind } from '../../workshop/machineSamples.js';
 import { loadAll } from '../helpers/fixtures.js';
 import { useTestDatabase } from '../helpers/withDatabase.js';
 
