@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { getSimplePaths } from 'xstate/graph';
 import { describe, expect, it } from 'vitest';
 import {
+  JOB_STATUSES,
   decide,
   recognitionJobMachine,
   type JobEvent,
@@ -15,7 +16,7 @@ import {
 import { rowToJobState } from '../../src/db/jobRow.js';
 import { addFile, createJob } from '../../src/db/jobs.js';
 import { step } from '../../src/step/index.js';
-import { baseContext, NOW, sampleEventsByKind } from '../helpers/machineSamples.js';
+import { baseContext, NOW, sampleEventsByKind } from '../../workshop/machineSamples.js';
 import { loadAll } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
 
@@ -90,16 +91,7 @@ describe('paths generated from the machine, replayed through the step against Po
   it('there are paths to replay, reaching every status', () => {
     expect(paths.length).toBeGreaterThanOrEqual(30);
     const ends = new Set(paths.map((p) => predict(p).job.status));
-    expect([...ends].sort()).toEqual([
-      'dlq',
-      'done',
-      'error',
-      'needs_check',
-      'pending',
-      'processing',
-      'published',
-      'timeout',
-    ]);
+    expect([...ends].sort()).toEqual([...JOB_STATUSES].sort());
   });
 
   it('every path ends in the rows the pure machine predicts', async () => {

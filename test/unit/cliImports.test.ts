@@ -122,6 +122,7 @@ describe('what the recognition-core command loads before a command runs', () => 
       'workshop/reference/tabularParserService.ts',
       'workshop/statecharts/generate.ts',
       'workshop/statecharts/scenario.ts',
+      'workshop/statecharts/scenarioFile.ts',
     ];
     const reached = forbidden.filter((f) => graph.files.has(f));
     expect(reached.map((f) => `${f} via ${graph.files.get(f)!.join(' -> ')}`)).toEqual([]);

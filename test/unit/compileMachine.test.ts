@@ -47,7 +47,7 @@ import {
   SERVICE,
   contextIn,
   sampleEventsByKind,
-} from '../helpers/machineSamples.js';
+} from '../../workshop/machineSamples.js';
 
 /** Both paths on one job and event: their decisions, or the errors they throw. */
 function bothPaths(job: JobState, event: JobEvent): [unknown, unknown] {

@@ -51,7 +51,7 @@ describe('the import direction is enforced by lint', { timeout: 60_000 }, () => 
     ['src/process/__probe.ts', '../../workshop/localServers/childProcesses.js'],
     ['src/daemon/inboxScheduler.ts', '../../workshop/localServers/freePort.js'],
     ['src/daemon/__probe.ts', '../daemon/../../workshop/demo/runDemo.js'],
-    ['machines/__probe.ts', '../workshop/statecharts/samples.js'],
+    ['machines/__probe.ts', '../workshop/machineSamples.js'],
     ['bench/__probe.ts', '../test/helpers/logSink.js'],
     ['test/integration/__probe.ts', '../../bench/env.js'],
   ])('%s may not import %s', async (file, specifier) => {

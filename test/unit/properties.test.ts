@@ -30,7 +30,7 @@ import {
 import { LEGAL_EDGES_0002 } from '../../src/db/migrations/0002_legal_edges.js';
 import { MAX_JSON_DEPTH, decodeEnvelope } from '../../src/messages/decodeEnvelope.js';
 import { pathProblem, type Step } from '../chaos/invariants.js';
-import { NOW, REPLY_TIMEOUT_MS, baseContext } from '../helpers/machineSamples.js';
+import { NOW, REPLY_TIMEOUT_MS, baseContext } from '../../workshop/machineSamples.js';
 
 const SETTINGS = { seed: 20250815, numRuns: 1_000 } as const;
 

@@ -4,7 +4,7 @@
  * Each row names a state and an event variant and states the whole outcome: the decision, the next
  * status, the context fields the transition writes (the next context must equal the state's sample
  * context plus exactly these), the effects in order, and the reason when nothing changed. The
- * sample contexts and events are in test/helpers/machineSamples.ts.
+ * sample contexts and events are in workshop/machineSamples.ts.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -49,7 +49,7 @@ import {
   eventVariants,
   sampleEventsByKind,
   type EventVariantName,
-} from '../helpers/machineSamples.js';
+} from '../../workshop/machineSamples.js';
 
 // ---------------------------------------------------------------------------------------------
 // The vocabulary of expectations
@@ -97,7 +97,7 @@ const resultObject: JobEffect = {
   params: { bucket: RESULT_S3.bucket, key: RESULT_S3.key, createdBy: SERVICE.name },
 };
 
-const DEADLINE_PASSED_AT = eventVariant('DEADLINE_PASSED, deadline passed').event.now;
+const DEADLINE_PASSED_AT = eventVariant('DEADLINE_PASSED: reply_deadline passed').event.now;
 
 // The three results, from any state that accepts them (pending, published, processing).
 const done = applied(
@@ -128,11 +128,12 @@ const needsCheck = applied(
     metrics: { pages: 12, low_confidence_cells: 7 },
     errorCode: null,
     errorMessage: null,
-    resultSchemaVersion: null,
+    resultSchemaVersion: '2.1',
     resultMsgId: NEEDS_CHECK_MSG_ID,
     nextPublishAt: null,
   },
   [
+    resultObject,
     fileStatus('PROCESSING'),
     logged('ENVELOPE_RESULT', NEEDS_CHECK_MSG_ID, { status: 'needs_check', service: SERVICE.name }),
   ],
@@ -202,11 +203,25 @@ const retried = applied(
   ],
 );
 
-/** The retry row of a final status: a failed one starts the next attempt, while the file is its own. */
-const retryRow = (state: JobStatus): Row =>
+/**
+ * The retry rows of a status: a failed one starts the next attempt while the file is its own; once
+ * the file has a newer job (the variant's own context), nothing changes.
+ */
+const retryRows = (state: JobStatus): Row[] =>
   (['error', 'timeout', 'dlq'] as JobStatus[]).includes(state)
-    ? [state, 'RETRY_REQUESTED', { ...retried, to: state }, stays('ignored', 'file_not_current')]
-    : [state, 'RETRY_REQUESTED', stays('ignored', 'not_failed')];
+    ? [
+        [
+          state,
+          "RETRY_REQUESTED: retry, the file still this job's",
+          { ...retried, to: state },
+          stays('ignored', 'file_not_current'),
+        ],
+        [state, 'RETRY_REQUESTED: retry, the file has a newer job', stays('ignored', 'file_not_current')],
+      ]
+    : [
+        [state, "RETRY_REQUESTED: retry, the file still this job's", stays('ignored', 'not_failed')],
+        [state, 'RETRY_REQUESTED: retry, the file has a newer job', stays('ignored', 'not_failed')],
+      ];
 
 /**
  * An ack or a result from a service other than the job's `target_service` is rejected in every
@@ -214,32 +229,40 @@ const retryRow = (state: JobStatus): Row =>
  * quarantines it).
  */
 const fromAnotherServiceRows = (state: JobStatus): Row[] => [
-  [state, 'ENVELOPE_PROCESSING, from another service', stays('rejected', 'service_mismatch')],
-  [state, 'ENVELOPE_RESULT, from another service', stays('rejected', 'service_mismatch')],
+  [
+    state,
+    "ENVELOPE_PROCESSING: ack from a service other than the job's target_service",
+    stays('rejected', 'service_mismatch'),
+  ],
+  [
+    state,
+    "ENVELOPE_RESULT: result from a service other than the job's target_service",
+    stays('rejected', 'service_mismatch'),
+  ],
 ];
 
 /** Every final status answers every event alike: nothing changes, each case told apart (but a retry). */
 const finalRows = (state: JobStatus): Row[] => [
-  [state, 'PUBLISHED', stays('ignored', 'not_accepted')],
-  [state, 'PUBLISH_FAILED, attempts left', stays('ignored', 'not_accepted')],
-  [state, 'PUBLISH_FAILED, last attempt', stays('ignored', 'not_accepted')],
-  [state, 'DELIVERY_EXHAUSTED', stays('ignored', 'not_accepted')],
-  [state, 'ENVELOPE_PROCESSING', stays('ignored', 'ack_not_accepted')],
-  [state, 'ENVELOPE_RESULT done, with result_s3', stays('late', 'result_after_final')],
-  [state, 'ENVELOPE_RESULT needs_check, without result_s3', stays('late', 'result_after_final')],
-  [state, 'ENVELOPE_RESULT error', stays('late', 'result_after_final')],
-  [state, 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
+  [state, 'PUBLISHED: JetStream accepted the job message', stays('ignored', 'not_accepted')],
+  [state, 'PUBLISH_FAILED: attempts left', stays('ignored', 'not_accepted')],
+  [state, 'PUBLISH_FAILED: the last allowed attempt', stays('ignored', 'not_accepted')],
+  [state, 'DELIVERY_EXHAUSTED: max deliveries reached', stays('ignored', 'not_accepted')],
+  [state, 'ENVELOPE_PROCESSING: ack (status processing)', stays('ignored', 'ack_not_accepted')],
+  [state, 'ENVELOPE_RESULT: result done', stays('late', 'result_after_final')],
+  [state, 'ENVELOPE_RESULT: result needs_check', stays('late', 'result_after_final')],
+  [state, 'ENVELOPE_RESULT: result error', stays('late', 'result_after_final')],
+  [state, 'ENVELOPE_RESULT: the result already applied (same msg id)', stays('duplicate', 'same_msg_id')],
   ...fromAnotherServiceRows(state),
-  [state, 'DEADLINE_PASSED, deadline passed', stays('ignored', 'not_accepted')],
-  [state, 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'not_accepted')],
-  retryRow(state),
+  [state, 'DEADLINE_PASSED: reply_deadline passed', stays('ignored', 'not_accepted')],
+  [state, 'DEADLINE_PASSED: reply_deadline not yet passed', stays('ignored', 'not_accepted')],
+  ...retryRows(state),
 ];
 
 const TABLE: Row[] = [
   // pending: created, the job message not yet accepted by JetStream.
   [
     'pending',
-    'PUBLISHED',
+    'PUBLISHED: JetStream accepted the job message',
     applied(
       'published',
       {
@@ -253,14 +276,14 @@ const TABLE: Row[] = [
   ],
   [
     'pending',
-    'PUBLISH_FAILED, attempts left', // the 2nd of 3 attempts failed: retry after 2 × base delay
+    'PUBLISH_FAILED: attempts left', // the 2nd of 3 attempts failed: retry after 2 × base delay
     applied('pending', { publishAttempts: 2, nextPublishAt: new Date(NOW.getTime() + 2_000) }, [
       logged('PUBLISH_FAILED', null, { error: PUBLISH_ERROR }),
     ]),
   ],
   [
     'pending',
-    'PUBLISH_FAILED, last attempt', // the 3rd of 3 attempts failed: dead letter
+    'PUBLISH_FAILED: the last allowed attempt', // the 3rd of 3 attempts failed: dead letter
     applied(
       'dlq',
       {
@@ -276,25 +299,25 @@ const TABLE: Row[] = [
       ],
     ),
   ],
-  ['pending', 'DELIVERY_EXHAUSTED', stays('ignored', 'not_accepted')],
-  ['pending', 'ENVELOPE_PROCESSING', stays('ignored', 'ack_not_accepted')],
+  ['pending', 'DELIVERY_EXHAUSTED: max deliveries reached', stays('ignored', 'not_accepted')],
+  ['pending', 'ENVELOPE_PROCESSING: ack (status processing)', stays('ignored', 'ack_not_accepted')],
   // The job message went out but the publisher's commit was lost: the work was done, it counts.
-  ['pending', 'ENVELOPE_RESULT done, with result_s3', done],
-  ['pending', 'ENVELOPE_RESULT needs_check, without result_s3', needsCheck],
-  ['pending', 'ENVELOPE_RESULT error', serviceError],
-  ['pending', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
+  ['pending', 'ENVELOPE_RESULT: result done', done],
+  ['pending', 'ENVELOPE_RESULT: result needs_check', needsCheck],
+  ['pending', 'ENVELOPE_RESULT: result error', serviceError],
+  ['pending', 'ENVELOPE_RESULT: the result already applied (same msg id)', stays('duplicate', 'same_msg_id')],
   ...fromAnotherServiceRows('pending'),
-  ['pending', 'DEADLINE_PASSED, deadline passed', stays('ignored', 'not_accepted')],
-  ['pending', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'not_accepted')],
-  ['pending', 'RETRY_REQUESTED', stays('ignored', 'not_failed')], // only a failed job is retried
+  ['pending', 'DEADLINE_PASSED: reply_deadline passed', stays('ignored', 'not_accepted')],
+  ['pending', 'DEADLINE_PASSED: reply_deadline not yet passed', stays('ignored', 'not_accepted')],
+  ...retryRows('pending'), // only a failed job is retried
 
   // published: in the stream, waiting for the service's ack.
-  ['published', 'PUBLISHED', stays('ignored', 'not_accepted')],
-  ['published', 'PUBLISH_FAILED, attempts left', stays('ignored', 'not_accepted')],
-  ['published', 'PUBLISH_FAILED, last attempt', stays('ignored', 'not_accepted')],
+  ['published', 'PUBLISHED: JetStream accepted the job message', stays('ignored', 'not_accepted')],
+  ['published', 'PUBLISH_FAILED: attempts left', stays('ignored', 'not_accepted')],
+  ['published', 'PUBLISH_FAILED: the last allowed attempt', stays('ignored', 'not_accepted')],
   [
     'published',
-    'DELIVERY_EXHAUSTED',
+    'DELIVERY_EXHAUSTED: max deliveries reached',
     applied(
       'dlq',
       {
@@ -310,46 +333,57 @@ const TABLE: Row[] = [
   ],
   [
     'published',
-    'ENVELOPE_PROCESSING', // the service confirmed
+    'ENVELOPE_PROCESSING: ack (status processing)', // the service confirmed
     applied('processing', { startedAt: NOW, serviceName: SERVICE.name, serviceVersion: SERVICE.version }, [
       fileStatus('PROCESSING'),
       logged('ENVELOPE_PROCESSING', ACK_MSG_ID, { service: SERVICE.name }),
     ]),
   ],
   // The ack was lost or overtaken: the result is applied all the same.
-  ['published', 'ENVELOPE_RESULT done, with result_s3', done],
-  ['published', 'ENVELOPE_RESULT needs_check, without result_s3', needsCheck],
-  ['published', 'ENVELOPE_RESULT error', serviceError],
-  ['published', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')],
+  ['published', 'ENVELOPE_RESULT: result done', done],
+  ['published', 'ENVELOPE_RESULT: result needs_check', needsCheck],
+  ['published', 'ENVELOPE_RESULT: result error', serviceError],
+  [
+    'published',
+    'ENVELOPE_RESULT: the result already applied (same msg id)',
+    stays('duplicate', 'same_msg_id'),
+  ],
   ...fromAnotherServiceRows('published'),
-  ['published', 'DEADLINE_PASSED, deadline passed', timedOut],
-  ['published', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'deadline_not_passed')],
-  ['published', 'RETRY_REQUESTED', stays('ignored', 'not_failed')],
+  ['published', 'DEADLINE_PASSED: reply_deadline passed', timedOut],
+  ['published', 'DEADLINE_PASSED: reply_deadline not yet passed', stays('ignored', 'deadline_not_passed')],
+  ...retryRows('published'),
 
   // processing: the service acked and is working.
-  ['processing', 'PUBLISHED', stays('ignored', 'not_accepted')],
-  ['processing', 'PUBLISH_FAILED, attempts left', stays('ignored', 'not_accepted')],
-  ['processing', 'PUBLISH_FAILED, last attempt', stays('ignored', 'not_accepted')],
-  ['processing', 'DELIVERY_EXHAUSTED', stays('ignored', 'not_accepted')],
-  ['processing', 'ENVELOPE_PROCESSING', stays('duplicate', 'repeated_ack')], // a repeated ack
-  ['processing', 'ENVELOPE_RESULT done, with result_s3', done], // success
-  ['processing', 'ENVELOPE_RESULT needs_check, without result_s3', needsCheck],
-  ['processing', 'ENVELOPE_RESULT error', serviceError], // service error
-  ['processing', 'ENVELOPE_RESULT, msg id already applied', stays('duplicate', 'same_msg_id')], // redelivery
+  ['processing', 'PUBLISHED: JetStream accepted the job message', stays('ignored', 'not_accepted')],
+  ['processing', 'PUBLISH_FAILED: attempts left', stays('ignored', 'not_accepted')],
+  ['processing', 'PUBLISH_FAILED: the last allowed attempt', stays('ignored', 'not_accepted')],
+  ['processing', 'DELIVERY_EXHAUSTED: max deliveries reached', stays('ignored', 'not_accepted')],
+  ['processing', 'ENVELOPE_PROCESSING: ack (status processing)', stays('duplicate', 'repeated_ack')], // a repeated ack
+  ['processing', 'ENVELOPE_RESULT: result done', done], // success
+  ['processing', 'ENVELOPE_RESULT: result needs_check', needsCheck],
+  ['processing', 'ENVELOPE_RESULT: result error', serviceError], // service error
+  [
+    'processing',
+    'ENVELOPE_RESULT: the result already applied (same msg id)',
+    stays('duplicate', 'same_msg_id'),
+  ], // redelivery
   ...fromAnotherServiceRows('processing'),
-  ['processing', 'DEADLINE_PASSED, deadline passed', timedOut], // taken but never answered
-  ['processing', 'DEADLINE_PASSED, deadline not passed', stays('ignored', 'deadline_not_passed')],
-  ['processing', 'RETRY_REQUESTED', stays('ignored', 'not_failed')],
+  ['processing', 'DEADLINE_PASSED: reply_deadline passed', timedOut], // taken but never answered
+  ['processing', 'DEADLINE_PASSED: reply_deadline not yet passed', stays('ignored', 'deadline_not_passed')],
+  ...retryRows('processing'),
 
   // Final statuses are never left (docs/lifecycle.md); a result after one is logged, not applied; a
   // failed one may start the next attempt, a new job, and keeps its own status.
   ...FINAL_JOB_STATUSES.flatMap(finalRows),
 ];
 
-/** Runs one row: the state's sample context, with the variant's and the case's overrides. */
+/**
+ * Runs one row: the state's sample context, with the case's overrides and then the variant's (a
+ * variant that presumes a file with a newer job keeps it in both `fileIsCurrent` cases).
+ */
 function run(state: JobStatus, variantName: EventVariantName, overrides: Partial<JobContext> = {}) {
   const variant = eventVariant(variantName);
-  const context = contextIn(state, { ...variant.context, ...overrides });
+  const context = contextIn(state, { ...overrides, ...variant.context });
   return { context, event: variant.event, result: decide({ status: state, context }, variant.event) };
 }
 
@@ -383,6 +417,20 @@ describe('recognition job lifecycle, every (state × event)', () => {
       JOB_STATUSES.flatMap((state) => EVENT_VARIANT_NAMES.map((variant) => `${state} × ${variant}`)).sort(),
     );
     expect(new Set(eventVariants().map((v) => v.event.type))).toEqual(new Set(JOB_EVENT_TYPES));
+  });
+
+  it('registers a result object only for a result that names one, and applies it alike without', () => {
+    let applied = 0;
+    for (const [state, variantName, expected] of TABLE) {
+      const { context, event } = run(state, variantName);
+      if (event.type !== 'ENVELOPE_RESULT' || !event.resultS3 || expected.decision !== 'applied') continue;
+      applied++;
+      const result = decide({ status: state, context }, { ...event, resultS3: undefined });
+      expect(result.to).toBe(expected.to);
+      expect(result.context).toEqual({ ...context, ...expected.changes });
+      expect(result.effects).toEqual(expected.effects.filter((e) => e.type !== 'registerResultObject'));
+    }
+    expect(applied).toBeGreaterThan(0);
   });
 });
 
@@ -493,7 +541,7 @@ describe('publish backoff', () => {
 
   it('sends the job to dlq exactly when the failed attempt is the last allowed one', () => {
     let job = { status: 'pending' as JobStatus, context: baseContext() };
-    const event = eventVariant('PUBLISH_FAILED, attempts left').event;
+    const event = eventVariant('PUBLISH_FAILED: attempts left').event;
     const statuses: JobStatus[] = [];
     for (let i = 0; i < PUBLISH_RETRY_POLICY.maxAttempts; i++) {
       const result = decide(job, event);

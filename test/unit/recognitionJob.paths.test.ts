@@ -22,7 +22,7 @@ import {
   type JobState,
   type JobStatus,
 } from '../../machines/index.js';
-import { baseContext, sampleEvents, sampleEventsByKind } from '../helpers/machineSamples.js';
+import { baseContext, sampleEvents, sampleEventsByKind } from '../../workshop/machineSamples.js';
 
 type Snapshot = ReturnType<typeof recognitionJobMachine.transition>;
 

@@ -12,7 +12,8 @@ import { decide, type JobEvent, type JobState } from '../../machines/index.js';
 import { registerStatechartsCommands } from '../../workshop/cli/statecharts.js';
 import { rowToJobState } from '../../src/db/jobRow.js';
 import { defaultVisualizationsDir } from '../../workshop/statecharts/generate.js';
-import { loadScenario, parseScenario, startingRow, type Trace } from '../../workshop/statecharts/scenario.js';
+import { startingRow, type Trace } from '../../workshop/statecharts/scenario.js';
+import { loadScenario, parseScenario } from '../../workshop/statecharts/scenarioFile.js';
 
 const scenarioDir = join(defaultVisualizationsDir(), 'scenarios');
 const scenarios = readdirSync(scenarioDir)

@@ -22,7 +22,7 @@ import {
 } from '../../workshop/statecharts/overview.js';
 import { drawnEdges, nextAttemptEdges, renderSvg, type DrawnEdge } from '../../src/statecharts/render.js';
 import { toMermaid } from '../../workshop/statecharts/renderFiles.js';
-import { eventVariants, sampleContext } from '../../workshop/statecharts/samples.js';
+import { contextIn, eventVariants } from '../../workshop/machineSamples.js';
 import { buildStateEventTable, decideOn } from '../../workshop/statecharts/stateEventTable.js';
 import { machine as statelyMachine } from '../../visualizations/recognition-job.stately.js';
 
@@ -167,8 +167,7 @@ describe('the state × event table (recognition-job.md)', () => {
         ).toBeGreaterThan(0);
       }
     }
-    const variants = Object.values(eventVariants()).flat().length;
-    expect(rows).toHaveLength(JOB_STATUSES.length * variants);
+    expect(rows).toHaveLength(JOB_STATUSES.length * eventVariants().length);
     expect(tableLines).toHaveLength(rows.length);
   });
 
@@ -186,22 +185,19 @@ describe('the state × event table (recognition-job.md)', () => {
   });
 
   it("computes each row's outcome exactly as decide() does", () => {
-    const variants = eventVariants();
     for (const state of JOB_STATUSES) {
-      for (const type of JOB_EVENT_TYPES) {
-        for (const v of variants[type]) {
-          const context = { ...sampleContext(state), ...v.context };
-          const expected = decide({ status: state, context }, v.event);
-          const actual = decideOn(recognitionJobMachine, state, context, v.event);
-          expect(actual, `${state} × ${type}: ${v.name}`).toEqual(expected);
-          const row = rows.find((r) => r.state === state && r.event === type && r.variant === v.name)!;
-          expect({ to: row.to, decision: row.decision, reason: row.reason, effects: row.effects }).toEqual({
-            to: expected.to,
-            decision: expected.decision,
-            reason: expected.reason,
-            effects: expected.effects,
-          });
-        }
+      for (const v of eventVariants()) {
+        const context = contextIn(state, v.context);
+        const expected = decide({ status: state, context }, v.event);
+        const actual = decideOn(recognitionJobMachine, state, context, v.event);
+        expect(actual, `${state} × ${v.name}`).toEqual(expected);
+        const row = rows.find((r) => r.state === state && r.event === v.type && r.variant === v.label)!;
+        expect({ to: row.to, decision: row.decision, reason: row.reason, effects: row.effects }).toEqual({
+          to: expected.to,
+          decision: expected.decision,
+          reason: expected.reason,
+          effects: expected.effects,
+        });
       }
     }
   });

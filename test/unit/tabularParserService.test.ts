@@ -7,13 +7,15 @@ import { checkJobMessage, checkResultEnvelope } from '../../src/messages/schemas
 import {
   DEFAULT_WEIGHTS,
   FATES,
-  INVALID_JOB_MESSAGE,
-  describeInvalidJob,
-  invalidJobAnswer,
   mulberry32,
   parseWeights,
   pickFate,
   type Fate,
+} from '../../workshop/reference/fates.js';
+import {
+  INVALID_JOB_MESSAGE,
+  describeInvalidJob,
+  invalidJobAnswer,
 } from '../../workshop/reference/tabularParserService.js';
 
 describe('mulberry32', () => {

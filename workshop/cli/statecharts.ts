@@ -71,8 +71,9 @@ export function registerStatechartsCommands(program: Command): void {
       )
       .option('--json', 'print the trace as JSON'),
   ).action(async (file: string, o: InspectOptions & { json?: boolean }) => {
-    const { formatTrace, loadScenario, runScenario, startingRow } =
-      await import('../statecharts/scenario.js');
+    const { loadScenario } = await import('../statecharts/scenarioFile.js');
+    const { runScenario, startingRow } = await import('../statecharts/scenario.js');
+    const { formatTrace } = await import('../statecharts/formatTrace.js');
     const scenario = await loadScenario(file);
     const trace = runScenario(scenario);
     process.stdout.write(o.json ? JSON.stringify(trace, null, 2) + '\n' : formatTrace(trace));

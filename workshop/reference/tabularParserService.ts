@@ -46,7 +46,14 @@ import {
 import { CONTRACT_NAMES, jobSubject, type ExchangeNames } from '../../src/nats/subjects.js';
 import { startServiceJobTrace, type ServiceJobTrace } from '../../src/tracing/jobSpans.js';
 import { headerFieldsOf } from '../../src/tracing/tracing.js';
-import { DEFAULT_WEIGHTS, FATES, TABULAR_PARSER, type Fate, type FateWeights } from './fates.js';
+import {
+  DEFAULT_WEIGHTS,
+  TABULAR_PARSER,
+  mulberry32,
+  pickFate,
+  type Fate,
+  type FateWeights,
+} from './fates.js';
 
 export { DEFAULT_WEIGHTS, FATES, TABULAR_PARSER, parseWeights } from './fates.js';
 export type { Fate, FateWeights } from './fates.js';
@@ -88,33 +95,6 @@ const ERROR_CODES = [
   { code: 'UNSUPPORTED_FORMAT', message: 'the file is not a spreadsheet this parser reads (xls 95, ods)' },
   { code: 'CORRUPTED_FILE', message: 'the workbook could not be opened: truncated zip archive' },
 ] as const;
-
-/**
- * mulberry32: a tiny seeded PRNG (32-bit state), uniform in [0, 1). Pure and deterministic: the
- * same seed gives the same sequence, so a demo run can be repeated.
- */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** Pick a fate for `r` in [0, 1) by cumulative weight. Pure. */
-export function pickFate(weights: FateWeights, r: number): Fate {
-  const total = FATES.reduce((s, f) => s + Math.max(0, weights[f]), 0);
-  if (!(total > 0)) throw new Error('tabular-parser: at least one fate weight must be positive');
-  let x = r * total;
-  for (const f of FATES) {
-    x -= Math.max(0, weights[f]);
-    if (x < 0) return f;
-  }
-  return FATES.filter((f) => weights[f] > 0).at(-1)!;
-}
 
 export interface TabularParserOptions {
   nc: NatsConnection;

@@ -1,16 +1,12 @@
 /**
- * Scenarios: a job's starting row and a sequence of things that happen to it (publish outcomes,
- * envelopes from the service, the watchdog's deadline ticks, JetStream's max-deliveries advisory),
- * run through the pure machine with no service at all. The format is documented in
- * `visualizations/scenarios/README.md`.
+ * Running a scenario (`scenarioFile.ts`) through the pure machine with no service at all: each
+ * thing that happens becomes the machine event the shell would build, and the trace records the
+ * transition taken, the decision, the effects and the columns changed.
  *
- * Pure but for reading the file: `runScenario` calls only the machine (`decide()`), the envelope
- * decoder the inbox uses, and the row ↔ context mapping the step uses.
+ * Pure: `runScenario` calls only the machine (`decide()`), the envelope decoder the inbox uses, and
+ * the row ↔ context mapping the step uses.
  */
-import { readFile } from 'node:fs/promises';
-import { z } from 'zod';
 import {
-  JOB_STATUSES,
   QUARANTINE_REASON,
   decide,
   recognitionJobMachine,
@@ -22,125 +18,9 @@ import { changedColumns, rowToJobState } from '../../src/db/jobRow.js';
 import type { JobRow } from '../../src/db/schema.js';
 import { decodeEnvelope } from '../../src/messages/decodeEnvelope.js';
 import { envelopeToJobEvent, serviceMismatchDetails } from '../../src/messages/envelopeToJobEvent.js';
-import { UsageError } from '../../src/errors.js';
 import { readMachineGraph } from '../../src/statecharts/machineGraph.js';
+import { resolveAt, type Scenario, type ScenarioEvent } from './scenarioFile.js';
 import { DECISION_LOG_LEVEL, chooseTransition } from './stateEventTable.js';
-
-// ---------------------------------------------------------------------------------------------
-// The file format
-// ---------------------------------------------------------------------------------------------
-
-/** `+90s`, `+10m`, `+2m30s`, `+1h`, `+250ms` after `start`, or an ISO 8601 timestamp. */
-const RELATIVE = /^\+(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$/;
-const RELATIVE_PART = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
-const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 } as const;
-
-const timestamp = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO 8601 timestamp');
-const at = z
-  .string()
-  .refine(
-    (v) => RELATIVE.test(v) || !Number.isNaN(Date.parse(v)),
-    'must be +<n>ms|s|m|h (e.g. +2m30s) or an ISO 8601 timestamp',
-  );
-const common = { at: at.optional(), note: z.string().optional() };
-
-const publishEvent = z.strictObject({
-  ...common,
-  publish: z.enum(['accepted', 'failed']),
-  error: z.string().optional(),
-});
-const envelopeEvent = z.strictObject({
-  ...common,
-  envelope: z.record(z.string(), z.unknown()),
-  msg_id: z.string().nullable().optional(),
-});
-const tickEvent = z.strictObject({ ...common, tick: z.literal('deadline') });
-const maxDeliveriesEvent = z.strictObject({ ...common, max_deliveries: z.number().int().min(1) });
-
-export const scenarioEventSchema = z.union([publishEvent, envelopeEvent, tickEvent, maxDeliveriesEvent]);
-export type ScenarioEvent = z.infer<typeof scenarioEventSchema>;
-
-const uuid = z
-  .string()
-  .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a uuid');
-const columns = {
-  id: uuid.optional(),
-  file_id: uuid.optional(),
-  attempt: z.number().int().min(1).optional(),
-  target_service: z.string().optional(),
-  status: z.enum(JOB_STATUSES as [JobStatus, ...JobStatus[]]),
-  service_name: z.string().nullable().optional(),
-  service_version: z.string().nullable().optional(),
-  publish_attempts: z.number().int().min(0).optional(),
-  next_publish_at: timestamp.nullable().optional(),
-  published_at: timestamp.nullable().optional(),
-  reply_deadline: timestamp.nullable().optional(),
-  started_at: timestamp.nullable().optional(),
-  finished_at: timestamp.nullable().optional(),
-  metrics: z.record(z.string(), z.unknown()).nullable().optional(),
-  error_code: z.string().nullable().optional(),
-  error_message: z.string().nullable().optional(),
-  result_schema_version: z.string().nullable().optional(),
-  result_s3_object_id: z.string().nullable().optional(),
-  result_msg_id: z.string().nullable().optional(),
-};
-
-export const scenarioSchema = z.strictObject({
-  $schema: z.string().optional(),
-  name: z.string().min(1),
-  description: z.string().optional(),
-  start: timestamp.default('2025-03-01T10:00:00.000Z'),
-  job: z.strictObject(columns),
-  file_is_current: z.boolean().default(true),
-  config: z
-    .strictObject({
-      REPLY_TIMEOUT_MS: z.number().int().min(1).default(600_000),
-      MAX_PUBLISH_ATTEMPTS: z.number().int().min(1).default(5),
-      PUBLISH_BACKOFF_BASE_MS: z.number().int().min(1).default(1_000),
-      PUBLISH_BACKOFF_MAX_MS: z.number().int().min(1).default(60_000),
-    })
-    .prefault({}),
-  events: z.array(scenarioEventSchema).min(1),
-  expect: z
-    .strictObject({
-      statuses: z.array(z.enum(JOB_STATUSES as [JobStatus, ...JobStatus[]])).optional(),
-      decisions: z.array(z.enum(['applied', 'duplicate', 'ignored', 'late', 'quarantined'])).optional(),
-      final_status: z.enum(JOB_STATUSES as [JobStatus, ...JobStatus[]]).optional(),
-    })
-    .optional(),
-});
-export type Scenario = z.infer<typeof scenarioSchema>;
-
-/** Validate a parsed scenario; a UsageError names every problem with its path. */
-export function parseScenario(value: unknown, { source = 'scenario' }: { source?: string } = {}): Scenario {
-  const result = scenarioSchema.safeParse(value);
-  if (result.success) return result.data;
-  const problems = result.error.issues.map(
-    (i) => `${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`,
-  );
-  throw new UsageError(`${source} is not a valid scenario: ${problems.join('; ')}`);
-}
-
-/** Read and validate a scenario file (JSON). */
-export async function loadScenario(path: string): Promise<Scenario> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (err) {
-    throw new UsageError(`cannot read scenario ${path}: ${(err as Error).message}`);
-  }
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (err) {
-    throw new UsageError(`scenario ${path} is not JSON: ${(err as Error).message}`);
-  }
-  return parseScenario(value, { source: path });
-}
-
-// ---------------------------------------------------------------------------------------------
-// Running
-// ---------------------------------------------------------------------------------------------
 
 /** One line of the trace. */
 export interface TraceStep {
@@ -180,15 +60,6 @@ export interface Trace {
   final: { status: JobStatus; row: Record<string, unknown> };
   /** Failed expectations of the scenario's `expect` (empty: met, or none given). */
   unmet: string[];
-}
-
-function resolveAt(value: string | undefined, start: Date, previous: Date): Date {
-  if (value === undefined) return previous;
-  if (!RELATIVE.test(value)) return new Date(value);
-  let ms = 0;
-  for (const [, n, unit] of value.matchAll(RELATIVE_PART))
-    ms += Number(n) * UNIT_MS[unit as keyof typeof UNIT_MS];
-  return new Date(start.getTime() + ms);
 }
 
 const date = (v: string | null | undefined) => (v === null || v === undefined ? null : new Date(v));
@@ -370,83 +241,4 @@ function checkExpectations(s: Scenario, steps: TraceStep[], finalStatus: JobStat
   if (e.final_status && e.final_status !== finalStatus)
     unmet.push(`final status: expected ${e.final_status}, got ${finalStatus}`);
   return unmet;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Printing
-// ---------------------------------------------------------------------------------------------
-
-function effectText(e: JobEffect): string {
-  switch (e.type) {
-    case 'setFileStatus':
-      return `file → ${e.params.status}${e.params.errorCode ? ` (error_code ${e.params.errorCode})` : ''}`;
-    case 'registerResultObject':
-      return `register result object s3://${e.params.bucket}/${e.params.key}`;
-    case 'recordTransition':
-      return `log transition ${e.params.event}${e.params.msgId ? ` (msg id ${e.params.msgId})` : ''}`;
-    case 'createAttempt':
-      return `create attempt ${e.params.attempt} (job ${e.params.jobId}, pending, to ${e.params.targetService}); file → QUEUED, pointing at it`;
-    case 'noteNoChange':
-      return `nothing changes: ${e.params.decision} (${e.params.reason})`;
-  }
-}
-
-/** `+2m30s`: the time since the scenario's start. */
-function offset(startIso: string, atIso: string): string {
-  let ms = Date.parse(atIso) - Date.parse(startIso);
-  const sign = ms < 0 ? '-' : '+';
-  ms = Math.abs(ms);
-  const parts: string[] = [];
-  for (const [unit, size] of [
-    ['h', 3_600_000],
-    ['m', 60_000],
-    ['s', 1_000],
-    ['ms', 1],
-  ] as const) {
-    const n = Math.floor(ms / size);
-    if (n > 0) parts.push(`${n}${unit}`);
-    ms -= n * size;
-  }
-  return sign + (parts.join('') || '0s');
-}
-
-function quarantineText(details: unknown): string {
-  if (Array.isArray(details))
-    return details.map((d) => String((d as { message?: unknown }).message ?? JSON.stringify(d))).join('; ');
-  if (details && typeof details === 'object' && 'message' in details) return String(details.message);
-  return JSON.stringify(details);
-}
-
-/** The trace for a reader: one block per event. */
-export function formatTrace(t: Trace): string {
-  const out: string[] = [];
-  out.push(`scenario: ${t.scenario}${t.description ? ` — ${t.description}` : ''}`);
-  out.push(
-    `start: ${t.start.status} at ${t.start.at}${t.start.fileIsCurrent ? '' : " (the file's current job is another one)"}`,
-  );
-  for (const s of t.steps) {
-    out.push('');
-    out.push(`${s.index}. ${offset(t.start.at, s.at)} (${s.at})  ${s.input}${s.note ? `  — ${s.note}` : ''}`);
-    if (s.quarantine)
-      out.push(`   quarantined: ${s.quarantine.reason}: ${quarantineText(s.quarantine.details)}`);
-    if (s.event) {
-      out.push(`   event:     ${String(s.event['type'])}`);
-      if (s.guard) {
-        const tried = s.guard.failed.length ? `${s.guard.failed.map((g) => `${g} ✗`).join(', ')}, ` : '';
-        const taken = s.guard.name ? `${s.guard.name} ✓` : s.guard.failed.length ? 'else ✓' : 'no guard';
-        const via = s.guard.via === 'root' ? ' (machine-wide fallback)' : '';
-        out.push(`   guard:     ${tried}${taken}${via} — ${s.guard.description}`);
-      }
-    }
-    out.push(`   ${s.from} → ${s.to}${s.from === s.to ? ' (stays)' : ''}`);
-    out.push(`   decision:  ${s.decision}${s.reason ? ` (${s.reason})` : ''}, logged at ${s.level}`);
-    if (s.effects.length) out.push(`   effects:   ${s.effects.map(effectText).join('; ')}`);
-    const changed = Object.entries(s.changes);
-    if (changed.length)
-      out.push(`   columns:   ${changed.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(', ')}`);
-  }
-  out.push('');
-  out.push(`end: ${t.final.status}`);
-  if (t.unmet.length) out.push(...t.unmet.map((u) => `EXPECTATION NOT MET: ${u}`));
-  return out.join('\n') + '\n';
 }

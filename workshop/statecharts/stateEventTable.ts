@@ -9,12 +9,12 @@
 import { transition, type AnyStateMachine } from 'xstate';
 import {
   JOB_EFFECT_TYPES,
-  JOB_EVENT_TYPES,
   recognitionJobMachine,
   type Decision,
   type JobContext,
   type JobEffect,
   type JobEvent,
+  type JobStatus,
 } from '../../machines/index.js';
 import {
   candidates,
@@ -22,7 +22,7 @@ import {
   type GraphTransition,
   type MachineGraph,
 } from '../../src/statecharts/machineGraph.js';
-import { eventVariants, sampleContext } from './samples.js';
+import { contextIn, eventVariants } from '../machineSamples.js';
 
 const EFFECT_TYPES: ReadonlySet<string> = new Set<string>(JOB_EFFECT_TYPES);
 
@@ -170,36 +170,34 @@ function logColumn(effects: JobEffect[]): string {
  */
 export function buildStateEventTable(machine: AnyStateMachine = recognitionJobMachine): TableRow[] {
   const graph = readMachineGraph(machine);
-  const variants = eventVariants();
   const rows: TableRow[] = [];
   for (const state of graph.states) {
-    for (const type of JOB_EVENT_TYPES) {
-      for (const v of variants[type]) {
-        const context = { ...sampleContext(state.name), ...v.context };
-        const outcome = decideOn(machine, state.name, context, v.event);
-        const chosen = chooseTransition(machine, graph, state.name, context, v.event);
-        const notCurrent = decideOn(machine, state.name, { ...context, fileIsCurrent: false }, v.event);
-        const withoutObject =
-          v.event.type === 'ENVELOPE_RESULT' && v.event.resultS3
-            ? decideOn(machine, state.name, context, { ...v.event, resultS3: undefined }).effects
-            : null;
-        rows.push({
-          state: state.name,
-          event: type,
-          variant: v.name,
-          transition: chosen.transition,
-          via: chosen.transition === null ? 'none' : chosen.transition.source === null ? 'root' : 'state',
-          failedGuards: chosen.failedGuards,
-          to: outcome.to,
-          decision: outcome.decision,
-          reason: outcome.reason,
-          effects: outcome.effects,
-          file: fileColumn(outcome.effects, notCurrent.effects),
-          s3: s3Column(outcome.effects, withoutObject),
-          log: logColumn(outcome.effects),
-          level: DECISION_LOG_LEVEL[outcome.decision],
-        });
-      }
+    for (const v of eventVariants()) {
+      // A state of a changed machine that the samples do not name starts from the fresh job.
+      const context = contextIn(state.name as JobStatus, v.context);
+      const outcome = decideOn(machine, state.name, context, v.event);
+      const chosen = chooseTransition(machine, graph, state.name, context, v.event);
+      const notCurrent = decideOn(machine, state.name, { ...context, fileIsCurrent: false }, v.event);
+      const withoutObject =
+        v.event.type === 'ENVELOPE_RESULT' && v.event.resultS3
+          ? decideOn(machine, state.name, context, { ...v.event, resultS3: undefined }).effects
+          : null;
+      rows.push({
+        state: state.name,
+        event: v.type,
+        variant: v.label,
+        transition: chosen.transition,
+        via: chosen.transition === null ? 'none' : chosen.transition.source === null ? 'root' : 'state',
+        failedGuards: chosen.failedGuards,
+        to: outcome.to,
+        decision: outcome.decision,
+        reason: outcome.reason,
+        effects: outcome.effects,
+        file: fileColumn(outcome.effects, notCurrent.effects),
+        s3: s3Column(outcome.effects, withoutObject),
+        log: logColumn(outcome.effects),
+        level: DECISION_LOG_LEVEL[outcome.decision],
+      });
     }
   }
   return rows;
