@@ -17,7 +17,7 @@ import { createLogger } from '../src/logger.js';
 import { createMetrics } from '../src/metrics.js';
 import { createWatchdog } from '../src/daemon/watchdog.js';
 import { benchPool, checkpoint, configFor } from './env.js';
-import { truncateAll } from '../workshop/benchFixtures.js';
+import { insertOpenJobs, newJobs, truncateAll } from '../workshop/benchFixtures.js';
 
 /** One timed sweep: the daemon's, or the raw SQL statement's (whose batch size is null). */
 export interface SweepResult {
@@ -92,31 +92,7 @@ async function seed(pool: pg.Pool, rows: number): Promise<void> {
  * them are. Then vacuum and analyse what that and the previous sweep left, and take a checkpoint.
  */
 async function makeDue(pool: pg.Pool, due: number): Promise<void> {
-  await inPgTransaction(pool, async (client: pg.PoolClient) => {
-    await client.query('SET LOCAL session_replication_role = replica');
-    await client.query(
-      `CREATE TEMP TABLE due ON COMMIT DROP AS
-       SELECT recognition_uuid_v7() AS job_id, recognition_uuid_v7() AS file_id FROM generate_series(1, $1::integer)`,
-      [due],
-    );
-    await client.query(
-      `WITH upload AS (
-         INSERT INTO s3_object (bucket, key, bucket_role, created_by)
-         SELECT 'arm-ka', 'uploads/' || file_id || '.xlsx', 'uploads', 'bench' FROM due
-         RETURNING id, key
-       ),
-       file AS (
-         INSERT INTO stored_file (id, s3_object_id, original_name, status, current_recognition_job_id)
-         SELECT d.file_id, u.id, 'report.xlsx', 'PROCESSING', d.job_id
-         FROM due d JOIN upload u ON u.key = 'uploads/' || d.file_id || '.xlsx'
-       )
-       INSERT INTO recognition_job (id, file_id, attempt, target_service, status, service_name, service_version,
-                                    publish_attempts, next_publish_at, published_at, reply_deadline, started_at)
-       SELECT job_id, file_id, 1, 'tabular-parser', 'processing', 'tabular-parser', '2.3.1', 1, NULL,
-              now() - interval '20 minutes', now() - interval '1 minute', now() - interval '19 minutes'
-       FROM due`,
-    );
-  });
+  await inPgTransaction(pool, (client: pg.PoolClient) => insertOpenJobs(client, newJobs(due), 'overdue'));
   await pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
   await checkpoint(pool);
 }

@@ -44,36 +44,65 @@ export async function seedPublishedJobs(pool: pg.Pool, count: number, keep = fal
       DELETE FROM inbox_quarantine`);
       })
     : truncateAll(pool));
-  const jobs = Array.from({ length: count }, () => ({ jobId: newId(), fileId: newId() }));
-  await inPgTransaction(pool, async (client: pg.PoolClient) => {
-    await client.query(`SET LOCAL session_replication_role = replica`);
-    for (let i = 0; i < jobs.length; i += 50_000) {
-      const chunk = jobs.slice(i, i + 50_000);
-      await client.query(
-        `WITH input AS (
-           SELECT t.jid AS job_id, t.fid AS file_id FROM unnest($1::uuid[], $2::uuid[]) AS t(jid, fid)
-         ),
-         upload AS (
-           INSERT INTO s3_object (bucket, key, bucket_role, created_by)
-           SELECT 'arm-ka', 'uploads/' || file_id || '.xlsx', 'uploads', 'bench' FROM input
-           RETURNING id, key
-         ),
-         file AS (
-           INSERT INTO stored_file (id, s3_object_id, original_name, status, current_recognition_job_id)
-           SELECT i.file_id, u.id, 'report.xlsx', 'QUEUED', i.job_id
-           FROM input i JOIN upload u ON u.key = 'uploads/' || i.file_id || '.xlsx'
-         )
-         INSERT INTO recognition_job (id, file_id, attempt, target_service, status, publish_attempts,
-                                      next_publish_at, published_at, reply_deadline)
-         SELECT job_id, file_id, 1, 'tabular-parser', 'published', 1, NULL,
-                now() - interval '1 minute', now() + interval '10 minutes'
-         FROM input`,
-        [chunk.map((j) => j.jobId), chunk.map((j) => j.fileId)],
-      );
-    }
-  });
+  const jobs = newJobs(count);
+  await inPgTransaction(pool, (client: pg.PoolClient) => insertOpenJobs(client, jobs, 'published'));
   await pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job');
   return jobs;
+}
+
+/** `count` new jobs with their files, ids as the product makes them. */
+export const newJobs = (count: number): BenchJob[] =>
+  Array.from({ length: count }, () => ({ jobId: newId(), fileId: newId() }));
+
+/** How {@link insertOpenJobs} leaves a job and its file. */
+const OPEN = {
+  /** Published a minute ago, its deadline 10 minutes away, the file `QUEUED`. */
+  published: {
+    file: 'QUEUED',
+    job: `'published', NULL, NULL, now() - interval '1 minute', now() + interval '10 minutes', NULL`,
+  },
+  /** Acked 19 minutes ago, its deadline a minute past, the file `PROCESSING`: a silent service. */
+  overdue: {
+    file: 'PROCESSING',
+    job: `'processing', 'tabular-parser', '2.3.1', now() - interval '20 minutes', now() - interval '1 minute',
+          now() - interval '19 minutes'`,
+  },
+} as const;
+
+/**
+ * Insert `jobs` with their files and uploads, each job its file's current one, in `state`, on
+ * `client` inside its transaction (with `session_replication_role = replica`: a file names its job
+ * before the job row exists). Set-based, 50 000 at a time.
+ */
+export async function insertOpenJobs(
+  client: pg.PoolClient,
+  jobs: readonly BenchJob[],
+  state: keyof typeof OPEN,
+): Promise<void> {
+  await client.query(`SET LOCAL session_replication_role = replica`);
+  for (let i = 0; i < jobs.length; i += 50_000) {
+    const chunk = jobs.slice(i, i + 50_000);
+    await client.query(
+      `WITH input AS (
+         SELECT t.jid AS job_id, t.fid AS file_id FROM unnest($1::uuid[], $2::uuid[]) AS t(jid, fid)
+       ),
+       upload AS (
+         INSERT INTO s3_object (bucket, key, bucket_role, created_by)
+         SELECT 'arm-ka', 'uploads/' || file_id || '.xlsx', 'uploads', 'bench' FROM input
+         RETURNING id, key
+       ),
+       file AS (
+         INSERT INTO stored_file (id, s3_object_id, original_name, status, current_recognition_job_id)
+         SELECT i.file_id, u.id, 'report.xlsx', '${OPEN[state].file}', i.job_id
+         FROM input i JOIN upload u ON u.key = 'uploads/' || i.file_id || '.xlsx'
+       )
+       INSERT INTO recognition_job (id, file_id, attempt, target_service, publish_attempts, next_publish_at,
+                                    status, service_name, service_version, published_at, reply_deadline, started_at)
+       SELECT job_id, file_id, 1, 'tabular-parser', 1, NULL, ${OPEN[state].job}
+       FROM input`,
+      [chunk.map((j) => j.jobId), chunk.map((j) => j.fileId)],
+    );
+  }
 }
 
 /** The result envelope of a job, as a service sends it (the same shape as the tests' service client). */
