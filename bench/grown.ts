@@ -10,7 +10,7 @@ import { runRetentionPass } from '../src/daemon/retention.js';
 import type { FinishedKey } from '../src/db/retention.js';
 import { openDb } from '../src/db/database.js';
 import { listJobs, loadJob, loadTransitions } from '../src/db/jobs.js';
-import { generateJobHistory } from '../workshop/localServers/jobHistory.js';
+import { fillFreeSpaceCrumbs, generateJobHistory } from '../workshop/localServers/jobHistory.js';
 import { checkpoint, startBenchEnv, type BenchEnv } from './env.js';
 import { percentile } from './latency.js';
 import { measureInbox, type ThroughputResult } from './throughput.js';
@@ -23,17 +23,33 @@ export type GrownResult = Awaited<ReturnType<typeof measureGrown>>;
 async function growHistory(env: BenchEnv, jobs: number) {
   const [started, client] = [performance.now(), await env.pool.connect()];
   const options = { files: Math.round(jobs * 0.8), retryEvery: 4 };
-  const c = await generateJobHistory(client, options).finally(() => client.release());
-  const seconds = (performance.now() - started) / 1000;
-  // A long-lived table is vacuumed: its visibility map is set, as in production.
-  await env.pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
-  await checkpoint(env.pool);
-  const { rows } = await env.pool.query<Record<string, string>>(`
-    SELECT pg_table_size('recognition_job') AS "jobTable", pg_indexes_size('recognition_job') AS "jobIndexes",
-           pg_total_relation_size('recognition_job_transition') AS "transitionsWithIndexes"`);
-  const bytesPerJob = Object.fromEntries(Object.entries(rows[0]!).map(([k, v]) => [k, Number(v) / c.jobs]));
-  env.history = true;
-  return { jobs: c.jobs, transitions: c.transitions, expired: c.jobs - c.files, seconds, bytesPerJob };
+  const vacuum = () =>
+    env.pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
+  try {
+    const c = await generateJobHistory(client, options);
+    // A long-lived table is vacuumed (its visibility map set) and has no crumbs left in old pages.
+    await vacuum();
+    const crumbs = await fillFreeSpaceCrumbs(client);
+    await vacuum();
+    await checkpoint(env.pool);
+    const seconds = (performance.now() - started) / 1000;
+    const { rows } = await env.pool.query<Record<string, string>>(`
+      SELECT pg_table_size('recognition_job') AS "jobTable", pg_indexes_size('recognition_job') AS "jobIndexes",
+             pg_total_relation_size('recognition_job_transition') AS "transitionsWithIndexes"`);
+    const all = c.jobs + crumbs;
+    const bytesPerJob = Object.fromEntries(Object.entries(rows[0]!).map(([k, v]) => [k, Number(v) / all]));
+    env.history = true;
+    return {
+      jobs: all,
+      transitions: c.transitions + crumbs,
+      expired: c.jobs - c.files,
+      crumbs,
+      seconds,
+      bytesPerJob,
+    };
+  } finally {
+    client.release();
+  }
 }
 
 const byValue = (a: number, b: number) => a - b;

@@ -232,3 +232,60 @@ export async function generateJobHistory(
     throw err;
   }
 }
+
+/**
+ * Bring a generated and vacuumed history to the state a long-lived table is in. The VACUUM after
+ * generation lists in the free space map the crumb left at the end of nearly every page of
+ * `recognition_job`, all at once; a crumb can hold a new job's row (a new job is smaller than a
+ * finished one), so the next jobs would land one per old page. A table that grew over months has
+ * no such crumbs left in old pages: each was listed by the vacuum after its page filled up and
+ * taken by the next small rows soon after. This fills them the same way, with that many small
+ * finished jobs (`dlq`, never published, with their files, uploads and transition), which stay
+ * part of the history. Runs on `client` as a superuser (the free space map is read through
+ * `pg_freespacemap`; foreign-key triggers are skipped, as the generator skips them). Resolves with
+ * the number of jobs added.
+ */
+export async function fillFreeSpaceCrumbs(client: SqlRunner): Promise<number> {
+  await client.query('CREATE EXTENSION IF NOT EXISTS pg_freespacemap');
+  // The space a new job's row takes: a pending job's row with a few timestamps, rounded up.
+  const { rows } = await client.query(
+    `SELECT count(*)::int AS crumbs FROM pg_freespace('recognition_job') WHERE avail >= 200`,
+  );
+  const crumbs = Number(rows[0]!['crumbs']);
+  if (crumbs === 0) return 0;
+  await client.query('BEGIN');
+  try {
+    await client.query('SET LOCAL session_replication_role = replica');
+    await client.query(
+      `CREATE TEMP TABLE crumb ON COMMIT DROP AS
+       SELECT recognition_uuid_v7() AS job_id, recognition_uuid_v7() AS file_id,
+              now() - interval '1 hour' AS at
+       FROM generate_series(1, $1::integer)`,
+      [crumbs],
+    );
+    await client.query(`
+      WITH upload AS (
+        INSERT INTO s3_object (bucket, key, bucket_role, created_by, created_at)
+        SELECT 'arm-ka', 'uploads/crumb/' || file_id || '.xlsx', 'uploads', 'history', at FROM crumb
+        RETURNING id, key
+      ),
+      file AS (
+        INSERT INTO stored_file (id, s3_object_id, original_name, status, error_code, current_recognition_job_id,
+                                 created_at, updated_at)
+        SELECT c.file_id, u.id, 'crumb.xlsx', 'ERROR', 'PUBLISH_FAILED', c.job_id, c.at, c.at
+        FROM crumb c JOIN upload u ON u.key = 'uploads/crumb/' || c.file_id || '.xlsx'
+      ),
+      job AS (
+        INSERT INTO recognition_job (id, file_id, attempt, target_service, status, publish_attempts,
+                                     next_publish_at, finished_at, error_code, created_at, updated_at)
+        SELECT job_id, file_id, 1, 'tabular-parser', 'dlq', 5, NULL, at, 'PUBLISH_FAILED', at, at FROM crumb
+      )
+      INSERT INTO recognition_job_transition (job_id, from_status, to_status, event, at)
+      SELECT job_id, 'pending', 'dlq', 'PUBLISH_FAILED', at FROM crumb`);
+    await client.query('COMMIT');
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  }
+  return crumbs;
+}
