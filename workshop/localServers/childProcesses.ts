@@ -176,3 +176,53 @@ export function spawnServer(
   proc.once('exit', () => liveChildren.delete(proc));
   return { proc, spawnError: () => error };
 }
+
+/** What {@link startedServer} needs: the child just spawned and what it is waited for by. */
+export interface StartingServer {
+  /** The server's name in errors, e.g. `etcd`. */
+  name: string;
+  /** Where it should answer, in errors. */
+  where: string;
+  child: ServerChild;
+  dir: TempDir;
+  output: OutputTail;
+  /** Whether the server answers yet (polled every 100 ms). */
+  ready(): Promise<boolean>;
+  startTimeoutMs: number;
+  stopTimeoutMs: number;
+}
+
+/**
+ * Wait for a server of one process to answer, and give its handle's process part. A failed
+ * spawn, an exit, or `startTimeoutMs` without an answer kills the child, removes its directory
+ * and throws with the server's last output; `cleanup` stops it and removes the directory.
+ */
+export async function startedServer(s: StartingServer): Promise<Omit<LocalServerHandle, 'port'>> {
+  let child: ServerChild | undefined = s.child;
+  const stop = (signal: NodeJS.Signals) => stopChild(child?.proc, signal, s.stopTimeoutMs);
+  try {
+    const deadline = Date.now() + s.startTimeoutMs;
+    while (!(await s.ready())) {
+      const failed = s.child.spawnError();
+      if (failed) throw new Error(`${s.name} failed to spawn: ${failed.message}`);
+      if (hasExited(s.child.proc) || Date.now() > deadline)
+        throw new Error(`${s.name} did not start on ${s.where}:\n${s.output.text()}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  } catch (err) {
+    await stop('SIGKILL');
+    child = undefined;
+    await s.dir.remove();
+    throw err;
+  }
+  return {
+    isRunning: () => child !== undefined && !hasExited(child.proc),
+    output: s.output.text,
+    stop: () => stop('SIGTERM'),
+    kill: () => stop('SIGKILL'),
+    async cleanup() {
+      await stop('SIGTERM');
+      await s.dir.remove();
+    },
+  };
+}

@@ -3,17 +3,15 @@
  * (see patroni.ts). Debian's `etcd-server` package brings the binary.
  */
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 
 import {
   createOutputTail,
   createTempDir,
-  hasExited,
   isExecutable,
   spawnServer,
-  stopChild,
+  startedServer,
 } from './childProcesses.js';
-import type { LocalServerHandle, ServerChild } from './childProcesses.js';
+import type { LocalServerHandle } from './childProcesses.js';
 import { freePort } from './freePort.js';
 import { MissingServerBinaryError } from './missingBinary.js';
 
@@ -76,33 +74,16 @@ export async function startEtcd(): Promise<EtcdHandle> {
     'warn',
   ];
   const output = createOutputTail();
-  let child: ServerChild | undefined = spawnServer(binary, args, { cwd: dir.path, onOutput: output.append });
-  const stop = (signal: NodeJS.Signals) => stopChild(child?.proc, signal, 15_000);
-  try {
-    const deadline = Date.now() + START_TIMEOUT_MS;
-    while (!(await healthy(clientPort))) {
-      const failed = child.spawnError();
-      if (failed) throw new Error(`etcd failed to spawn: ${failed.message}`);
-      if (hasExited(child.proc) || Date.now() > deadline)
-        throw new Error(`etcd did not become healthy on ${client}:\n${output.text()}`);
-      await sleep(100);
-    }
-  } catch (err) {
-    await stop('SIGKILL');
-    child = undefined;
-    await dir.remove();
-    throw err;
-  }
-  return {
-    port: clientPort,
-    hostPort: `127.0.0.1:${clientPort}`,
-    isRunning: () => child !== undefined && !hasExited(child.proc),
-    output: output.text,
-    stop: () => stop('SIGTERM'),
-    kill: () => stop('SIGKILL'),
-    async cleanup() {
-      await stop('SIGTERM');
-      await dir.remove();
-    },
-  };
+  const child = spawnServer(binary, args, { cwd: dir.path, onOutput: output.append });
+  const server = await startedServer({
+    name: 'etcd',
+    where: client,
+    child,
+    dir,
+    output,
+    ready: () => healthy(clientPort),
+    startTimeoutMs: START_TIMEOUT_MS,
+    stopTimeoutMs: 15_000,
+  });
+  return { port: clientPort, hostPort: `127.0.0.1:${clientPort}`, ...server };
 }

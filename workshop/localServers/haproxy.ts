@@ -6,17 +6,15 @@
 import { writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 
 import {
   createOutputTail,
   createTempDir,
-  hasExited,
   isExecutable,
   spawnServer,
-  stopChild,
+  startedServer,
 } from './childProcesses.js';
-import type { LocalServerHandle, ServerChild } from './childProcesses.js';
+import type { LocalServerHandle } from './childProcesses.js';
 import { freePort } from './freePort.js';
 import { MissingServerBinaryError } from './missingBinary.js';
 
@@ -133,38 +131,16 @@ export async function startHaproxy(opts: HaproxyOptions): Promise<HaproxyHandle>
       if (m) events.push({ at: Date.now(), server: m[1]!, state: m[2] as 'UP' | 'DOWN' });
     }
   };
-  let child: ServerChild | undefined = spawnServer(binary, ['-db', '-f', configFile], {
-    cwd: dir.path,
-    onOutput,
+  const child = spawnServer(binary, ['-db', '-f', configFile], { cwd: dir.path, onOutput });
+  const server = await startedServer({
+    name: 'haproxy',
+    where: `127.0.0.1:${port}`,
+    child,
+    dir,
+    output,
+    ready: () => acceptsTcp(port),
+    startTimeoutMs: 10_000,
+    stopTimeoutMs: 10_000,
   });
-  const stop = (signal: NodeJS.Signals) => stopChild(child?.proc, signal, 10_000);
-  try {
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      const failed = child.spawnError();
-      if (failed) throw new Error(`haproxy failed to spawn: ${failed.message}`);
-      if (hasExited(child.proc) || Date.now() > deadline)
-        throw new Error(`haproxy did not start on 127.0.0.1:${port}:\n${output.text()}`);
-      if (await acceptsTcp(port)) break;
-      await sleep(100);
-    }
-  } catch (err) {
-    await stop('SIGKILL');
-    child = undefined;
-    await dir.remove();
-    throw err;
-  }
-  return {
-    port,
-    events,
-    config,
-    isRunning: () => child !== undefined && !hasExited(child.proc),
-    output: output.text,
-    stop: () => stop('SIGTERM'),
-    kill: () => stop('SIGKILL'),
-    async cleanup() {
-      await stop('SIGTERM');
-      await dir.remove();
-    },
-  };
+  return { port, events, config, ...server };
 }
