@@ -33,6 +33,20 @@ const SETTINGS: RetentionSettings = {
   batchSize: 2,
 };
 
+/** A second attempt for `fileId`, made its file's current job: the first is current no more. */
+async function newAttempt(fileId: string): Promise<void> {
+  const next = await t.db
+    .insertInto('recognition_job')
+    .values({ file_id: fileId, attempt: 2, target_service: 'tabular-parser' })
+    .returning('id')
+    .executeTakeFirstOrThrow();
+  await t.db
+    .updateTable('stored_file')
+    .set({ current_recognition_job_id: next.id })
+    .where('id', '=', fileId)
+    .execute();
+}
+
 /** A generated history in the test's database, on a connection of its own (it is one transaction). */
 async function history(opts: JobHistoryOptions) {
   const client = await t.pool.connect();
@@ -87,18 +101,7 @@ async function job(status: JobStatus, daysAgo: number | null, { current }: { cur
       })),
     )
     .execute();
-  if (!current) {
-    const next = await t.db
-      .insertInto('recognition_job')
-      .values({ file_id: fileId, attempt: 2, target_service: 'tabular-parser' })
-      .returning('id')
-      .executeTakeFirstOrThrow();
-    await t.db
-      .updateTable('stored_file')
-      .set({ current_recognition_job_id: next.id })
-      .where('id', '=', fileId)
-      .execute();
-  }
+  if (!current) await newAttempt(fileId);
   return { jobId, fileId, resultId: result?.id };
 }
 
@@ -349,16 +352,7 @@ describe('several at once', () => {
     });
     expect((await loop.pass()).succeeded.jobs).toBe(0);
     // A new attempt for the file: the old job is no longer current.
-    const next = await t.db
-      .insertInto('recognition_job')
-      .values({ file_id: fileId, attempt: 2, target_service: 'tabular-parser' })
-      .returning('id')
-      .executeTakeFirstOrThrow();
-    await t.db
-      .updateTable('stored_file')
-      .set({ current_recognition_job_id: next.id })
-      .where('id', '=', fileId)
-      .execute();
+    await newAttempt(fileId);
     expect((await loop.pass()).succeeded.jobs).toBe(0);
     clock += FULL_WALK_EVERY_MS;
     expect((await loop.pass()).succeeded).toEqual({ jobs: 1, transitions: 3 });
