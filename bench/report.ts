@@ -218,7 +218,8 @@ export function renderTable(r: BenchReport): string {
     rows.push([made, `bytes/job: ${bytes.join(', ')}`, '(reported)', '']);
     row(i.empty.name, rateText(i.empty));
     row(i.grown.name, rateText(i.grown), 'grown_inbox', 'the empty database');
-    const deleted = `; ${n0(re.deletedBesideInbox)} deleted beside it, ${n0(re.deletedJobs)} by the whole pass (${re.seconds.toFixed(0)} s)`;
+    const besideRate = re.deletedBesideInbox / Math.max(re.secondsBesideInbox, 1e-3);
+    const deleted = `; ${n0(re.deletedBesideInbox)} deleted beside it (${n0(besideRate)}/s), ${n0(re.deletedJobs)} by the whole pass (${re.seconds.toFixed(0)} s, the rest flat out)`;
     row(i.duringRetention.name, rateText(i.duringRetention), 'grown_inbox_during_retention', 'it', deleted);
     const wait = `${re.longestLockWaitMs.toFixed(0)} ms (${re.lockWaits} waits seen)`;
     row("the inbox's longest wait on retention's locks", wait, 'grown_retention_lock_wait_max_ms');

@@ -189,6 +189,11 @@ export const CONFIG_VARIABLES = {
     '1000',
     'jobs (or quarantined messages) retention looks at per transaction',
   ],
+  RETENTION_MAX_BUSY_PERCENT: [
+    int(1, 100),
+    '25',
+    'share of wall-clock time a retention pass spends in its batches; it rests after each batch to stay under it (100 = no rest)',
+  ],
   DB_POOL_SIZE: [int(1, 1000), '10', 'PostgreSQL connections of this instance'],
   SHUTDOWN_TIMEOUT_MS: [int(100), '30000', 'longest graceful shutdown before exiting anyway'],
 } as const;

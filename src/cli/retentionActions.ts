@@ -34,6 +34,7 @@ export async function retentionRun(o: { dryRun?: boolean }): Promise<void> {
     failed: { retention: kept(settings.failedMs), ...result.failed },
     quarantine: { retention: kept(settings.quarantineMs), ...result.quarantine },
     duration_ms: result.durationMs,
+    rested_ms: result.restedMs,
   });
   if (result.busy) {
     process.stderr.write('another instance is running a retention pass: nothing deleted; run again later\n');

@@ -22,7 +22,7 @@
  * which takes the jobs that stopped being current after they expired and the rows that were held
  * when their turn came. The command always walks from the start.
  */
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type Transaction } from 'kysely';
 import type { FinalJobStatus } from '../../machines/index.js';
 import type { Config } from '../config.js';
 import {
@@ -62,6 +62,8 @@ export interface RetentionSettings {
   quarantineMs: number;
   /** Jobs (or quarantined messages) looked at per transaction. */
   batchSize: number;
+  /** Share of wall-clock time (1–100 %) a pass spends in its batches; it rests in between. */
+  maxBusyPercent: number;
 }
 
 /** The settings of the configuration's `RETENTION_*` variables. */
@@ -71,6 +73,7 @@ export function retentionSettings(cfg: Config): RetentionSettings {
     failedMs: cfg.RETENTION_FAILED,
     quarantineMs: cfg.RETENTION_QUARANTINE,
     batchSize: cfg.RETENTION_BATCH_SIZE,
+    maxBusyPercent: cfg.RETENTION_MAX_BUSY_PERCENT,
   };
 }
 
@@ -93,6 +96,8 @@ export interface RetentionPassResult {
   fullWalk: boolean;
   dryRun: boolean;
   durationMs: number;
+  /** Of `durationMs`, the rests between batches (`maxBusyPercent`). */
+  restedMs: number;
 }
 
 /** What {@link runRetentionPass} needs besides the database. */
@@ -124,6 +129,7 @@ function emptyResult(dryRun: boolean, fullWalk: boolean): RetentionPassResult {
     fullWalk,
     dryRun,
     durationMs: 0,
+    restedMs: 0,
   };
 }
 
@@ -144,6 +150,25 @@ async function dryRun(db: Kysely<Database>, settings: RetentionSettings, result:
     });
 }
 
+/**
+ * Longest rest after one batch. A batch that took long (a loaded database) asks for a long rest,
+ * but a stopping daemon waits for the rest to end, so it is capped.
+ */
+const MAX_REST_MS = 1_000;
+
+/**
+ * The rest after a batch that took `batchMs`, so that batches fill at most `maxBusyPercent` of the
+ * pass's time. Retention is background work: on a database the inbox keeps busy, a pass that
+ * deletes flat out takes CPU and I/O from every envelope, while a rest of a few hundred
+ * milliseconds per batch still deletes thousands of jobs a second.
+ */
+export function restAfterBatch(batchMs: number, maxBusyPercent: number): number {
+  if (maxBusyPercent >= 100) return 0;
+  return Math.min(MAX_REST_MS, Math.round((batchMs * (100 - maxBusyPercent)) / maxBusyPercent));
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
 /** Steps 2 and 3 of a pass, on the connection that holds the lock. */
 async function deleteExpired(
   conn: Kysely<Database>,
@@ -153,6 +178,15 @@ async function deleteExpired(
 ): Promise<void> {
   const { settings, control, onBatch } = opts;
   const limit = settings.batchSize;
+  /** Run one batch's transaction, then rest as `maxBusyPercent` asks. */
+  const batched = async <T>(run: (tx: Transaction<Database>) => Promise<T>): Promise<T> => {
+    const started = performance.now();
+    const out = await conn.transaction().execute(run);
+    const rest = restAfterBatch(performance.now() - started, settings.maxBusyPercent);
+    if (rest > 0) await sleep(rest);
+    result.restedMs += rest;
+    return out;
+  };
   // 2. Jobs, status by status, batch by batch, from where the walk stopped.
   for (const cls of Object.keys(RETENTION_CLASSES) as RetentionClass[]) {
     const retentionMs = retentionOf(settings, cls);
@@ -161,9 +195,7 @@ async function deleteExpired(
       for (;;) {
         if (control?.halted) return void (result.halted = true);
         const after = positions.get(status) ?? null;
-        const batch = await conn
-          .transaction()
-          .execute((tx) => deleteExpiredJobs(tx, { status, retentionMs, after, limit }));
+        const batch = await batched((tx) => deleteExpiredJobs(tx, { status, retentionMs, after, limit }));
         if (batch.last) positions.set(status, batch.last);
         result[cls].jobs += batch.jobs;
         result[cls].transitions += batch.transitions;
@@ -177,9 +209,9 @@ async function deleteExpired(
   if (settings.quarantineMs === 0) return;
   for (;;) {
     if (control?.halted) return void (result.halted = true);
-    const deleted = await conn
-      .transaction()
-      .execute((tx) => deleteQuarantined(tx, { receivedBefore: olderThan(settings.quarantineMs) }, limit));
+    const deleted = await batched((tx) =>
+      deleteQuarantined(tx, { receivedBefore: olderThan(settings.quarantineMs) }, limit),
+    );
     result.quarantine.messages += deleted;
     onBatch?.('inbox_quarantine', deleted);
     if (deleted < limit) break;
@@ -289,6 +321,7 @@ export function createRetention(opts: RetentionOptions): Retention {
         transitions: result.succeeded.transitions + result.failed.transitions,
         quarantined_messages: result.quarantine.messages,
         duration_ms: result.durationMs,
+        rested_ms: result.restedMs,
       },
       outcome === 'busy' ? 'retention pass skipped: another instance holds the lock' : 'retention pass',
     );

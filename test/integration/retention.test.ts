@@ -31,6 +31,7 @@ const SETTINGS: RetentionSettings = {
   failedMs: 90 * DAY,
   quarantineMs: 30 * DAY,
   batchSize: 2,
+  maxBusyPercent: 100,
 };
 
 /** A second attempt for `fileId`, made its file's current job: the first is current no more. */
@@ -224,6 +225,23 @@ describe('a pass', () => {
     expect(real.succeeded.jobs + real.failed.jobs).toBe(expected.jobs);
     expect(real.succeeded.transitions + real.failed.transitions).toBe(expected.transitions);
     expect(await expiredNotCurrent(settings)).toEqual({ jobs: 0, transitions: 0 });
+  });
+});
+
+describe('its share of the time', () => {
+  it('rests after each batch as RETENTION_MAX_BUSY_PERCENT asks, and deletes the same', async () => {
+    await history({ files: 200, retryEvery: 2, days: 120 });
+    const settings = { ...SETTINGS, failedMs: 30 * DAY, batchSize: 20, maxBusyPercent: 10 };
+    const expected = await expiredNotCurrent(settings);
+    expect(expected.jobs).toBeGreaterThan(40);
+    const r = await runRetentionPass(t.db, { settings });
+    expect(r.failed.jobs + r.succeeded.jobs).toBe(expected.jobs);
+    // Every batch rests nine times as long as it took, so the rests fill most of the pass.
+    expect(r.restedMs).toBeGreaterThan(0);
+    expect(r.restedMs).toBeLessThanOrEqual(r.durationMs);
+    expect(r.restedMs / r.durationMs).toBeGreaterThan(0.5);
+    const flatOut = await runRetentionPass(t.db, { settings: { ...settings, maxBusyPercent: 100 } });
+    expect(flatOut.restedMs).toBe(0);
   });
 });
 

@@ -361,6 +361,7 @@ describe('retention variables', () => {
       RETENTION_QUARANTINE: 30 * DAY,
       RETENTION_INTERVAL_MS: 600_000,
       RETENTION_BATCH_SIZE: 1000,
+      RETENTION_MAX_BUSY_PERCENT: 25,
     });
   });
 

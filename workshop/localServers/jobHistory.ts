@@ -236,23 +236,43 @@ export async function generateJobHistory(
 /**
  * Bring a generated and vacuumed history to the state a long-lived table is in. The VACUUM after
  * generation lists in the free space map the crumb left at the end of nearly every page of
- * `recognition_job`, all at once; a crumb can hold a new job's row (a new job is smaller than a
- * finished one), so the next jobs would land one per old page. A table that grew over months has
+ * `recognition_job`, all at once; a crumb can hold a new job's row or the next version of a job in
+ * flight (smaller than a finished one), so these would land one per old page. A table that grew over months has
  * no such crumbs left in old pages: each was listed by the vacuum after its page filled up and
  * taken by the next small rows soon after. This fills them the same way, with that many small
  * finished jobs (`dlq`, never published, with their files, uploads and transition), which stay
- * part of the history. Runs on `client` as a superuser (the free space map is read through
+ * part of the history, until no crumb of {@link SMALLEST_HOT_ROW_BYTES} is left. Runs on `client` as a superuser (the free space map is read through
  * `pg_freespacemap`; foreign-key triggers are skipped, as the generator skips them). Resolves with
  * the number of jobs added.
  */
 export async function fillFreeSpaceCrumbs(client: SqlRunner): Promise<number> {
   await client.query('CREATE EXTENSION IF NOT EXISTS pg_freespacemap');
-  // The space a new job's row takes: a pending job's row with a few timestamps, rounded up.
-  const { rows } = await client.query(
-    `SELECT count(*)::int AS crumbs FROM pg_freespace('recognition_job') WHERE avail >= 200`,
-  );
-  const crumbs = Number(rows[0]!['crumbs']);
-  if (crumbs === 0) return 0;
+  let added = 0;
+  // A search of the map returns some page with room, not the one with the most, so a page can be
+  // passed over in one round; the few left take another.
+  for (let round = 0; round < MAX_FILL_ROUNDS; round++) {
+    const { rows } = await client.query(
+      `SELECT count(*)::int AS crumbs FROM pg_freespace('recognition_job') WHERE avail >= $1::integer`,
+      [SMALLEST_HOT_ROW_BYTES],
+    );
+    const crumbs = Number(rows[0]!['crumbs']);
+    if (crumbs === 0) break;
+    await addCrumbFillers(client, crumbs);
+    added += crumbs;
+  }
+  return added;
+}
+
+/**
+ * The free space, in the map's steps of 32 bytes, that can hold a row the hot paths write: a new
+ * job, or a job's next version after an event (the smallest, a pending job's, takes about 170 bytes
+ * with its header and line pointer). A filler takes less (about 140), so it fits every such crumb.
+ */
+const SMALLEST_HOT_ROW_BYTES = 160;
+const MAX_FILL_ROUNDS = 8;
+
+/** Insert `n` small finished jobs (one per crumb the map lists, wherever it places them). */
+async function addCrumbFillers(client: SqlRunner, n: number): Promise<void> {
   await client.query('BEGIN');
   try {
     await client.query('SET LOCAL session_replication_role = replica');
@@ -261,7 +281,7 @@ export async function fillFreeSpaceCrumbs(client: SqlRunner): Promise<number> {
        SELECT recognition_uuid_v7() AS job_id, recognition_uuid_v7() AS file_id,
               now() - interval '1 hour' AS at
        FROM generate_series(1, $1::integer)`,
-      [crumbs],
+      [n],
     );
     await client.query(`
       WITH upload AS (
@@ -287,5 +307,4 @@ export async function fillFreeSpaceCrumbs(client: SqlRunner): Promise<number> {
     await client.query('ROLLBACK').catch(() => undefined);
     throw err;
   }
-  return crumbs;
 }
