@@ -27,7 +27,7 @@ import {
   DUE_LOCK,
   pgStepSql,
   type DueEnd,
-  type LockedWithFileRow,
+  type StepRow,
   type StepOutcome,
 } from '../step/index.js';
 
@@ -75,7 +75,7 @@ export interface Watchdog {
  */
 export function dueDeadlinesQuery(limit: number) {
   if (!Number.isInteger(limit) || limit < 1) throw new Error(`limit must be a positive integer: ${limit}`);
-  return sql<LockedWithFileRow>`${sql.raw(DUE_LOCK.oldest.text.replace('$1', String(limit)))}`;
+  return sql<StepRow>`${sql.raw(DUE_LOCK.oldest.text.replace('$1', String(limit)))}`;
 }
 
 /**

@@ -90,8 +90,15 @@ export function changedColumns(
   return diff;
 }
 
-/** (column, context key) of every mutable column but `status`, computed once. */
-const CONTEXT_COLUMNS = Object.entries(MUTABLE_JOB_COLUMNS).filter(
+/** Whether any mutable column differs between two states of a job. */
+export function stateChanged(before: JobState, after: JobState): boolean {
+  if (before.status !== after.status) return true;
+  for (const [, key] of CONTEXT_COLUMNS) if (!same(before.context[key], after.context[key])) return true;
+  return false;
+}
+
+/** (column, context key) of every mutable column but `status`, in column order, computed once. */
+export const CONTEXT_COLUMNS = Object.entries(MUTABLE_JOB_COLUMNS).filter(
   (
     e,
   ): e is [

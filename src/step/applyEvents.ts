@@ -5,7 +5,8 @@
  *      and read the database clock;
  *   2. hydrate each machine from its row and apply the events in order with the pure `decide()`;
  *   3. write every effect in one statement: result objects, job rows (found at the address the
- *      lock read, not through the primary key), files still current, the transition log.
+ *      lock read, not through the primary key, at the version it read), files still current, the
+ *      transition log.
  * The caller commits; only then may it ack the messages the items came from. Round trips per
  * batch: BEGIN, lock, write, COMMIT.
  */
@@ -15,7 +16,7 @@ import type { Database } from '../db/schema.js';
 import { decideAndWrite } from './decideAndWrite.js';
 import type { StepItem, StepOutcome } from './plan.js';
 import { stepSqlOf, type StepTransaction } from './sql.js';
-import { LOCK, type LockedRow } from './statements.js';
+import { LOCK, type StepRow } from './statements.js';
 
 /**
  * Apply `items` in order, inside the caller's transaction `tx`. Several items may name the same
@@ -27,8 +28,8 @@ export async function applyEvents(tx: StepTransaction, items: readonly StepItem[
   const sql = stepSqlOf(tx);
   // 1. Lock the rows, in id order.
   const ids = [...new Set(items.map((i) => i.jobId))];
-  const rows = await sql.query<LockedRow>(LOCK, [ids]);
-  const { outcomes } = await decideAndWrite({ sql, items, read: { locked: 'jobs', rows } });
+  const rows = await sql.query<StepRow>(LOCK, [ids]);
+  const { outcomes } = await decideAndWrite({ sql, items, rows });
   return outcomes;
 }
 

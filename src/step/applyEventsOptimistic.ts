@@ -5,7 +5,7 @@
 import { WRITE_CHUNK } from './decideAndWrite.js';
 import { planBatch, type StepItem, type StepOutcome } from './plan.js';
 import type { StepSql } from './sql.js';
-import { CONFIRM, READ, WRITE, type VersionedRow } from './statements.js';
+import { CONFIRM, READ, WRITE, type StepRow } from './statements.js';
 
 /** Reads of the unlocked path before it hands the work to the locked one. */
 const OPTIMISTIC_ATTEMPTS = 3;
@@ -15,9 +15,10 @@ const SERIALIZATION_FAILURE = '40001';
  * Apply `items`, all for one job, with no transaction around them:
  * 1. read the job's row and version (`xmin`), without locking it;
  * 2. decide, as the locked path does;
- * 3. write everything in one statement that updates each job only at the version it read, and
- *    aborts as a whole when any job was changed in between (a serialization failure, raised by
- *    `recognition_job_versions_checked`). Then read again and decide anew, a few times.
+ * 3. write everything in the locked path's statement, which updates each job only at the address
+ *    and version it read, and aborts as a whole when any job was changed in between (a
+ *    serialization failure, raised by `recognition_job_versions_checked`). Then read again and
+ *    decide anew, a few times.
  *    A decision that writes nothing is confirmed instead ({@link CONFIRM}): the version read is
  *    still current once any transaction holding the row has finished.
  *
@@ -37,16 +38,16 @@ export async function applyEventsOptimistic(
   const jobId = items[0]!.jobId;
   if (items.some((i) => i.jobId !== jobId)) return null;
   for (let attempt = 1; attempt <= OPTIMISTIC_ATTEMPTS; attempt++) {
-    const rows = await sql.query<VersionedRow>(READ, [jobId]);
+    const rows = await sql.query<StepRow>(READ, [jobId]);
     const read = rows[0];
     if (!read) return null;
     // One chunk: the items fit in one write.
-    const { outcomes, write } = planBatch({ locked: false, rows }).next(items);
+    const { outcomes, write } = planBatch(rows).next(items);
     // Decided before anything is written: the caller quarantines a rejected event in a transaction.
     if (outcomes.some((o) => o.decision === 'rejected')) return null;
     if (write) {
       try {
-        await sql.query(WRITE[write.mode], write.params);
+        await sql.query(WRITE, write.params);
       } catch (err) {
         if ((err as { code?: unknown }).code !== SERIALIZATION_FAILURE) throw err;
         continue;

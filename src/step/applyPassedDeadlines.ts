@@ -2,7 +2,7 @@
 import { decideAndWrite } from './decideAndWrite.js';
 import type { StepItem, StepOutcome } from './plan.js';
 import { stepSqlOf, type StepTransaction } from './sql.js';
-import { DUE_LOCK, type DueEnd, type LockedWithFileRow } from './statements.js';
+import { DUE_LOCK, type DueEnd, type StepRow } from './statements.js';
 
 /** What {@link applyPassedDeadlines} locks. */
 export interface PassedDeadlines {
@@ -24,8 +24,8 @@ export async function applyPassedDeadlines(
   { limit, from = 'oldest' }: PassedDeadlines,
 ): Promise<StepOutcome[]> {
   const sql = stepSqlOf(tx);
-  const rows = await sql.query<LockedWithFileRow>(DUE_LOCK[from], [limit]);
+  const rows = await sql.query<StepRow>(DUE_LOCK[from], [limit]);
   const items = rows.map((r): StepItem => ({ jobId: r.id, event: { type: 'DEADLINE_PASSED' } }));
-  const { outcomes } = await decideAndWrite({ sql, items, read: { locked: 'jobs and files', rows } });
+  const { outcomes } = await decideAndWrite({ sql, items, rows });
   return outcomes;
 }

@@ -1,10 +1,10 @@
 /**
- * Steps 2–3 of every entry point: decide a batch against the rows it read and send its writes,
- * chunk by chunk, each chunk's write overlapping the next chunk's decisions.
+ * Steps 2–3 of every locked entry point: decide a batch against the rows it read and send its
+ * writes, chunk by chunk, each chunk's write overlapping the next chunk's decisions.
  */
-import { planBatch, type Reading, type StepItem, type StepOutcome } from './plan.js';
+import { planBatch, type StepItem, type StepOutcome } from './plan.js';
 import type { StepSql } from './sql.js';
-import { WRITE } from './statements.js';
+import { WRITE, type StepRow, type WrittenRow } from './statements.js';
 
 /**
  * Events decided per write statement. A batch larger than this (the watchdog's) is written in
@@ -22,32 +22,35 @@ const yieldToIo = () => new Promise<void>((resolve) => setImmediate(resolve));
 export interface BatchToWrite {
   sql: StepSql;
   items: readonly StepItem[];
-  /** The batch's rows, as step 1 read them. */
-  read: Reading;
+  /** The batch's rows, as step 1 read them, locked by this transaction. */
+  rows: readonly StepRow[];
 }
 
 /**
- * Steps 2–3 for `items`, against the rows `read`, inside the caller's transaction. Resolves with
+ * Steps 2–3 for `items`, against the locked `rows`, inside the caller's transaction. Resolves with
  * one outcome per item and whether any write was sent; rejects with the first failed write.
  */
 export async function decideAndWrite({
   sql,
   items,
-  read,
+  rows,
 }: BatchToWrite): Promise<{ outcomes: StepOutcome[]; wrote: boolean }> {
-  const plan = planBatch(read);
+  const plan = planBatch(rows);
   // 2–3. Decide a chunk in order and send its write; decide the next chunk while PostgreSQL
   //      writes this one. One statement at a time on the connection: a chunk's write is sent
-  //      only once the previous one has succeeded.
+  //      only once the previous one has succeeded, and planned only once it has returned the new
+  //      addresses of the jobs both change.
   const outcomes: StepOutcome[] = [];
   let wrote = false;
   let writing: Promise<unknown> | undefined;
   for (let start = 0; start < items.length; start += WRITE_CHUNK) {
-    const chunk = plan.next(items.slice(start, start + WRITE_CHUNK));
+    const chunk = plan.decide(items.slice(start, start + WRITE_CHUNK));
     outcomes.push(...chunk.outcomes);
+    if (writing && plan.waitsForMoved(chunk)) await writing;
+    const write = plan.write(chunk);
     if (writing) await writing;
-    if (!chunk.write) continue;
-    writing = sql.query(WRITE[chunk.write.mode], chunk.write.params);
+    if (!write) continue;
+    writing = sql.query<WrittenRow>(WRITE, write.params).then((written) => plan.moved(written));
     wrote = true;
     if (start + WRITE_CHUNK < items.length) {
       // Let the statement go out before deciding the next chunk; its failure is awaited above.

@@ -3,8 +3,8 @@
  * updates a `recognition_job` row. Its entry points run inside the caller's transaction, but for
  * the unlocked path (each of its statements is a transaction of its own) and `step`:
  * - {@link applyEvents}: a batch of events, its jobs locked in id order (the inbox, the publisher);
- * - {@link applyEventsOptimistic}: a few events of one job, read without a lock and written only
- *   at the version read (the inbox's batches of one job);
+ * - {@link applyEventsOptimistic}: a few events of one job, read without a lock, written by the
+ *   same statement (the inbox's batches of one job);
  * - {@link applyPassedDeadlines}: the watchdog's due jobs, locked skipping locked rows;
  * - {@link applyRetries}: `RETRY_REQUESTED` for failed jobs, their jobs and files locked in job id
  *   order; it creates the next attempts, which no event path does (`jobs retry`);
@@ -35,10 +35,6 @@ export {
   RETRY_WRITE,
   WRITE,
   type DueEnd,
-  type LockedRow,
-  type LockedWithFileRow,
   type RetryLockedRow,
   type StepRow,
-  type VersionedRow,
-  type WriteMode,
 } from './statements.js';

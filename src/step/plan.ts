@@ -10,8 +10,8 @@ import {
   type JobEventInput,
   type JobState,
 } from '../../machines/index.js';
-import { changedColumns, rowToJobState } from '../db/jobRow.js';
-import type { LockedRow, LockedWithFileRow, VersionedRow, WriteMode } from './statements.js';
+import { CONTEXT_COLUMNS, rowToJobState, stateChanged } from '../db/jobRow.js';
+import { WRITE_PARAMETERS, type StepRow, type WritePart, type WrittenRow } from './statements.js';
 
 /** One event for one job. */
 export interface StepItem {
@@ -38,98 +38,114 @@ export type StepOutcome =
       reason: null;
     };
 
-/**
- * How the rows of a batch were read: locked by this transaction (their files too, for the
- * watchdog), or without a lock, each at its version (the unlocked path: one guarded statement).
- */
-export type Reading =
-  | { locked: 'jobs'; rows: readonly LockedRow[] }
-  | { locked: 'jobs and files'; rows: readonly LockedWithFileRow[] }
-  | { locked: false; rows: readonly VersionedRow[] };
-
-/** One write statement's worth: which statement, and its parameters. */
+/** One write statement's worth: its parameters ({@link WRITE_PARAMETERS}, then the count of jobs). */
 export interface PlannedWrite {
-  mode: WriteMode;
-  params: string[];
+  params: unknown[];
+  /** The jobs it writes: a later chunk that changes one of them again needs its new address. */
+  jobIds: string[];
 }
 
 /** A chunk of a batch, decided. */
-export interface PlannedChunk {
+export interface DecidedChunk {
   /** One per item, in order. */
+  outcomes: StepOutcome[];
+  effects: Effects;
+}
+
+/** A chunk of a batch, decided and planned. */
+export interface PlannedChunk {
   outcomes: StepOutcome[];
   /** What to write, or null when the chunk changes nothing. */
   write: PlannedWrite | null;
 }
 
-/** Plans a batch chunk by chunk; each chunk is decided on the states the earlier ones left. */
+/**
+ * Plans a batch chunk by chunk; each chunk is decided on the states the earlier ones left. A
+ * chunk's write needs the address and version of each job it changes: a job an earlier write of
+ * the batch changed has new ones, known once that write has returned them ({@link moved}).
+ */
 export interface BatchPlan {
-  /** Decide `items` in order and plan their write (pure but for the plan's own state). */
+  /** Decide `items` in order (pure but for the plan's own state). */
+  decide(items: readonly StepItem[]): DecidedChunk;
+  /** Whether planning `chunk`'s write must wait for the rows an earlier write returns. */
+  waitsForMoved(chunk: DecidedChunk): boolean;
+  /** Plan `chunk`'s write, or null when it changes nothing. */
+  write(chunk: DecidedChunk): PlannedWrite | null;
+  /** Decide and plan (one chunk, or chunks whose jobs no earlier write changed). */
   next(items: readonly StepItem[]): PlannedChunk;
+  /** Where the jobs a write changed stand now (its returned rows). */
+  moved(rows: readonly WrittenRow[]): void;
 }
 
 /** The effects of a run of decided events, as rows for the write statement. */
 interface Effects {
   objects: Map<string, { jobId: string } & JobEffects['registerResultObject']>;
   files: Map<string, { file_id: string; job_id: string; status: string; error_code: string | null }>;
-  transitions: Array<Record<string, unknown>>;
+  transitions: TransitionRow[];
   /** Jobs an event was decided for in this run. */
   touched: Set<string>;
   /** Jobs with an effect to write (an object, a file change, a transition) in this run. */
   effected: Set<string>;
 }
 
-/** Start planning a batch against the rows `read`. */
-export function planBatch(read: Reading): BatchPlan {
+interface TransitionRow {
+  job_id: string;
+  from_status: string;
+  to_status: string;
+  event: string;
+  msg_id: string | null;
+  detail: unknown;
+}
+
+/** Start planning a batch against the rows its read returned. */
+export function planBatch(rows: readonly StepRow[]): BatchPlan {
   /** Each job's state as last written (or read). */
   const written = new Map<string, JobState>();
   /** Each job's state after the events decided so far. */
   const current = new Map<string, JobState>();
+  /** Where each job's row stands: its address and version, as read or as last written. */
+  const at = new Map<string, { address: string; version: string }>();
   let now: Date | undefined;
-  for (const row of read.rows) {
+  for (const row of rows) {
     now = row.db_now;
     const state = rowToJobState(row, row.file_is_current);
     written.set(row.id, state);
     current.set(row.id, state);
+    at.set(row.id, { address: row.row_address, version: row.version });
   }
-  const versions = read.locked === false ? new Map(read.rows.map((r) => [r.id, r.version])) : undefined;
-  // Locked rows stay at their address until this batch updates them (`moved`).
-  const jobAddresses =
-    read.locked !== false ? new Map(read.rows.map((r) => [r.id, r.row_address])) : undefined;
-  const fileAddresses =
-    read.locked === 'jobs and files' ? new Map(read.rows.map((r) => [r.file_id, r.file_address])) : undefined;
-  /** Jobs and files an earlier write of the batch has (or may have) moved. */
-  const moved = new Set<string>();
-  const notMoved = (ids: Iterable<string>) => moved.size === 0 || ![...ids].some((id) => moved.has(id));
+  /** Jobs a write has changed whose new address is not known yet. */
+  const unsettled = new Set<string>();
 
-  return {
-    next(items) {
+  const plan: BatchPlan = {
+    decide(items) {
       const outcomes: StepOutcome[] = [];
-      const fx = decideAll(items, current, now, outcomes);
-      // A row an earlier chunk updated has moved: such a chunk finds its rows by id.
-      const jobsAt = jobAddresses !== undefined && notMoved(fx.touched);
-      const filesAt = jobsAt && fileAddresses !== undefined && notMoved(fx.files.keys());
-      const mode = writeModeOf({ guarded: versions !== undefined, jobsAt, filesAt });
-      const params = writeParams(fx, {
-        written,
-        current,
-        versions,
-        jobAddresses: jobsAt ? jobAddresses : undefined,
-        fileAddresses: filesAt ? fileAddresses : undefined,
-        moved,
-      });
-      return { outcomes, write: params ? { mode, params } : null };
+      return { outcomes, effects: decideAll(items, current, now, outcomes) };
+    },
+    waitsForMoved(chunk) {
+      if (unsettled.size === 0) return false;
+      for (const id of chunk.effects.touched) if (unsettled.has(id)) return true;
+      return false;
+    },
+    write(chunk) {
+      if (plan.waitsForMoved(chunk)) throw new Error('a job of this chunk has moved: wait for moved() first');
+      const w = writeParams(chunk.effects, { written, current, at });
+      if (w) for (const id of w.jobIds) unsettled.add(id);
+      return w;
+    },
+    next(items) {
+      const chunk = plan.decide(items);
+      return { outcomes: chunk.outcomes, write: plan.write(chunk) };
+    },
+    moved(rows) {
+      for (const r of rows) {
+        if (r.id === null) continue;
+        at.set(r.id, { address: r.row_address!, version: r.version! });
+        unsettled.delete(r.id);
+      }
     },
   };
+  return plan;
 }
-
-/** The statement a chunk is written with. */
-function writeModeOf(at: { guarded: boolean; jobsAt: boolean; filesAt: boolean }): WriteMode {
-  if (at.guarded) return 'guarded';
-  if (at.filesAt) return 'jobsAndFilesAtAddress';
-  if (at.jobsAt) return 'jobsAtAddress';
-  return 'byId';
-}
-
 /** Step 2 for `items`: decide each in order against `current` (updated), appending to `outcomes`. */
 function decideAll(
   items: readonly StepItem[],
@@ -189,7 +205,6 @@ function decideAll(
         });
       } else if (effect.type === 'recordTransition') {
         fx.transitions.push({
-          seq: fx.transitions.length,
           job_id: item.jobId,
           from_status: d.from,
           to_status: d.to,
@@ -208,57 +223,79 @@ interface WriteContext {
   /** Each job's state as last written; updated. */
   written: Map<string, JobState>;
   current: ReadonlyMap<string, JobState>;
-  /** The versions the jobs were read at, for a guarded write. */
-  versions: ReadonlyMap<string, string> | undefined;
-  /** Job id → address, for a chunk that finds its jobs by address. */
-  jobAddresses: ReadonlyMap<string, string> | undefined;
-  /** File id → address, for a chunk that finds its files by address too. */
-  fileAddresses: ReadonlyMap<string, string> | undefined;
-  /** Rows an earlier write of the batch has (or may have) moved; every row this write changes is added. */
-  moved: Set<string>;
+  /** Each job's address and version. */
+  at: ReadonlyMap<string, { address: string; version: string }>;
+}
+
+/** An empty array per column of `part`. */
+function columnsOf<P extends WritePart>(part: P): Record<keyof (typeof WRITE_PARAMETERS)[P], unknown[]> {
+  const out = {} as Record<string, unknown[]>;
+  for (const c of Object.keys(WRITE_PARAMETERS[part])) out[c] = [];
+  return out as Record<keyof (typeof WRITE_PARAMETERS)[P], unknown[]>;
+}
+
+/** A value as a typed array's element: times as ISO strings, documents as JSON. */
+function element(v: unknown): unknown {
+  if (v === null || v === undefined) return null;
+  if (v instanceof Date) return v.toISOString();
+  if (typeof v === 'object') return JSON.stringify(v);
+  return v;
 }
 
 /**
- * Step 3's parameters for `fx`: the changed columns of each touched job against what was last
- * written for it, or null when there is nothing to write. Job and file changes carry their rows'
- * addresses when the context has them.
+ * Step 3's parameters for `fx`: each touched job whose state changed or that has an effect, with
+ * its whole state after its events; or null when there is nothing to write.
  */
-function writeParams(fx: Effects, at: WriteContext): string[] | null {
-  const changes: Array<Record<string, unknown>> = [];
+function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
+  const jobs = columnsOf('jobs');
+  const jobIds: string[] = [];
   for (const id of fx.touched) {
-    const after = at.current.get(id)!;
-    const diff: Record<string, unknown> = changedColumns(at.written.get(id)!, after);
+    const after = ctx.current.get(id)!;
+    const changed = stateChanged(ctx.written.get(id)!, after);
+    ctx.written.set(id, after);
+    if (!changed && !fx.effected.has(id)) continue;
+    const where = ctx.at.get(id)!;
+    jobs.ctid.push(where.address);
+    jobs.version.push(where.version);
+    jobs.status.push(after.status);
+    for (const [column, key] of CONTEXT_COLUMNS) jobs[column].push(element(after.context[key]));
     // A registered result object: the statement resolves its id (3a) and points the job at it (3b).
     const object = fx.objects.get(id);
-    if (object) diff['result_object'] = { bucket: object.bucket, key: object.key };
-    const changed = Object.keys(diff).length > 0;
-    // Guarded: every job with something to write is checked at the version it was read at.
-    if (at.versions) {
-      if (changed || fx.effected.has(id)) changes.push({ id, version: at.versions.get(id), ...diff });
-    } else if (changed) {
-      changes.push(at.jobAddresses ? { id, ctid: at.jobAddresses.get(id), ...diff } : { id, ...diff });
-      at.moved.add(id);
-    }
-    at.written.set(id, after);
+    jobs.result_bucket.push(object?.bucket ?? null);
+    jobs.result_key.push(object?.key ?? null);
+    jobIds.push(id);
   }
-  for (const fileId of fx.files.keys()) at.moved.add(fileId);
-  if (changes.length === 0 && fx.files.size === 0 && fx.transitions.length === 0 && fx.objects.size === 0)
+  if (jobIds.length === 0 && fx.files.size === 0 && fx.transitions.length === 0 && fx.objects.size === 0)
     return null;
   // One upsert row per (bucket, key), in a stable order: a row is never affected twice, and
   // concurrent batches take the unique index's locks in the same order.
+  const objects = columnsOf('objects');
   const unique = [
     ...new Map([...fx.objects.values()].map((o) => [`${o.bucket}\u0000${o.key}`, o])).values(),
   ].sort(byBucketAndKey);
-  const fileAddresses = at.fileAddresses;
-  return [
-    JSON.stringify(unique.map((o) => ({ bucket: o.bucket, key: o.key, created_by: o.createdBy }))),
-    JSON.stringify(changes),
-    JSON.stringify(
-      [...fx.files.values()].map((f) => (fileAddresses ? { ...f, ctid: fileAddresses.get(f.file_id) } : f)),
-    ),
-    JSON.stringify(fx.transitions),
-    ...(at.versions ? [String(changes.length)] : []),
-  ];
+  for (const o of unique) {
+    objects.bucket.push(o.bucket);
+    objects.key.push(o.key);
+    objects.created_by.push(o.createdBy);
+  }
+  const files = columnsOf('files');
+  for (const f of fx.files.values()) {
+    files.file_id.push(f.file_id);
+    files.job_id.push(f.job_id);
+    files.status.push(f.status);
+    files.error_code.push(f.error_code);
+  }
+  const transitions = columnsOf('transitions');
+  for (const t of fx.transitions) {
+    transitions.job_id.push(t.job_id);
+    transitions.from_status.push(t.from_status);
+    transitions.to_status.push(t.to_status);
+    transitions.event.push(t.event);
+    transitions.msg_id.push(t.msg_id);
+    transitions.detail.push(element(t.detail));
+  }
+  const params = [objects, jobs, files, transitions].flatMap((part) => Object.values(part) as unknown[]);
+  return { params: [...params, jobIds.length], jobIds };
 }
 
 function byBucketAndKey(a: { bucket: string; key: string }, b: { bucket: string; key: string }): number {

@@ -7,22 +7,24 @@ import { FILE_STATUS } from '../../machines/index.js';
 import { JOB_STATE_COLUMNS, type JobStateRow, type MutableJobColumn } from '../db/jobRow.js';
 import { defineStatement, type Statement } from './statement.js';
 
-/** A job's row as the step reads it: its state, whether its file points at it, the database clock. */
-export type StepRow = JobStateRow & { file_is_current: boolean; db_now: Date };
 /**
- * A row read under this transaction's lock, with its address (`ctid`): nobody else can move a
- * locked row, so the write finds it there without a search of the primary key.
+ * A job's row as the step reads it: its state, whether its file points at it, the database clock,
+ * and where the row stands: its address (`ctid`) and its version (`xmin`, the transaction that
+ * wrote this version of the row). The write finds the row at that address, and only while it
+ * still holds that version.
  */
-export type LockedRow = StepRow & { row_address: string };
-/** A locked row whose file is locked too, with the file's address. */
-export type LockedWithFileRow = LockedRow & { file_address: string };
-/** A row read without a lock, with its version: `xmin`, the transaction that wrote this version of the row. */
-export type VersionedRow = StepRow & { version: string };
+export type StepRow = JobStateRow & {
+  file_is_current: boolean;
+  db_now: Date;
+  row_address: string;
+  version: string;
+};
 
 /** {@link StepRow}'s columns. */
 const STEP_ROW_COLUMNS = `${JOB_STATE_COLUMNS.map((c) => `j.${c}`).join(', ')},
          (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
-         date_trunc('milliseconds', now()) AS db_now`;
+         date_trunc('milliseconds', now()) AS db_now,
+         j.ctid::text AS row_address, j.xmin::text AS version`;
 
 /**
  * Step 1: lock every job of the batch ($1, a uuid array), in id order so that concurrent batches
@@ -33,7 +35,7 @@ const STEP_ROW_COLUMNS = `${JOB_STATE_COLUMNS.map((c) => `j.${c}`).join(', ')},
 export const LOCK = defineStatement(
   'step_lock',
   `
-  SELECT ${STEP_ROW_COLUMNS}, j.ctid::text AS row_address
+  SELECT ${STEP_ROW_COLUMNS}
   FROM unnest($1::uuid[]) AS k(id)
   JOIN recognition_job j ON j.id = k.id
   JOIN stored_file f ON f.id = j.file_id
@@ -50,7 +52,7 @@ export const LOCK = defineStatement(
 export const READ = defineStatement(
   'step_read',
   `
-  SELECT ${STEP_ROW_COLUMNS}, j.xmin::text AS version
+  SELECT ${STEP_ROW_COLUMNS}
   FROM recognition_job j
   JOIN stored_file f ON f.id = j.file_id
   WHERE j.id = $1::uuid`,
@@ -90,7 +92,7 @@ export type DueEnd = 'oldest' | 'newest';
  */
 function dueLockSql(order: 'ASC' | 'DESC'): string {
   return `
-  SELECT ${STEP_ROW_COLUMNS}, j.ctid::text AS row_address, f.ctid::text AS file_address
+  SELECT ${STEP_ROW_COLUMNS}
   FROM recognition_job j
   JOIN stored_file f ON f.id = j.file_id
   WHERE j.status IN ('published', 'processing')
@@ -110,144 +112,159 @@ export const DUE_LOCK: Readonly<Record<DueEnd, Statement>> = {
   newest: defineStatement('step_due_lock_newest', dueLockSql('DESC')),
 };
 
-/** SQL expression reading one changed column from the JSON element `e`, else keeping `j`'s value. */
-const COLUMN_SQL: Record<MutableJobColumn, string> = {
-  status: `e->>'status'`,
-  service_name: `e->>'service_name'`,
-  service_version: `e->>'service_version'`,
-  publish_attempts: `(e->>'publish_attempts')::integer`,
-  next_publish_at: `(e->>'next_publish_at')::timestamptz`,
-  published_at: `(e->>'published_at')::timestamptz`,
-  reply_deadline: `(e->>'reply_deadline')::timestamptz`,
-  started_at: `(e->>'started_at')::timestamptz`,
-  finished_at: `(e->>'finished_at')::timestamptz`,
-  metrics: `NULLIF(e->'metrics', 'null'::jsonb)`,
-  error_code: `e->>'error_code'`,
-  error_message: `e->>'error_message'`,
-  result_schema_version: `e->>'result_schema_version'`,
-  // A result registered in this batch names its object by bucket and key; `obj` has its id.
-  result_s3_object_id: `COALESCE(obj.id, (e->>'result_s3_object_id')::bigint)`,
-  result_msg_id: `e->>'result_msg_id'`,
-};
-
-/** Step 3b's SET list: a column changes only when the JSON element `e` names it. */
-const SET_CHANGED_COLUMNS = Object.entries(COLUMN_SQL)
-  .map(([col, expr]) => {
-    const named = col === 'result_s3_object_id' ? `(e ? '${col}' OR e ? 'result_object')` : `e ? '${col}'`;
-    return `${col} = CASE WHEN ${named} THEN ${expr} ELSE j.${col} END`;
-  })
-  .join(',\n        ');
-
 /**
- * How step 3 finds the rows it updates:
- * - `jobsAtAddress`: each job at the row address (`ctid`) its element of $2 carries, read with the
- *   row's lock in this transaction, so the row is still there: no search of the primary key. Files
- *   by id.
- * - `jobsAndFilesAtAddress`: the same, and each file at the address its element of $3 carries
- *   (files locked by this transaction too, as the watchdog's are).
- * - `byId`: jobs and files by id, for a chunk naming a row that an earlier write of the same batch
- *   has already moved (an update writes a new row version elsewhere).
- * - `guarded`: by id, and each job only at the `version` (xmin) its element carries, the job having
- *   been read without a lock; $5 says how many must be updated: anything else aborts the statement
- *   (`recognition_job_versions_checked`, migration 0003).
+ * The job columns step 3 writes, with their SQL types, in the order of its parameters: every
+ * mutable column, set to the job's state after its events (the values the machine assigned).
  */
-export type WriteMode = 'jobsAtAddress' | 'jobsAndFilesAtAddress' | 'byId' | 'guarded';
+export const WRITTEN_JOB_COLUMNS = {
+  status: 'text',
+  service_name: 'text',
+  service_version: 'text',
+  publish_attempts: 'integer',
+  next_publish_at: 'timestamptz',
+  published_at: 'timestamptz',
+  reply_deadline: 'timestamptz',
+  started_at: 'timestamptz',
+  finished_at: 'timestamptz',
+  metrics: 'jsonb',
+  error_code: 'text',
+  error_message: 'text',
+  result_schema_version: 'text',
+  result_s3_object_id: 'bigint',
+  result_msg_id: 'text',
+} as const satisfies Record<MutableJobColumn, string>;
 
-/**
- * How the jobs' UPDATE finds its rows. By address: the batch's addresses as an array make the
- * planner fetch exactly those rows (a Tid Scan) and hash them against the elements, whatever it
- * guesses of the batch's and the table's size (the join condition alone loses to a sequential scan
- * on a small table). No second condition on the row (its id): that makes the planner expect one
- * row out of the join and join the result objects to it by a nested loop over every object for
- * every job, which is quadratic.
- */
-const FIND_JOBS = {
-  address: `WHERE j.ctid = (e->>'ctid')::tid
-      AND j.ctid = ANY (ARRAY(SELECT (x->>'ctid')::tid FROM jsonb_array_elements($2::jsonb) AS x))`,
-  id: `WHERE j.id = (e->>'id')::uuid
-      -- Redundant with the join, on purpose: it makes the planner reach the jobs through the
-      -- primary key, whatever it guesses of the batch's size (a generic plan guesses 100 rows
-      -- and would hash-join them against a sequential scan of a small-to-medium table).
-      AND j.id = ANY (ARRAY(SELECT (x->>'id')::uuid FROM jsonb_array_elements($2::jsonb) AS x))`,
-} as const;
-
-/** How the files' UPDATE finds its rows: the columns of each element of $3, and the condition. */
-const FIND_FILES = {
-  id: {
-    columns: '',
-    where: `f.id = v.file_id AND f.current_recognition_job_id = v.job_id
-      AND f.id = ANY (ARRAY(SELECT x.file_id FROM jsonb_to_recordset($3::jsonb) AS x(file_id uuid)))`,
+/** Step 3's parameters: one typed array per column of each part, in this order. */
+export const WRITE_PARAMETERS = {
+  objects: { bucket: 'text', key: 'text', created_by: 'text' },
+  jobs: {
+    ctid: 'tid',
+    version: 'xid',
+    ...WRITTEN_JOB_COLUMNS,
+    // A result registered in this statement, by bucket and key: 3a returns its id.
+    result_bucket: 'text',
+    result_key: 'text',
   },
-  address: {
-    columns: ', ctid tid',
-    where: `f.ctid = v.ctid AND f.current_recognition_job_id = v.job_id
-      AND f.ctid = ANY (ARRAY(SELECT x.ctid FROM jsonb_to_recordset($3::jsonb) AS x(ctid tid)))`,
+  files: { file_id: 'uuid', job_id: 'uuid', status: 'text', error_code: 'text' },
+  transitions: {
+    job_id: 'uuid',
+    from_status: 'text',
+    to_status: 'text',
+    event: 'text',
+    msg_id: 'text',
+    detail: 'jsonb',
   },
 } as const;
 
-/** The guarded write's version check, and the count it compares with $5. */
-const GUARD = {
-  version: `
-      AND j.xmin::text = e->>'version'
-    RETURNING j.id`,
-  result: `SELECT recognition_job_versions_checked((SELECT count(*) FROM job), $5::integer) AS written`,
-};
+/** The parts of step 3's parameters, in order, and the count of jobs that must be written, last. */
+export type WritePart = keyof typeof WRITE_PARAMETERS;
+export const WRITE_PARTS = Object.keys(WRITE_PARAMETERS) as WritePart[];
 
 /**
- * Step 3, one statement (data-modifying CTEs, which see one snapshot and whose foreign keys are
- * checked at its end): $1 objects, $2 job changes, $3 file changes, $4 transitions (JSON arrays,
- * maybe empty).
+ * The function that unnests each part's arrays with a row estimate of a batch (migration 0013):
+ * it takes the part's arrays in order and returns a column of each name.
+ */
+export const UNNEST_FUNCTION: Record<WritePart, string> = {
+  objects: 'recognition_step_objects',
+  jobs: 'recognition_step_jobs',
+  files: 'recognition_step_files',
+  transitions: 'recognition_step_transitions',
+};
+
+/** Each part's function call over its parameters, and the number of its first parameter. */
+function unnestOf(): Record<WritePart, { from: string; first: number }> {
+  let n = 0;
+  const out = {} as Record<WritePart, { from: string; first: number }>;
+  for (const part of WRITE_PARTS) {
+    const first = n + 1;
+    const args = Object.values(WRITE_PARAMETERS[part] as Record<string, string>).map(
+      (type) => `$${++n}::${type}[]`,
+    );
+    out[part] = { from: `${UNNEST_FUNCTION[part]}(${args.join(', ')})`, first };
+  }
+  return out;
+}
+const UNNEST = unnestOf();
+
+/** The parameter with the count of job rows the write must find. */
+const EXPECTED_JOBS = `$${Object.values(WRITE_PARAMETERS).reduce((n, p) => n + Object.keys(p).length, 0) + 1}`;
+
+/**
+ * Step 3, the one write of every event path, one statement (data-modifying CTEs, which see one
+ * snapshot and whose foreign keys are checked at its end), its parameters typed arrays (one
+ * element per row, {@link WRITE_PARAMETERS}):
  *   a. register the result objects (`s3_object`), one multi-row upsert;
- *   b. write the changed columns of every changed job, pointing results at their objects;
- *   c. change the files that are still the jobs' current files;
+ *   b. write each job's state after its events, at the address it was read at and only while it
+ *      still has the version it was read at; a result registered in 3a is pointed at by its id;
+ *   c. change the files that are still the jobs' current files (by id);
  *   d. append the transition log, in the order the events were applied.
+ * A job that is not at its address and version any more (changed since it was read, possible
+ * only on the unlocked path) makes the count of written jobs fall short, and the statement aborts
+ * as a whole with a serialization failure (`recognition_job_versions_checked`, migration 0003).
+ * Returns each written job's new address and version: a later chunk of the same batch that
+ * changes the job again finds it there.
+ *
+ * How the jobs are found: the batch's addresses as an array make the planner fetch exactly those
+ * rows (a Tid Scan) and hash them against the elements, whatever it guesses of the batch's and the
+ * table's size. No condition on the row's id: that makes the planner expect one row out of the
+ * join and join the result objects to it by a nested loop over every object for every job. The
+ * arrays of addresses and file ids are read through a subquery, which a plan for the actual
+ * parameters estimates as a generic plan does: otherwise a plan for a batch of one or two looks
+ * cheaper than the generic plan, and PostgreSQL plans the statement anew at every execution.
  */
-function writeSql(find: { jobs: 'address' | 'id'; files: 'address' | 'id'; guarded: boolean }): string {
-  const files = FIND_FILES[find.files];
+function writeSql(): string {
+  const j = UNNEST.jobs;
+  const set = Object.keys(WRITTEN_JOB_COLUMNS)
+    .map((c) => (c === 'result_s3_object_id' ? `${c} = COALESCE(obj.id, c.${c})` : `${c} = c.${c}`))
+    .join(',\n        ');
   return `
   WITH obj AS (
     INSERT INTO s3_object (bucket, key, bucket_role, created_by)
     SELECT o.bucket, o.key, 'results', o.created_by
-    FROM jsonb_to_recordset($1::jsonb) AS o(bucket text, key text, created_by text)
+    FROM ${UNNEST.objects.from} AS o
     ON CONFLICT (bucket, key) DO UPDATE SET bucket = EXCLUDED.bucket
     RETURNING id, bucket, key
   ),
   job AS (
     UPDATE recognition_job AS j SET
-        ${SET_CHANGED_COLUMNS},
+        ${set},
         updated_at = now()
-    FROM jsonb_array_elements($2::jsonb) AS e
-    LEFT JOIN obj ON obj.bucket = e->'result_object'->>'bucket' AND obj.key = e->'result_object'->>'key'
-    ${FIND_JOBS[find.jobs]}${find.guarded ? GUARD.version : ''}
+    FROM ${j.from} AS c
+    LEFT JOIN obj ON obj.bucket = c.result_bucket AND obj.key = c.result_key
+    WHERE j.ctid = c.ctid AND j.ctid = ANY (ARRAY(SELECT unnest($${j.first}::tid[]))) AND j.xmin = c.version
+    RETURNING j.id, j.ctid::text AS row_address, j.xmin::text AS version
   ),
   file AS (
     -- The guard is repeated in SQL on purpose: only files still pointing at their jobs change.
     UPDATE stored_file AS f SET status = v.status, error_code = v.error_code, updated_at = now()
-    FROM jsonb_to_recordset($3::jsonb) AS v(file_id uuid, job_id uuid, status text, error_code text${files.columns})
-    WHERE ${files.where}
+    FROM ${UNNEST.files.from} AS v
+    WHERE f.id = v.file_id AND f.current_recognition_job_id = v.job_id
+      -- Redundant with the join, on purpose: the planner reaches the files through the primary
+      -- key, whatever it guesses of the batch's size.
+      AND f.id = ANY (ARRAY(SELECT unnest($${UNNEST.files.first}::uuid[])))
       AND (f.status, f.error_code) IS DISTINCT FROM (v.status, v.error_code)
   ),
   log AS (
     INSERT INTO recognition_job_transition (job_id, from_status, to_status, event, msg_id, detail)
     SELECT t.job_id, t.from_status, t.to_status, t.event, t.msg_id, COALESCE(t.detail, '{}')
-    FROM jsonb_to_recordset($4::jsonb)
-      AS t(seq integer, job_id uuid, from_status text, to_status text, event text, msg_id text, detail jsonb)
+    FROM ${UNNEST.transitions.from} AS t
     ORDER BY t.seq
-  )
+  ),
+  -- One row, so the check runs whether or not any job was written.
+  checked AS (SELECT recognition_job_versions_checked((SELECT count(*) FROM job), ${EXPECTED_JOBS}::integer) AS n)
   -- Every data-modifying CTE runs to completion whether or not it is read.
-  ${find.guarded ? GUARD.result : `SELECT 1 AS written`}`;
+  SELECT job.id::text, job.row_address, job.version FROM checked LEFT JOIN job ON true`;
 }
 
-/** Step 3's statement for each {@link WriteMode}. */
-export const WRITE: Readonly<Record<WriteMode, Statement>> = {
-  jobsAtAddress: defineStatement('step_write', writeSql({ jobs: 'address', files: 'id', guarded: false })),
-  jobsAndFilesAtAddress: defineStatement(
-    'step_write_locked_files',
-    writeSql({ jobs: 'address', files: 'address', guarded: false }),
-  ),
-  byId: defineStatement('step_write_by_id', writeSql({ jobs: 'id', files: 'id', guarded: false })),
-  guarded: defineStatement('step_guarded_write', writeSql({ jobs: 'id', files: 'id', guarded: true })),
-};
+/** Step 3's statement. */
+export const WRITE = defineStatement('step_write', writeSql());
+
+/** A job row step 3 wrote: where it stands now (null columns when the write changed no job). */
+export interface WrittenRow {
+  id: string | null;
+  row_address: string | null;
+  version: string | null;
+}
 
 /** A job and its file, both locked for a retry, with the job its file points at now. */
 export type RetryLockedRow = StepRow & { file_current_job_id: string | null };

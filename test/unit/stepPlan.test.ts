@@ -1,20 +1,20 @@
 /**
  * The step's pure planning: a batch decided against the rows its read returned, and the write it
- * plans — which statement, and the parameters that statement reads ($1 objects, $2 job changes,
- * $3 file changes, $4 transitions, $5 the guarded write's count). No database.
+ * plans — the typed arrays of the one write statement (objects, jobs, files, transitions, then
+ * the count of jobs it must find). No database.
  */
 import { describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
-import { planBatch, type Reading, type StepItem } from '../../src/step/plan.js';
-import type { LockedWithFileRow } from '../../src/step/statements.js';
+import { planBatch, type StepItem } from '../../src/step/plan.js';
+import { WRITE_PARAMETERS, WRITE_PARTS, type StepRow } from '../../src/step/statements.js';
 
 const NOW = new Date('2025-03-01T10:00:00.000Z');
 const PUBLISHED_AT = new Date('2025-03-01T09:59:00.000Z');
 const DEADLINE = new Date('2025-03-01T10:09:00.000Z');
 const service = { name: 'tabular-parser', version: '2.3.1' };
 
-/** A published job's row as a lock reads it, with its and its file's addresses. */
-function publishedRow(n: number, overrides: Partial<LockedWithFileRow> = {}): LockedWithFileRow {
+/** A published job's row as a read returns it, with its address and version. */
+function publishedRow(n: number, overrides: Partial<StepRow> = {}): StepRow {
   return {
     id: `00000000-0000-4000-8000-00000000000${n}`,
     file_id: `00000000-0000-4000-9000-00000000000${n}`,
@@ -38,7 +38,7 @@ function publishedRow(n: number, overrides: Partial<LockedWithFileRow> = {}): Lo
     file_is_current: true,
     db_now: NOW,
     row_address: `(0,${n})`,
-    file_address: `(1,${n})`,
+    version: `${700 + n}`,
     ...overrides,
   };
 }
@@ -65,13 +65,64 @@ const failed = (jobId: string): JobEventInput => ({
   error: { code: 'UNSUPPORTED_FORMAT', message: 'xls 95 is not supported' },
 });
 
-/** The write's parameters, parsed back from JSON. */
-const parsed = (params: string[]) => params.map((p, i) => (i < 4 ? JSON.parse(p) : p));
+type Rows = Array<Record<string, unknown>>;
+
+/** The write's parameters as rows: each part's arrays zipped back into one object per element. */
+function parsed(params: unknown[]): {
+  objects: Rows;
+  jobs: Rows;
+  files: Rows;
+  transitions: Rows;
+  count: unknown;
+} {
+  let n = 0;
+  const out: Record<string, Rows> = {};
+  for (const part of WRITE_PARTS) {
+    const columns = Object.keys(WRITE_PARAMETERS[part]);
+    const arrays = columns.map(() => params[n++] as unknown[]);
+    out[part] = arrays[0]!.map((_, i) => Object.fromEntries(columns.map((c, k) => [c, arrays[k]![i]])));
+  }
+  expect(params).toHaveLength(n + 1);
+  return {
+    objects: out['objects']!,
+    jobs: out['jobs']!,
+    files: out['files']!,
+    transitions: out['transitions']!,
+    count: params[n],
+  };
+}
+
+/** A job's written row: every mutable column, as the row `r` holds them but for `changes`. */
+function writtenJob(r: StepRow, changes: Record<string, unknown>): Record<string, unknown> {
+  const iso = (d: Date | null) => (d ? d.toISOString() : null);
+  return {
+    ctid: r.row_address,
+    version: r.version,
+    status: r.status,
+    service_name: r.service_name,
+    service_version: r.service_version,
+    publish_attempts: r.publish_attempts,
+    next_publish_at: iso(r.next_publish_at),
+    published_at: iso(r.published_at),
+    reply_deadline: iso(r.reply_deadline),
+    started_at: iso(r.started_at),
+    finished_at: iso(r.finished_at),
+    metrics: r.metrics === null ? null : JSON.stringify(r.metrics),
+    error_code: r.error_code,
+    error_message: r.error_message,
+    result_schema_version: r.result_schema_version,
+    result_s3_object_id: r.result_s3_object_id,
+    result_msg_id: r.result_msg_id,
+    result_bucket: null,
+    result_key: null,
+    ...changes,
+  };
+}
 
 describe('planBatch', () => {
-  it('two events of one job under lock: one write at the row address, its object, its file once', () => {
+  it('two events of one job: one write of its state after both, its object, its file once', () => {
     const row = publishedRow(1);
-    const plan = planBatch({ locked: 'jobs', rows: [row] });
+    const plan = planBatch([row]);
     const { outcomes, write } = plan.next([
       { jobId: row.id, event: ack(row.id) },
       { jobId: row.id, event: done(row.id) },
@@ -81,81 +132,84 @@ describe('planBatch', () => {
       ['applied', 'published', 'processing'],
       ['applied', 'processing', 'done'],
     ]);
-    expect(write?.mode).toBe('jobsAtAddress');
-    const [objects, changes, files, transitions, ...rest] = parsed(write!.params);
-    // $1: the registered result object, once.
+    const { objects, jobs, files, transitions, count } = parsed(write!.params);
+    // The registered result object, once.
     expect(objects).toEqual([{ bucket: 'arm-ka', key: `results/${row.id}.json`, created_by: service.name }]);
-    // $2: the job's columns changed by both events against the row as read, at its address,
+    // The job's whole state after both events, at the address and version it was read at,
     // pointing at its result object by bucket and key (the statement resolves the id).
-    expect(changes).toEqual([
-      {
-        id: row.id,
-        ctid: '(0,1)',
+    expect(jobs).toEqual([
+      writtenJob(row, {
         status: 'done',
         service_name: service.name,
         service_version: service.version,
         started_at: NOW.toISOString(),
         finished_at: NOW.toISOString(),
-        metrics: { pages: 3 },
+        metrics: JSON.stringify({ pages: 3 }),
         result_schema_version: '1.0',
         result_msg_id: `result:${row.id}`,
-        result_object: { bucket: 'arm-ka', key: `results/${row.id}.json` },
-      },
+        result_bucket: 'arm-ka',
+        result_key: `results/${row.id}.json`,
+      }),
     ]);
-    // $3: the file, once; no address (the file is not locked).
     expect(files).toEqual([{ file_id: row.file_id, job_id: row.id, status: 'PROCESSING', error_code: null }]);
-    // $4: both transitions, in the order applied.
+    // Both transitions, in the order applied.
     expect(transitions).toMatchObject([
-      {
-        seq: 0,
-        job_id: row.id,
-        from_status: 'published',
-        to_status: 'processing',
-        event: 'ENVELOPE_PROCESSING',
-      },
-      { seq: 1, job_id: row.id, from_status: 'processing', to_status: 'done', event: 'ENVELOPE_RESULT' },
+      { job_id: row.id, from_status: 'published', to_status: 'processing', event: 'ENVELOPE_PROCESSING' },
+      { job_id: row.id, from_status: 'processing', to_status: 'done', event: 'ENVELOPE_RESULT' },
     ]);
-    expect(rest).toEqual([]);
+    expect(count).toBe(1);
+    expect(write!.jobIds).toEqual([row.id]);
   });
 
-  it("the watchdog's rows (files locked too): jobs and files at their addresses", () => {
+  it("the watchdog's rows: each job at its address and version, its file by id", () => {
     const passed = { reply_deadline: new Date(NOW.getTime() - 1) };
     const rows = [publishedRow(1, passed), publishedRow(2, passed)];
-    const plan = planBatch({ locked: 'jobs and files', rows });
-    const { write } = plan.next(
+    const { write } = planBatch(rows).next(
       rows.map((r): StepItem => ({ jobId: r.id, event: { type: 'DEADLINE_PASSED' } })),
     );
-    expect(write?.mode).toBe('jobsAndFilesAtAddress');
-    const [objects, changes, files, transitions] = parsed(write!.params);
+    const { objects, jobs, files, transitions, count } = parsed(write!.params);
     expect(objects).toEqual([]);
-    expect(
-      changes.map((c: { id: string; ctid: string; status: string }) => [c.id, c.ctid, c.status]),
-    ).toEqual(rows.map((r) => [r.id, r.row_address, 'timeout']));
-    expect(files.map((f: { file_id: string; ctid: string }) => [f.file_id, f.ctid])).toEqual(
-      rows.map((r) => [r.file_id, r.file_address]),
+    expect(jobs.map((c) => [c['ctid'], c['version'], c['status']])).toEqual(
+      rows.map((r) => [r.row_address, r.version, 'timeout']),
     );
+    expect(files.map((f) => f['file_id'])).toEqual(rows.map((r) => r.file_id));
     expect(transitions).toHaveLength(2);
+    expect(count).toBe(2);
   });
 
-  it('a job a chunk wrote has moved: the next chunk that changes it finds rows by id; the last file change wins', () => {
+  it('a job an earlier write changed is written at the address and version that write returned', () => {
     const [a, b] = [publishedRow(1), publishedRow(2)];
-    const plan = planBatch({ locked: 'jobs and files', rows: [a, b] });
-    expect(plan.next([{ jobId: a.id, event: ack(a.id) }]).write?.mode).toBe('jobsAndFilesAtAddress');
-    // b is untouched so far: still at its addresses.
-    expect(plan.next([{ jobId: b.id, event: ack(b.id) }]).write?.mode).toBe('jobsAndFilesAtAddress');
-    const { write } = plan.next([{ jobId: a.id, event: failed(a.id) }]);
-    expect(write?.mode).toBe('byId');
-    const [, changes, files] = parsed(write!.params);
-    // Only what this chunk changed, against what the first chunk wrote; no addresses.
-    expect(changes).toEqual([
-      {
-        id: a.id,
+    const plan = planBatch([a, b]);
+    const first = plan.next([{ jobId: a.id, event: ack(a.id) }]);
+    expect(parsed(first.write!.params).jobs.map((j) => j['ctid'])).toEqual([a.row_address]);
+    // b is untouched so far: still at its address, even before the first write returns.
+    const second = plan.decide([{ jobId: b.id, event: ack(b.id) }]);
+    expect(plan.waitsForMoved(second)).toBe(false);
+    expect(parsed(plan.write(second)!.params).jobs.map((j) => j['ctid'])).toEqual([b.row_address]);
+    // a again: its chunk waits for the first write's rows.
+    const third = plan.decide([{ jobId: a.id, event: failed(a.id) }]);
+    expect(plan.waitsForMoved(third)).toBe(true);
+    expect(() => plan.write(third)).toThrow(/moved/);
+    plan.moved([
+      { id: a.id, row_address: '(9,1)', version: '900' },
+      { id: b.id, row_address: '(9,2)', version: '900' },
+    ]);
+    expect(plan.waitsForMoved(third)).toBe(false);
+    const { jobs, files } = parsed(plan.write(third)!.params);
+    // The state after all of a's events, written where the first write left it.
+    expect(jobs).toEqual([
+      writtenJob(a, {
+        ctid: '(9,1)',
+        version: '900',
         status: 'error',
+        service_name: service.name,
+        service_version: service.version,
+        started_at: NOW.toISOString(),
         finished_at: NOW.toISOString(),
         error_code: 'UNSUPPORTED_FORMAT',
         error_message: 'xls 95 is not supported',
         result_msg_id: `result:${a.id}`,
-      },
+      }),
     ]);
     expect(files).toEqual([
       { file_id: a.file_id, job_id: a.id, status: 'ERROR', error_code: 'UNSUPPORTED_FORMAT' },
@@ -164,40 +218,20 @@ describe('planBatch', () => {
 
   it('within one chunk, the last change of a file wins', () => {
     const row = publishedRow(1);
-    const { write } = planBatch({ locked: 'jobs', rows: [row] }).next([
+    const { write } = planBatch([row]).next([
       { jobId: row.id, event: ack(row.id) },
       { jobId: row.id, event: failed(row.id) },
     ]);
-    const [, , files, transitions] = parsed(write!.params);
+    const { files, transitions } = parsed(write!.params);
     expect(files).toEqual([
       { file_id: row.file_id, job_id: row.id, status: 'ERROR', error_code: 'UNSUPPORTED_FORMAT' },
     ]);
     expect(transitions).toHaveLength(2);
   });
 
-  it('read without a lock: the guarded write, each job at its version, and the count it must update', () => {
-    const { row_address: _r, file_address: _f, ...row } = publishedRow(1);
-    const read: Reading = { locked: false, rows: [{ ...row, version: '777' }] };
-    const { write } = planBatch(read).next([{ jobId: row.id, event: ack(row.id) }]);
-    expect(write?.mode).toBe('guarded');
-    const [, changes, files, , count] = parsed(write!.params);
-    expect(changes).toEqual([
-      {
-        id: row.id,
-        version: '777',
-        status: 'processing',
-        service_name: service.name,
-        service_version: service.version,
-        started_at: NOW.toISOString(),
-      },
-    ]);
-    expect(files).toEqual([{ file_id: row.file_id, job_id: row.id, status: 'PROCESSING', error_code: null }]);
-    expect(count).toBe('1');
-  });
-
   it('nothing to write (a repeated ack) plans no write; an unknown job is reported as such', () => {
     const row = { ...publishedRow(1), status: 'processing' as const, started_at: NOW };
-    const plan = planBatch({ locked: 'jobs', rows: [row] });
+    const plan = planBatch([row]);
     const { outcomes, write } = plan.next([
       { jobId: row.id, event: ack(row.id) },
       { jobId: '00000000-0000-4000-8000-0000000000ff', event: ack('nobody') },

@@ -13,6 +13,7 @@ import * as m0007 from './0007_quarantine_service_mismatch.js';
 import * as m0010 from './0010_retention_indexes.js';
 import * as m0011 from './0011_time_ordered_ids.js';
 import * as m0012 from './0012_transition_fillfactor.js';
+import * as m0013 from './0013_step_write_rows.js';
 
 export const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
@@ -25,4 +26,5 @@ export const migrations: Record<string, Migration> = {
   '0010_retention_indexes': m0010,
   '0011_time_ordered_ids': m0011,
   '0012_transition_fillfactor': m0012,
+  '0013_step_write_rows': m0013,
 };
