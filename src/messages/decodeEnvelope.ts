@@ -2,6 +2,7 @@
  * Turns the raw bytes of a `recognition.result` message into a typed envelope, or into the
  * quarantine reason that says why it can never be applied.
  */
+import { isUtf8 } from 'node:buffer';
 import { QUARANTINE_REASON, RESULT_STATUSES } from '../../machines/statuses.js';
 import type { QuarantineReason } from '../../machines/statuses.js';
 import { checkResultEnvelope } from './schemas.js';
@@ -23,7 +24,19 @@ const FORBIDDEN_KEYS: ReadonlySet<string> = new Set(['__proto__', 'constructor',
 /** An unpaired UTF-16 surrogate (`\ud800` in JSON text): PostgreSQL text and jsonb refuse it. */
 const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
+/** A byte order mark, which a UTF-8 decoder drops at the start of a text. */
+const BOM = 0xfeff;
+
+/**
+ * The text of UTF-8 `data`, or null when it is not valid UTF-8 (a leading byte order mark
+ * dropped, as a UTF-8 decoder does). The check and the decoding are Node's native ones, several
+ * times cheaper than a `TextDecoder` that throws on an invalid byte.
+ */
+function utf8Text(data: Uint8Array): string | null {
+  if (!isUtf8(data)) return null;
+  const text = Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('utf8');
+  return text.charCodeAt(0) === BOM ? text.slice(1) : text;
+}
 
 /** What {@link decodeEnvelope} returns: the envelope, or a quarantine reason with its details. */
 export type DecodeResult =
@@ -77,12 +90,8 @@ function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
     return fail(QUARANTINE_REASON.PAYLOAD_TOO_LARGE, { bytes: data.byteLength, limit: maxBytes });
   }
 
-  let text: string;
-  try {
-    text = utf8.decode(data);
-  } catch {
-    return fail(QUARANTINE_REASON.INVALID_JSON, { message: 'payload is not valid UTF-8' });
-  }
+  const text = utf8Text(data);
+  if (text === null) return fail(QUARANTINE_REASON.INVALID_JSON, { message: 'payload is not valid UTF-8' });
   let value: unknown;
   try {
     value = JSON.parse(text);

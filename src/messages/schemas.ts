@@ -8,7 +8,7 @@
  * test/unit/messages.schema.test.ts` rewrites the files from the objects.
  */
 import { Ajv2020 } from 'ajv/dist/2020.js';
-import type { ErrorObject } from 'ajv/dist/2020.js';
+import type { ErrorObject, ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import type { FromSchema, JSONSchema } from 'json-schema-to-ts';
 import { ENVELOPE_STATUS } from '../../machines/statuses.js';
@@ -166,11 +166,25 @@ export type SchemaCheck<T> = { valid: true; value: T } | { valid: false; errors:
 
 // Strict mode makes a typo in a schema keyword fail at module load instead of being ignored.
 // strictRequired is off only because it flags the standard idiom of `then: { required: [...] }`
-// naming properties declared at the top level.
-const ajv = new Ajv2020({ strict: true, strictRequired: false, allErrors: true });
-addFormatsModule.default(ajv, ['uuid', 'date-time']);
-const validateResultEnvelope = ajv.compile<ResultEnvelope>(resultEnvelopeSchema);
-const validateJob = ajv.compile<JobMessage>(jobMessageSchema);
+// naming properties declared at the top level. Each schema is compiled twice: a validator that
+// stops at the first error decides (most values are valid, and it does less work on them), and
+// one that collects every error explains an invalid value.
+function compiler(allErrors: boolean) {
+  const ajv = new Ajv2020({ strict: true, strictRequired: false, allErrors });
+  addFormatsModule.default(ajv, ['uuid', 'date-time']);
+  return ajv;
+}
+const [decides, explains] = [compiler(false), compiler(true)];
+const validateResultEnvelope = decides.compile<ResultEnvelope>(resultEnvelopeSchema);
+const explainResultEnvelope = explains.compile<ResultEnvelope>(resultEnvelopeSchema);
+const validateJob = decides.compile<JobMessage>(jobMessageSchema);
+const explainJob = explains.compile<JobMessage>(jobMessageSchema);
+
+/** Every error `explain` finds in `value` (which the deciding validator refused). */
+function errorsOf(explain: ValidateFunction, value: unknown): SchemaError[] {
+  explain(value);
+  return toSchemaErrors(explain.errors);
+}
 
 function toSchemaErrors(errors: ErrorObject[] | null | undefined): SchemaError[] {
   return (errors ?? []).map(({ instancePath, schemaPath, keyword, params, message }) => ({
@@ -189,14 +203,12 @@ function toSchemaErrors(errors: ErrorObject[] | null | undefined): SchemaError[]
 export function checkResultEnvelope(value: unknown): SchemaCheck<ResultEnvelope> {
   return validateResultEnvelope(value)
     ? { valid: true, value }
-    : { valid: false, errors: toSchemaErrors(validateResultEnvelope.errors) };
+    : { valid: false, errors: errorsOf(explainResultEnvelope, value) };
 }
 
 /** Checks any value against {@link jobMessageSchema}; returns the typed value or all errors. Pure. */
 export function checkJobMessage(value: unknown): SchemaCheck<JobMessage> {
-  return validateJob(value)
-    ? { valid: true, value }
-    : { valid: false, errors: toSchemaErrors(validateJob.errors) };
+  return validateJob(value) ? { valid: true, value } : { valid: false, errors: errorsOf(explainJob, value) };
 }
 
 /** Type guard: `true` exactly when `value` is valid against {@link jobMessageSchema}. Pure. */

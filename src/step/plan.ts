@@ -11,7 +11,14 @@ import {
   type JobState,
 } from '../../machines/index.js';
 import { CONTEXT_COLUMNS, rowToJobState, stateChanged } from '../db/jobRow.js';
-import { WRITE_PARAMETERS, type StepRow, type WritePart, type WrittenRow } from './statements.js';
+import { arrayLiteral, type ArrayElement } from './arrayLiteral.js';
+import {
+  WRITE_PARAMETERS,
+  WRITE_PARTS,
+  type StepRow,
+  type WritePart,
+  type WrittenRow,
+} from './statements.js';
 
 /** One event for one job. */
 export interface StepItem {
@@ -146,6 +153,7 @@ export function planBatch(rows: readonly StepRow[]): BatchPlan {
   };
   return plan;
 }
+
 /** Step 2 for `items`: decide each in order against `current` (updated), appending to `outcomes`. */
 function decideAll(
   items: readonly StepItem[],
@@ -228,18 +236,24 @@ interface WriteContext {
 }
 
 /** An empty array per column of `part`. */
-function columnsOf<P extends WritePart>(part: P): Record<keyof (typeof WRITE_PARAMETERS)[P], unknown[]> {
-  const out = {} as Record<string, unknown[]>;
+function columnsOf<P extends WritePart>(part: P): Record<keyof (typeof WRITE_PARAMETERS)[P], ArrayElement[]> {
+  const out = {} as Record<string, ArrayElement[]>;
   for (const c of Object.keys(WRITE_PARAMETERS[part])) out[c] = [];
-  return out as Record<keyof (typeof WRITE_PARAMETERS)[P], unknown[]>;
+  return out as Record<keyof (typeof WRITE_PARAMETERS)[P], ArrayElement[]>;
 }
 
 /** A value as a typed array's element: times as ISO strings, documents as JSON. */
-function element(v: unknown): unknown {
+function element(v: unknown): ArrayElement {
   if (v === null || v === undefined) return null;
+  if (typeof v === 'string' || typeof v === 'number') return v;
   if (v instanceof Date) return v.toISOString();
-  if (typeof v === 'object') return JSON.stringify(v);
-  return v;
+  return JSON.stringify(v);
+}
+
+/** Each part's arrays as array literals of their types, in the order of {@link WRITE_PARAMETERS}. */
+function literalsOf(part: WritePart, columns: Record<string, ArrayElement[]>): string[] {
+  const types = WRITE_PARAMETERS[part] as Record<string, string>;
+  return Object.keys(types).map((c) => arrayLiteral(types[c]!, columns[c]!));
 }
 
 /**
@@ -294,7 +308,8 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
     transitions.msg_id.push(t.msg_id);
     transitions.detail.push(element(t.detail));
   }
-  const params = [objects, jobs, files, transitions].flatMap((part) => Object.values(part) as unknown[]);
+  const parts: Record<WritePart, Record<string, ArrayElement[]>> = { objects, jobs, files, transitions };
+  const params = WRITE_PARTS.flatMap((part) => literalsOf(part, parts[part]));
   return { params: [...params, jobIds.length], jobIds };
 }
 

@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
 import { applyInboxBatchTx, decodeItem } from '../../src/daemon/inboxBatch.js';
 import { withPgClient } from '../../src/db/pgTransaction.js';
+import { arrayLiteral, type ArrayElement } from '../../src/step/arrayLiteral.js';
 import {
   applyEvents,
   applyEventsOptimistic,
@@ -454,6 +455,50 @@ async function fillTables(client: pg.PoolClient): Promise<void> {
   });
   await client.query({ text: 'ANALYZE stored_file, recognition_job' });
 }
+
+describe("the write's array literals", () => {
+  it('read back by PostgreSQL as the values they were built from, for every type the write uses', async () => {
+    const awkward = [
+      '',
+      'NULL',
+      'null',
+      'a,b',
+      '{x}',
+      ' lead',
+      'trail ',
+      'q"uote',
+      'back\\slash',
+      'tab\tnl\n',
+      'ünï',
+      null,
+    ];
+    const cases: Array<[string, ArrayElement[], string]> = [
+      ['text', awkward, 'v::text'],
+      ['jsonb', [JSON.stringify({ a: 'q"uote\\', b: [1, { c: null }] }), null, '"s"'], 'v::text'],
+      ['tid', ['(0,1)', '(4294967295,65535)', null], 'v::text'],
+      [
+        'timestamptz',
+        [new Date('2025-03-01T10:00:00.123Z').toISOString(), null],
+        'to_char(v AT TIME ZONE \'UTC\', \'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"\')',
+      ],
+      ['uuid', [randomUUID(), null], 'v::text'],
+      ['bigint', [9007199254740991, '42', null], 'v::text'],
+      ['integer', [0, -5, null], 'v::text'],
+      ['xid', ['123', null], 'v::text'],
+    ];
+    for (const [type, values, asText] of cases) {
+      const { rows } = await t.pool.query<{ v: string | null }>(
+        `SELECT ${asText} AS v FROM unnest($1::${type}[]) WITH ORDINALITY AS u(v, n) ORDER BY n`,
+        [arrayLiteral(type, values)],
+      );
+      const expected = values.map((v) =>
+        v === null ? null : type === 'jsonb' ? JSON.stringify(JSON.parse(String(v))) : String(v),
+      );
+      const got = rows.map((r) => (r.v !== null && type === 'jsonb' ? JSON.stringify(JSON.parse(r.v)) : r.v));
+      expect(got, type).toEqual(expected);
+    }
+  });
+});
 
 describe("the write's plan (generic, as the hot paths run it)", () => {
   interface PlanNode {

@@ -67,7 +67,27 @@ const failed = (jobId: string): JobEventInput => ({
 
 type Rows = Array<Record<string, unknown>>;
 
-/** The write's parameters as rows: each part's arrays zipped back into one object per element. */
+/** The elements of a one-dimensional array literal (`NULL` as null, quoted elements unescaped). */
+function elementsOf(literal: string): Array<string | null> {
+  const out: Array<string | null> = [];
+  const body = literal.slice(1, -1);
+  for (let i = 0; i < body.length;) {
+    if (body[i] === '"') {
+      let text = '';
+      for (i++; body[i] !== '"'; i++) text += body[i] === '\\' ? body[++i] : body[i];
+      out.push(text);
+      i += 2;
+    } else {
+      const end = body.indexOf(',', i) === -1 ? body.length : body.indexOf(',', i);
+      const text = body.slice(i, end);
+      out.push(text === 'NULL' ? null : text);
+      i = end + 1;
+    }
+  }
+  return out;
+}
+
+/** The write's parameters as rows: each part's arrays zipped back into one object per element (as text). */
 function parsed(params: unknown[]): {
   objects: Rows;
   jobs: Rows;
@@ -79,7 +99,7 @@ function parsed(params: unknown[]): {
   const out: Record<string, Rows> = {};
   for (const part of WRITE_PARTS) {
     const columns = Object.keys(WRITE_PARAMETERS[part]);
-    const arrays = columns.map(() => params[n++] as unknown[]);
+    const arrays = columns.map(() => elementsOf(params[n++] as string));
     out[part] = arrays[0]!.map((_, i) => Object.fromEntries(columns.map((c, k) => [c, arrays[k]![i]])));
   }
   expect(params).toHaveLength(n + 1);
@@ -92,7 +112,7 @@ function parsed(params: unknown[]): {
   };
 }
 
-/** A job's written row: every mutable column, as the row `r` holds them but for `changes`. */
+/** A job's written row (as text): every mutable column, as the row `r` holds them but for `changes`. */
 function writtenJob(r: StepRow, changes: Record<string, unknown>): Record<string, unknown> {
   const iso = (d: Date | null) => (d ? d.toISOString() : null);
   return {
@@ -101,7 +121,7 @@ function writtenJob(r: StepRow, changes: Record<string, unknown>): Record<string
     status: r.status,
     service_name: r.service_name,
     service_version: r.service_version,
-    publish_attempts: r.publish_attempts,
+    publish_attempts: String(r.publish_attempts),
     next_publish_at: iso(r.next_publish_at),
     published_at: iso(r.published_at),
     reply_deadline: iso(r.reply_deadline),
@@ -111,7 +131,7 @@ function writtenJob(r: StepRow, changes: Record<string, unknown>): Record<string
     error_code: r.error_code,
     error_message: r.error_message,
     result_schema_version: r.result_schema_version,
-    result_s3_object_id: r.result_s3_object_id,
+    result_s3_object_id: r.result_s3_object_id === null ? null : String(r.result_s3_object_id),
     result_msg_id: r.result_msg_id,
     result_bucket: null,
     result_key: null,
