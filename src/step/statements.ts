@@ -1,6 +1,6 @@
 /**
- * The step's statements: fixed texts that take their batch as parameters (a uuid array, JSON
- * documents), so a driver that prepares statements by name parses and plans each once per
+ * The step's statements: fixed texts that take their batch as parameters (typed arrays; a retry's
+ * JSON documents), so a driver that prepares statements by name parses and plans each once per
  * connection; and the rows they read.
  */
 import { FILE_STATUS } from '../../machines/index.js';
