@@ -1,8 +1,8 @@
 /**
  * The step against real PostgreSQL: the rules of docs/lifecycle.md, each with a full comparison of the
  * rows before and after — on both of its paths: locked (a transaction: lock, write, commit) and
- * unlocked (read with versions, one guarded write; handing back to the locked path as the inbox
- * does when it cannot finish).
+ * unlocked (read with versions, then the same write, which applies only at those versions; handing
+ * back to the locked path as the inbox does when it cannot finish).
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
@@ -316,7 +316,7 @@ describe.each(['locked', 'unlocked'] as const)('%s path', (path) => {
 });
 
 describe('the unlocked path when the job changes between its read and its write', () => {
-  it('the guarded write aborts as a whole, and the path decides again on the new row', async () => {
+  it('the write aborts as a whole, and the path decides again on the new row', async () => {
     const { jobId, fileId } = await insertJob(t.db, { status: 'published' });
     const objectsBefore = (await t.db.selectFrom('s3_object').select('id').execute()).length;
     let reads = 0;
