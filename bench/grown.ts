@@ -81,8 +81,8 @@ async function adminP95(databaseUrl: string, runs: number) {
 /**
  * How often the inbox's waits on retention's locks are sampled. A wait at least this long spans a
  * sample, so it is seen; one seen at an age of `a` lasted less than `a` + this period. Sampling is
- * a query of `pg_locks` and `pg_stat_activity` that takes CPU from the measured inbox: every 10 ms
- * it cost the inbox about 6 % of its rate.
+ * a query of `pg_locks` and `pg_stat_activity` that takes CPU from the measured inbox, charged to
+ * retention: it samples no more often than a bound well under the target needs.
  */
 const LOCK_WAIT_SAMPLE_MS = 50;
 
@@ -96,12 +96,12 @@ const LOCK_WAITS_SQL = `
 
 /**
  * The product's retention pass over the history (failed jobs kept 30 minutes, the rest forever, the
- * configured batch size and busy share), run in segments that share the walk's position: each inbox run beside it
- * starts a segment as its clock starts and halts it after its batch as the clock stops, so the
- * runs without retention run without it; `finish` then runs the pass to its end, untimed and
- * without rests, so that it deletes every expired job. The inbox's waits on the pass's locks are
- * sampled every {@link LOCK_WAIT_SAMPLE_MS} while a segment runs; after each segment, a VACUUM of
- * what it deleted, so no autovacuum of it lands in a later run.
+ * configured batch size and busy share), run in segments that share the walk's position: each
+ * inbox run beside it starts a segment as its clock starts and halts it after its batch as the
+ * clock stops, so the runs without retention run without it; `finish` then runs the pass to its
+ * end, untimed and without rests, so that it deletes every expired job. The inbox's waits on the
+ * pass's locks are sampled every {@link LOCK_WAIT_SAMPLE_MS} while a segment runs; after each
+ * segment, a VACUUM of what it deleted, so no autovacuum of it lands in a later run.
  */
 function retentionBeside(env: BenchEnv) {
   const result = {

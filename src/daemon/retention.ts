@@ -159,8 +159,8 @@ const MAX_REST_MS = 1_000;
 /**
  * The rest after a batch that took `batchMs`, so that batches fill at most `maxBusyPercent` of the
  * pass's time. Retention is background work: on a database the inbox keeps busy, a pass that
- * deletes flat out takes CPU and I/O from every envelope, while a rest of a few hundred
- * milliseconds per batch still deletes thousands of jobs a second.
+ * deletes flat out takes CPU and I/O from every envelope, while a pass that rests most of the time
+ * still deletes jobs far faster than an exchange creates them.
  */
 export function restAfterBatch(batchMs: number, maxBusyPercent: number): number {
   if (maxBusyPercent >= 100) return 0;

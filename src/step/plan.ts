@@ -1,6 +1,6 @@
 /**
  * The pure part of the step: deciding a batch's events against the rows it read, and turning the
- * decisions into the write statement's mode and parameters. No I/O; the caller sends the writes.
+ * decisions into the write statement's parameters. No I/O; the caller sends the writes.
  */
 import {
   decide,

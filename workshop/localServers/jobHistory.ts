@@ -237,13 +237,13 @@ export async function generateJobHistory(
  * Bring a generated and vacuumed history to the state a long-lived table is in. The VACUUM after
  * generation lists in the free space map the crumb left at the end of nearly every page of
  * `recognition_job`, all at once; a crumb can hold a new job's row or the next version of a job in
- * flight (smaller than a finished one), so these would land one per old page. A table that grew over months has
- * no such crumbs left in old pages: each was listed by the vacuum after its page filled up and
- * taken by the next small rows soon after. This fills them the same way, with that many small
+ * flight (smaller than a finished one), so these would land one per old page. A table that grew
+ * over months has no such crumbs left in old pages: each was listed by the vacuum after its page
+ * filled up and taken by the next small rows soon after. This fills them the same way, with small
  * finished jobs (`dlq`, never published, with their files, uploads and transition), which stay
- * part of the history, until no crumb of {@link SMALLEST_HOT_ROW_BYTES} is left. Runs on `client` as a superuser (the free space map is read through
- * `pg_freespacemap`; foreign-key triggers are skipped, as the generator skips them). Resolves with
- * the number of jobs added.
+ * part of the history, until no crumb of {@link SMALLEST_HOT_ROW_BYTES} is left. Runs on `client`
+ * as a superuser (the free space map is read through `pg_freespacemap`; foreign-key triggers are
+ * skipped, as the generator skips them). Resolves with the number of jobs added.
  */
 export async function fillFreeSpaceCrumbs(client: SqlRunner): Promise<number> {
   await client.query('CREATE EXTENSION IF NOT EXISTS pg_freespacemap');
