@@ -45,14 +45,15 @@ export async function decideAndWrite({
   let writing: Promise<unknown> | undefined;
   for (let start = 0; start < items.length; start += WRITE_CHUNK) {
     const chunk = plan.decide(items.slice(start, start + WRITE_CHUNK));
+    const laterChunks = start + WRITE_CHUNK < items.length;
     outcomes.push(...chunk.outcomes);
     if (writing && plan.waitsForMoved(chunk)) await writing;
-    const write = plan.write(chunk);
+    const write = plan.write(chunk, { laterChunks });
     if (writing) await writing;
     if (!write) continue;
     writing = sql.query<WrittenRow>(WRITE, write.params).then((written) => plan.moved(written));
     wrote = true;
-    if (start + WRITE_CHUNK < items.length) {
+    if (laterChunks) {
       // Let the statement go out before deciding the next chunk; its failure is awaited above.
       writing.catch(() => undefined);
       await yieldToIo();

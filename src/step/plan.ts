@@ -45,7 +45,10 @@ export type StepOutcome =
       reason: null;
     };
 
-/** One write statement's worth: its parameters ({@link WRITE_PARAMETERS}, then the count of jobs). */
+/**
+ * One write statement's worth: its parameters ({@link WRITE_PARAMETERS}, then the count of jobs
+ * and whether the statement returns their new addresses).
+ */
 export interface PlannedWrite {
   params: unknown[];
   /** The jobs it writes: a later chunk that changes one of them again needs its new address. */
@@ -76,9 +79,12 @@ export interface BatchPlan {
   decide(items: readonly StepItem[]): DecidedChunk;
   /** Whether planning `chunk`'s write must wait for the rows an earlier write returns. */
   waitsForMoved(chunk: DecidedChunk): boolean;
-  /** Plan `chunk`'s write, or null when it changes nothing. */
-  write(chunk: DecidedChunk): PlannedWrite | null;
-  /** Decide and plan (one chunk, or chunks whose jobs no earlier write changed). */
+  /**
+   * Plan `chunk`'s write, or null when it changes nothing. With `laterChunks`, the write returns
+   * where its jobs stand now, for {@link moved}; the last chunk of a batch needs none of that.
+   */
+  write(chunk: DecidedChunk, o?: { laterChunks: boolean }): PlannedWrite | null;
+  /** Decide and plan a batch's only (or last) chunk. */
   next(items: readonly StepItem[]): PlannedChunk;
   /** Where the jobs a write changed stand now (its returned rows). */
   moved(rows: readonly WrittenRow[]): void;
@@ -133,11 +139,12 @@ export function planBatch(rows: readonly StepRow[]): BatchPlan {
       for (const id of chunk.effects.touched) if (unsettled.has(id)) return true;
       return false;
     },
-    write(chunk) {
+    write(chunk, { laterChunks } = { laterChunks: false }) {
       if (plan.waitsForMoved(chunk)) throw new Error('a job of this chunk has moved: wait for moved() first');
       const w = writeParams(chunk.effects, { written, current, at });
-      if (w) for (const id of w.jobIds) unsettled.add(id);
-      return w;
+      if (!w) return null;
+      if (laterChunks) for (const id of w.jobIds) unsettled.add(id);
+      return { ...w, params: [...w.params, laterChunks] };
     },
     next(items) {
       const chunk = plan.decide(items);

@@ -186,8 +186,10 @@ function unnestOf(): Record<WritePart, { from: string; first: number }> {
 }
 const UNNEST = unnestOf();
 
-/** The parameter with the count of job rows the write must find. */
-const EXPECTED_JOBS = `$${Object.values(WRITE_PARAMETERS).reduce((n, p) => n + Object.keys(p).length, 0) + 1}`;
+/** After the parts' arrays: the count of job rows the write must find, and whether to return them. */
+const PARTS_PARAMETERS = Object.values(WRITE_PARAMETERS).reduce((n, p) => n + Object.keys(p).length, 0);
+const EXPECTED_JOBS = `$${PARTS_PARAMETERS + 1}`;
+const RETURN_JOBS = `$${PARTS_PARAMETERS + 2}`;
 
 /**
  * Step 3, the one write of every event path, one statement (data-modifying CTEs, which see one
@@ -201,8 +203,9 @@ const EXPECTED_JOBS = `$${Object.values(WRITE_PARAMETERS).reduce((n, p) => n + O
  * A job that is not at its address and version any more (changed since it was read, possible
  * only on the unlocked path) makes the count of written jobs fall short, and the statement aborts
  * as a whole with a serialization failure (`recognition_job_versions_checked`, migration 0003).
- * Returns each written job's new address and version: a later chunk of the same batch that
- * changes the job again finds it there.
+ * When asked to, returns each written job's new address and version: a later chunk of the same
+ * batch that changes the job again finds it there. Otherwise it returns one row of nulls, and a
+ * batch of one chunk (every inbox batch) receives nothing it does not read.
  *
  * How the jobs are found: the batch's addresses as an array make the planner fetch exactly those
  * rows (a Tid Scan) and hash them against the elements, whatever it guesses of the batch's and the
@@ -253,7 +256,7 @@ function writeSql(): string {
   -- One row, so the check runs whether or not any job was written.
   checked AS (SELECT recognition_job_versions_checked((SELECT count(*) FROM job), ${EXPECTED_JOBS}::integer) AS n)
   -- Every data-modifying CTE runs to completion whether or not it is read.
-  SELECT job.id::text, job.row_address, job.version FROM checked LEFT JOIN job ON true`;
+  SELECT job.id::text, job.row_address, job.version FROM checked LEFT JOIN job ON ${RETURN_JOBS}::boolean`;
 }
 
 /** Step 3's statement. */

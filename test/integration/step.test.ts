@@ -510,12 +510,13 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
     Plans?: PlanNode[];
   }
   const nodes = (n: PlanNode): PlanNode[] => [n, ...(n.Plans ?? []).flatMap(nodes)];
-  /** Each parameter's SQL type, in order: the parts' arrays, then the count of jobs. */
+  /** Each parameter's SQL type, in order: the parts' arrays, the count of jobs, whether to return them. */
   const types = [
     ...WRITE_PARTS.flatMap((part) =>
       Object.values(WRITE_PARAMETERS[part] as Record<string, string>).map((t) => `${t}[]`),
     ),
     'integer',
+    'boolean',
   ];
 
   /**
@@ -563,6 +564,7 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
           none(),
           ...Object.keys(WRITE_PARAMETERS.transitions).map(() => []),
           rows.length,
+          false,
         ];
         // A name of its own: a prepared statement outlives the transaction, on a pooled connection.
         const name = `plan_check_${++prepared}`;

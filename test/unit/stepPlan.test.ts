@@ -94,6 +94,7 @@ function parsed(params: unknown[]): {
   files: Rows;
   transitions: Rows;
   count: unknown;
+  returnsJobs: unknown;
 } {
   let n = 0;
   const out: Record<string, Rows> = {};
@@ -102,13 +103,14 @@ function parsed(params: unknown[]): {
     const arrays = columns.map(() => elementsOf(params[n++] as string));
     out[part] = arrays[0]!.map((_, i) => Object.fromEntries(columns.map((c, k) => [c, arrays[k]![i]])));
   }
-  expect(params).toHaveLength(n + 1);
+  expect(params).toHaveLength(n + 2);
   return {
     objects: out['objects']!,
     jobs: out['jobs']!,
     files: out['files']!,
     transitions: out['transitions']!,
     count: params[n],
+    returnsJobs: params[n + 1],
   };
 }
 
@@ -179,6 +181,8 @@ describe('planBatch', () => {
     ]);
     expect(count).toBe(1);
     expect(write!.jobIds).toEqual([row.id]);
+    // The batch's only chunk: the statement need not return where the job stands now.
+    expect(parsed(write!.params).returnsJobs).toBe(false);
   });
 
   it("the watchdog's rows: each job at its address and version, its file by id", () => {
@@ -200,12 +204,15 @@ describe('planBatch', () => {
   it('a job an earlier write changed is written at the address and version that write returned', () => {
     const [a, b] = [publishedRow(1), publishedRow(2)];
     const plan = planBatch([a, b]);
-    const first = plan.next([{ jobId: a.id, event: ack(a.id) }]);
-    expect(parsed(first.write!.params).jobs.map((j) => j['ctid'])).toEqual([a.row_address]);
+    const later = { laterChunks: true };
+    const first = plan.write(plan.decide([{ jobId: a.id, event: ack(a.id) }]), later)!;
+    // A write with chunks after it returns where its jobs stand now.
+    expect(parsed(first.params)).toMatchObject({ returnsJobs: true });
+    expect(parsed(first.params).jobs.map((j) => j['ctid'])).toEqual([a.row_address]);
     // b is untouched so far: still at its address, even before the first write returns.
     const second = plan.decide([{ jobId: b.id, event: ack(b.id) }]);
     expect(plan.waitsForMoved(second)).toBe(false);
-    expect(parsed(plan.write(second)!.params).jobs.map((j) => j['ctid'])).toEqual([b.row_address]);
+    expect(parsed(plan.write(second, later)!.params).jobs.map((j) => j['ctid'])).toEqual([b.row_address]);
     // a again: its chunk waits for the first write's rows.
     const third = plan.decide([{ jobId: a.id, event: failed(a.id) }]);
     expect(plan.waitsForMoved(third)).toBe(true);
@@ -215,7 +222,9 @@ describe('planBatch', () => {
       { id: b.id, row_address: '(9,2)', version: '900' },
     ]);
     expect(plan.waitsForMoved(third)).toBe(false);
-    const { jobs, files } = parsed(plan.write(third)!.params);
+    const { jobs, files, returnsJobs } = parsed(plan.write(third)!.params);
+    // The last chunk: nothing after it needs its jobs' addresses.
+    expect(returnsJobs).toBe(false);
     // The state after all of a's events, written where the first write left it.
     expect(jobs).toEqual([
       writtenJob(a, {
