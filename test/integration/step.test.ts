@@ -540,19 +540,15 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
         );
         const column = <T>(f: (r: (typeof rows)[number]) => T) => rows.map(f);
         const none = () => rows.map(() => null);
-        const jobColumns = Object.keys(WRITE_PARAMETERS.jobs).map((c) =>
-          c === 'ctid'
-            ? column((r) => r.ctid)
-            : c === 'version'
-              ? column((r) => r.xmin)
-              : c === 'status'
-                ? column(() => 'done')
-                : c === 'result_bucket'
-                  ? column(() => 'arm-ka')
-                  : c === 'result_key'
-                    ? column((r) => `results/${r.id}.json`)
-                    : none(),
-        );
+        // The jobs' columns the plan depends on; every other column is null.
+        const jobValues: Record<string, unknown[]> = {
+          ctid: column((r) => r.ctid),
+          version: column((r) => r.xmin),
+          status: column(() => 'done'),
+          result_bucket: column(() => 'arm-ka'),
+          result_key: column((r) => `results/${r.id}.json`),
+        };
+        const jobColumns = Object.keys(WRITE_PARAMETERS.jobs).map((c) => jobValues[c] ?? none());
         const values: unknown[] = [
           column(() => 'arm-ka'),
           column((r) => `results/${r.id}.json`),
