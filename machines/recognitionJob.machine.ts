@@ -193,6 +193,23 @@ const deadlineTransitions = [
   { actions: noChange('ignored', 'deadline_not_passed'), description: 'reply_deadline not yet passed' },
 ] as const;
 
+/**
+ * The context its guards and actions read: a decision depends on these and on the event only, so
+ * the step hydrates the machine from their columns alone and writes back only what the machine
+ * assigns. A guard or action that reads another key must add it here; the equivalence test
+ * (`test/unit/compileMachine.test.ts`) fails until it does.
+ */
+export const CONTEXT_THE_MACHINE_READS = [
+  'jobId',
+  'fileId',
+  'attempt',
+  'targetService',
+  'fileIsCurrent',
+  'publishAttempts',
+  'replyDeadline',
+  'resultMsgId',
+] as const satisfies ReadonlyArray<keyof JobContext>;
+
 /** The machine. Hydrate with `recognitionJobMachine.resolveState({ value: status, context })`. */
 export const recognitionJobMachine = setup({
   types: {

@@ -2,7 +2,7 @@
  * The job row is the machine's state: `status` is the state value, the other columns are the
  * context. This is the one mapping between the two, in both directions.
  */
-import type { JobContext, JobState } from '../../machines/index.js';
+import { CONTEXT_THE_MACHINE_READS, type JobContext, type JobState } from '../../machines/index.js';
 import type { JobRow } from './schema.js';
 
 /** Columns the machine may change, with the context key each comes from. */
@@ -69,6 +69,77 @@ export function rowToJobState(row: JobStateRow, fileIsCurrent: boolean): JobStat
   };
 }
 
+/** The columns of the context keys the machine cannot change. */
+const FIXED_JOB_COLUMNS = {
+  id: 'jobId',
+  file_id: 'fileId',
+  attempt: 'attempt',
+  target_service: 'targetService',
+} as const satisfies Partial<Record<keyof JobStateRow, keyof JobContext>>;
+
+/** Each context key with its column (`fileIsCurrent` is the file's, not the job's). */
+type ColumnOf = {
+  [C in MutableJobColumn as (typeof MUTABLE_JOB_COLUMNS)[C] & string]: C;
+} & { [C in keyof typeof FIXED_JOB_COLUMNS as (typeof FIXED_JOB_COLUMNS)[C]]: C };
+const COLUMN_OF = Object.fromEntries(
+  [...Object.entries(FIXED_JOB_COLUMNS), ...Object.entries(MUTABLE_JOB_COLUMNS)]
+    .filter(([, key]) => key !== null)
+    .map(([column, key]) => [key, column]),
+) as ColumnOf;
+
+type ReadKey = Exclude<(typeof CONTEXT_THE_MACHINE_READS)[number], 'fileIsCurrent'>;
+
+/** The job columns a decision depends on: the status and the columns of the context the machine reads. */
+export type ReadJobRow = Pick<JobStateRow, 'status' | ColumnOf[ReadKey]>;
+
+/** (column, context key) of each column of the context the machine reads. */
+const READ_CONTEXT_COLUMNS = CONTEXT_THE_MACHINE_READS.filter(
+  (key): key is ReadKey => key !== 'fileIsCurrent',
+).map((key) => [COLUMN_OF[key], key] as const);
+
+/** {@link ReadJobRow}'s columns, for the step's SELECT lists. */
+export const READ_JOB_COLUMNS: ReadonlyArray<keyof ReadJobRow> = [
+  'status',
+  ...READ_CONTEXT_COLUMNS.map(([column]) => column),
+];
+
+/** A context hydrated from a {@link ReadJobRow}: the keys the machine reads, the others undefined. */
+type ReadContext = {
+  [K in keyof JobContext]: K extends (typeof CONTEXT_THE_MACHINE_READS)[number] ? JobContext[K] : undefined;
+};
+
+/**
+ * Hydration input from the columns a decision depends on: a context with the values of the keys
+ * the machine reads, and every other key undefined (the `satisfies` makes it name each key as
+ * one or the other). After a decision, a key with a value that was undefined is one the machine
+ * assigned ({@link assignedColumns}). Every key is present so that every context has one shape,
+ * the one the machine's assignments copy and overwrite.
+ */
+export function rowToReadState(row: ReadJobRow, fileIsCurrent: boolean): JobState {
+  const context = {
+    jobId: row.id,
+    fileId: row.file_id,
+    attempt: row.attempt,
+    targetService: row.target_service,
+    fileIsCurrent,
+    serviceName: undefined,
+    serviceVersion: undefined,
+    publishAttempts: row.publish_attempts,
+    nextPublishAt: undefined,
+    publishedAt: undefined,
+    replyDeadline: row.reply_deadline,
+    startedAt: undefined,
+    finishedAt: undefined,
+    metrics: undefined,
+    errorCode: undefined,
+    errorMessage: undefined,
+    resultSchemaVersion: undefined,
+    resultS3ObjectId: undefined,
+    resultMsgId: row.result_msg_id,
+  } satisfies ReadContext;
+  return { status: row.status, context: context as unknown as JobContext };
+}
+
 function same(a: unknown, b: unknown): boolean {
   if (a instanceof Date && b instanceof Date) return a.getTime() === b.getTime();
   if (a !== null && b !== null && typeof a === 'object' && typeof b === 'object') {
@@ -90,11 +161,19 @@ export function changedColumns(
   return diff;
 }
 
-/** Whether any mutable column differs between two states of a job. */
-export function stateChanged(before: JobState, after: JobState): boolean {
-  if (before.status !== after.status) return true;
-  for (const [, key] of CONTEXT_COLUMNS) if (!same(before.context[key], after.context[key])) return true;
-  return false;
+/**
+ * The mutable columns but `status` whose values `after` sets anew, as a bit mask: bit `i` is the
+ * column `CONTEXT_COLUMNS[i]`. A key `after` lacks (a state hydrated by {@link rowToReadState}
+ * that the machine did not assign) is left as it is.
+ */
+export function assignedColumns(before: JobState, after: JobState): number {
+  let mask = 0;
+  for (let i = 0; i < CONTEXT_COLUMNS.length; i++) {
+    const key = CONTEXT_COLUMNS[i]![1];
+    const value = after.context[key];
+    if (value !== undefined && !same(before.context[key], value)) mask |= 1 << i;
+  }
+  return mask;
 }
 
 /** (column, context key) of every mutable column but `status`, in column order, computed once. */

@@ -18,7 +18,7 @@ import {
   type JobState,
   type JobStatus,
 } from '../../machines/index.js';
-import { changedColumns, rowToJobState } from '../db/jobRow.js';
+import { changedColumns, rowToReadState } from '../db/jobRow.js';
 import { stepSqlOf, type StepTransaction } from './sql.js';
 import { RETRY_LOCK, RETRY_WRITE, type RetryLockedRow } from './statements.js';
 
@@ -61,7 +61,7 @@ export function planRetries(
   newJobId: () => string,
 ): PlannedRetries {
   const current = new Map<string, { state: JobState; row: RetryLockedRow }>();
-  for (const row of rows) current.set(row.id, { state: rowToJobState(row, row.file_is_current), row });
+  for (const row of rows) current.set(row.id, { state: rowToReadState(row, row.file_is_current), row });
   const attempts: Array<Record<string, unknown>> = [];
   const transitions: Array<Record<string, unknown>> = [];
   const outcomes: RetryOutcome[] = [];

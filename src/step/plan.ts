@@ -10,7 +10,7 @@ import {
   type JobEventInput,
   type JobState,
 } from '../../machines/index.js';
-import { CONTEXT_COLUMNS, rowToJobState, stateChanged } from '../db/jobRow.js';
+import { CONTEXT_COLUMNS, assignedColumns, rowToReadState } from '../db/jobRow.js';
 import { arrayLiteral, type ArrayElement } from './arrayLiteral.js';
 import {
   WRITE_PARAMETERS,
@@ -121,7 +121,7 @@ export function planBatch(rows: readonly StepRow[]): BatchPlan {
   let now: Date | undefined;
   for (const row of rows) {
     now = row.db_now;
-    const state = rowToJobState(row, row.file_is_current);
+    const state = rowToReadState(row, row.file_is_current);
     written.set(row.id, state);
     current.set(row.id, state);
     at.set(row.id, { address: row.row_address, version: row.version });
@@ -265,21 +265,28 @@ function literalsOf(part: WritePart, columns: Record<string, ArrayElement[]>): s
 
 /**
  * Step 3's parameters for `fx`: each touched job whose state changed or that has an effect, with
- * its whole state after its events; or null when there is nothing to write.
+ * its status and the columns the machine assigned it since its last write (the mask `assigned`;
+ * the other elements are null and the statement leaves those columns as they are); or null when
+ * there is nothing to write.
  */
 function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
   const jobs = columnsOf('jobs');
   const jobIds: string[] = [];
   for (const id of fx.touched) {
     const after = ctx.current.get(id)!;
-    const changed = stateChanged(ctx.written.get(id)!, after);
+    const before = ctx.written.get(id)!;
+    const assigned = assignedColumns(before, after);
     ctx.written.set(id, after);
-    if (!changed && !fx.effected.has(id)) continue;
+    if (assigned === 0 && before.status === after.status && !fx.effected.has(id)) continue;
     const where = ctx.at.get(id)!;
     jobs.ctid.push(where.address);
     jobs.version.push(where.version);
     jobs.status.push(after.status);
-    for (const [column, key] of CONTEXT_COLUMNS) jobs[column].push(element(after.context[key]));
+    jobs.assigned.push(assigned);
+    for (let i = 0; i < CONTEXT_COLUMNS.length; i++) {
+      const [column, key] = CONTEXT_COLUMNS[i]!;
+      jobs[column].push(assigned & (1 << i) ? element(after.context[key]) : null);
+    }
     // A registered result object: the statement resolves its id (3a) and points the job at it (3b).
     const object = fx.objects.get(id);
     jobs.result_bucket.push(object?.bucket ?? null);

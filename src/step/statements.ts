@@ -4,16 +4,17 @@
  * connection; and the rows they read.
  */
 import { FILE_STATUS } from '../../machines/index.js';
-import { JOB_STATE_COLUMNS, type JobStateRow, type MutableJobColumn } from '../db/jobRow.js';
+import { CONTEXT_COLUMNS, READ_JOB_COLUMNS, type MutableJobColumn, type ReadJobRow } from '../db/jobRow.js';
 import { defineStatement, type Statement } from './statement.js';
 
 /**
- * A job's row as the step reads it: its state, whether its file points at it, the database clock,
- * and where the row stands: its address (`ctid`) and its version (`xmin`, the transaction that
- * wrote this version of the row). The write finds the row at that address, and only while it
- * still holds that version.
+ * A job's row as the step reads it: the columns a decision depends on (its status and the context
+ * the machine reads), whether its file points at it, the database clock, and where the row stands:
+ * its address (`ctid`) and its version (`xmin`, the transaction that wrote this version of the
+ * row). The write finds the row at that address, and only while it still holds that version.
  */
-export type StepRow = JobStateRow & {
+export type StepRow = ReadJobRow & {
+  id: string;
   file_is_current: boolean;
   db_now: Date;
   row_address: string;
@@ -21,7 +22,9 @@ export type StepRow = JobStateRow & {
 };
 
 /** {@link StepRow}'s columns. */
-const STEP_ROW_COLUMNS = `${JOB_STATE_COLUMNS.map((c) => `j.${c}`).join(', ')},
+const STEP_ROW_COLUMNS = `j.id, ${READ_JOB_COLUMNS.filter((c) => c !== 'id')
+  .map((c) => `j.${c}`)
+  .join(', ')},
          (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
          date_trunc('milliseconds', now()) AS db_now,
          j.ctid::text AS row_address, j.xmin::text AS version`;
@@ -114,7 +117,7 @@ export const DUE_LOCK: Readonly<Record<DueEnd, Statement>> = {
 
 /**
  * The job columns step 3 writes, with their SQL types, in the order of its parameters: every
- * mutable column, set to the job's state after its events (the values the machine assigned).
+ * mutable column the machine assigned, to the value it assigned; the others stay as they are.
  */
 export const WRITTEN_JOB_COLUMNS = {
   status: 'text',
@@ -141,6 +144,8 @@ export const WRITE_PARAMETERS = {
     ctid: 'tid',
     version: 'xid',
     ...WRITTEN_JOB_COLUMNS,
+    // Which columns but `status` the job's element sets: bit i for CONTEXT_COLUMNS[i].
+    assigned: 'integer',
     // A result registered in this statement, by bucket and key: 3a returns its id.
     result_bucket: 'text',
     result_key: 'text',
@@ -161,7 +166,8 @@ export type WritePart = keyof typeof WRITE_PARAMETERS;
 export const WRITE_PARTS = Object.keys(WRITE_PARAMETERS) as WritePart[];
 
 /**
- * The function that unnests each part's arrays with a row estimate of a batch (migration 0013):
+ * The function that unnests each part's arrays with a row estimate of a batch (migrations 0013
+ * and 0014):
  * it takes the part's arrays in order and returns a column of each name.
  */
 export const UNNEST_FUNCTION: Record<WritePart, string> = {
@@ -196,8 +202,9 @@ const RETURN_JOBS = `$${PARTS_PARAMETERS + 2}`;
  * snapshot and whose foreign keys are checked at its end), its parameters typed arrays (one
  * element per row, {@link WRITE_PARAMETERS}):
  *   a. register the result objects (`s3_object`), one multi-row upsert;
- *   b. write each job's state after its events, at the address it was read at and only while it
- *      still has the version it was read at; a result registered in 3a is pointed at by its id;
+ *   b. write each job's status and the columns the machine assigned it (the others stay as they
+ *      are), at the address it was read at and only while it still has the version it was read
+ *      at; a result registered in 3a is pointed at by its id;
  *   c. change the files that are still the jobs' current files (by id);
  *   d. append the transition log, in the order the events were applied.
  * A job that is not at its address and version any more (changed since it was read, possible
@@ -217,8 +224,18 @@ const RETURN_JOBS = `$${PARTS_PARAMETERS + 2}`;
  */
 function writeSql(): string {
   const j = UNNEST.jobs;
+  const assigned = (c: string) => {
+    const bit = CONTEXT_COLUMNS.findIndex(([column]) => column === c);
+    return `CASE WHEN c.assigned & ${1 << bit} = 0 THEN j.${c} ELSE c.${c} END`;
+  };
   const set = Object.keys(WRITTEN_JOB_COLUMNS)
-    .map((c) => (c === 'result_s3_object_id' ? `${c} = COALESCE(obj.id, c.${c})` : `${c} = c.${c}`))
+    .map((c) =>
+      c === 'status'
+        ? `${c} = c.${c}`
+        : c === 'result_s3_object_id'
+          ? `${c} = COALESCE(obj.id, ${assigned(c)})`
+          : `${c} = ${assigned(c)}`,
+    )
     .join(',\n        ');
   return `
   WITH obj AS (

@@ -27,6 +27,7 @@ import {
 } from 'xstate';
 import { compileMachine, refusal } from '../../machines/compileMachine.js';
 import {
+  CONTEXT_THE_MACHINE_READS,
   JOB_EVENT_TYPES,
   JOB_STATUSES,
   RESULT_STATUSES,
@@ -59,6 +60,39 @@ function bothPaths(job: JobState, event: JobEvent): [unknown, unknown] {
     }
   };
   return [attempt(decide), attempt(decideWithXstate)];
+}
+
+/** `context` with only the keys the machine declares it reads: what the step hydrates. */
+function readContext(context: JobContext): JobContext {
+  const read: Partial<Record<keyof JobContext, unknown>> = {};
+  for (const key of CONTEXT_THE_MACHINE_READS) read[key] = context[key];
+  return read as JobContext;
+}
+
+/**
+ * Where the decision on the read context differs from the one on the whole context, or null: the
+ * same decision, effects and target, and a context that has every key the machine assigned, with
+ * the value it assigned (a key it lacks is one the machine left as it was).
+ */
+function readContextMismatch(job: JobState, event: JobEvent): string | null {
+  const attempt = (context: JobContext) => {
+    try {
+      return decide({ status: job.status, context }, event);
+    } catch (e) {
+      return { threw: String(e) };
+    }
+  };
+  const whole = attempt(job.context);
+  const read = attempt(readContext(job.context));
+  if (!('context' in whole) || !('context' in read)) return isDeepStrictEqual(whole, read) ? null : 'threw';
+  const { context: wholeAfter, ...wholeDecision } = whole;
+  const { context: readAfter, ...readDecision } = read;
+  if (!isDeepStrictEqual(wholeDecision, readDecision)) return 'decision';
+  for (const key of Object.keys(wholeAfter) as Array<keyof JobContext>) {
+    const expected = readAfter[key] === undefined ? job.context[key] : readAfter[key];
+    if (!isDeepStrictEqual(wholeAfter[key], expected)) return key;
+  }
+  return null;
 }
 
 describe('the lifecycle machine', () => {
@@ -170,6 +204,9 @@ describe('compiled and xstate decisions are equal', () => {
             const [compiled, xstate] = bothPaths({ status, context }, event);
             if (!isDeepStrictEqual(compiled, xstate) && mismatches.length < 5)
               mismatches.push(JSON.stringify({ status, context, event, compiled, xstate }));
+            const unread = readContextMismatch({ status, context }, event);
+            if (unread !== null && mismatches.length < 5)
+              mismatches.push(JSON.stringify({ status, context, event, readContextDiffersIn: unread }));
           }
         }
       }
@@ -260,6 +297,7 @@ describe('compiled and xstate decisions are equal', () => {
       fc.property(fc.constantFrom(...JOB_STATUSES), context, event, (status, ctx, ev) => {
         const [compiled, xstate] = bothPaths({ status, context: ctx }, ev);
         expect(compiled).toStrictEqual(xstate);
+        expect(readContextMismatch({ status, context: ctx }, ev)).toBeNull();
       }),
       { seed: 20250815, numRuns: 2_000 },
     );

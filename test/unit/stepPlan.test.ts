@@ -6,14 +6,14 @@
 import { describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
 import { planBatch, type StepItem } from '../../src/step/plan.js';
+import { CONTEXT_COLUMNS } from '../../src/db/jobRow.js';
 import { WRITE_PARAMETERS, WRITE_PARTS, type StepRow } from '../../src/step/statements.js';
 
 const NOW = new Date('2025-03-01T10:00:00.000Z');
-const PUBLISHED_AT = new Date('2025-03-01T09:59:00.000Z');
 const DEADLINE = new Date('2025-03-01T10:09:00.000Z');
 const service = { name: 'tabular-parser', version: '2.3.1' };
 
-/** A published job's row as a read returns it, with its address and version. */
+/** A published job's row as a read returns it (the columns a decision depends on), with its address and version. */
 function publishedRow(n: number, overrides: Partial<StepRow> = {}): StepRow {
   return {
     id: `00000000-0000-4000-8000-00000000000${n}`,
@@ -21,19 +21,8 @@ function publishedRow(n: number, overrides: Partial<StepRow> = {}): StepRow {
     attempt: 1,
     target_service: service.name,
     status: 'published',
-    service_name: null,
-    service_version: null,
     publish_attempts: 1,
-    next_publish_at: null,
-    published_at: PUBLISHED_AT,
     reply_deadline: DEADLINE,
-    started_at: null,
-    finished_at: null,
-    metrics: null,
-    error_code: null,
-    error_message: null,
-    result_schema_version: null,
-    result_s3_object_id: null,
     result_msg_id: null,
     file_is_current: true,
     db_now: NOW,
@@ -114,31 +103,24 @@ function parsed(params: unknown[]): {
   };
 }
 
-/** A job's written row (as text): every mutable column, as the row `r` holds them but for `changes`. */
-function writtenJob(r: StepRow, changes: Record<string, unknown>): Record<string, unknown> {
-  const iso = (d: Date | null) => (d ? d.toISOString() : null);
-  return {
-    ctid: r.row_address,
-    version: r.version,
-    status: r.status,
-    service_name: r.service_name,
-    service_version: r.service_version,
-    publish_attempts: String(r.publish_attempts),
-    next_publish_at: iso(r.next_publish_at),
-    published_at: iso(r.published_at),
-    reply_deadline: iso(r.reply_deadline),
-    started_at: iso(r.started_at),
-    finished_at: iso(r.finished_at),
-    metrics: r.metrics === null ? null : JSON.stringify(r.metrics),
-    error_code: r.error_code,
-    error_message: r.error_message,
-    result_schema_version: r.result_schema_version,
-    result_s3_object_id: r.result_s3_object_id === null ? null : String(r.result_s3_object_id),
-    result_msg_id: r.result_msg_id,
-    result_bucket: null,
-    result_key: null,
-    ...changes,
-  };
+/**
+ * A job's written row (as text): its address, version and status, the columns `assigned` sets
+ * with their values, null for every other column (left as it is), and the mask of the assigned
+ * columns.
+ */
+function writtenJob(
+  r: StepRow,
+  where: { ctid?: string; version?: string; status: string },
+  assigned: Record<string, string | null>,
+  object: { result_bucket: string; result_key: string } | null = null,
+): Record<string, unknown> {
+  const row: Record<string, unknown> = { ctid: r.row_address, version: r.version, ...where };
+  let mask = 0;
+  CONTEXT_COLUMNS.forEach(([column], i) => {
+    row[column] = column in assigned ? assigned[column] : null;
+    if (column in assigned) mask |= 1 << i;
+  });
+  return { ...row, assigned: String(mask), result_bucket: null, result_key: null, ...object };
 }
 
 describe('planBatch', () => {
@@ -157,21 +139,27 @@ describe('planBatch', () => {
     const { objects, jobs, files, transitions, count } = parsed(write!.params);
     // The registered result object, once.
     expect(objects).toEqual([{ bucket: 'arm-ka', key: `results/${row.id}.json`, created_by: service.name }]);
-    // The job's whole state after both events, at the address and version it was read at,
-    // pointing at its result object by bucket and key (the statement resolves the id).
+    // The job's status after both events and every column they assigned (to null too), at the
+    // address and version it was read at, pointing at its result object by bucket and key (the
+    // statement resolves the id). The columns neither event assigned stay as they are.
     expect(jobs).toEqual([
-      writtenJob(row, {
-        status: 'done',
-        service_name: service.name,
-        service_version: service.version,
-        started_at: NOW.toISOString(),
-        finished_at: NOW.toISOString(),
-        metrics: JSON.stringify({ pages: 3 }),
-        result_schema_version: '1.0',
-        result_msg_id: `result:${row.id}`,
-        result_bucket: 'arm-ka',
-        result_key: `results/${row.id}.json`,
-      }),
+      writtenJob(
+        row,
+        { status: 'done' },
+        {
+          service_name: service.name,
+          service_version: service.version,
+          next_publish_at: null,
+          started_at: NOW.toISOString(),
+          finished_at: NOW.toISOString(),
+          metrics: JSON.stringify({ pages: 3 }),
+          error_code: null,
+          error_message: null,
+          result_schema_version: '1.0',
+          result_msg_id: `result:${row.id}`,
+        },
+        { result_bucket: 'arm-ka', result_key: `results/${row.id}.json` },
+      ),
     ]);
     expect(files).toEqual([{ file_id: row.file_id, job_id: row.id, status: 'PROCESSING', error_code: null }]);
     // Both transitions, in the order applied.
@@ -225,20 +213,23 @@ describe('planBatch', () => {
     const { jobs, files, returnsJobs } = parsed(plan.write(third)!.params);
     // The last chunk: nothing after it needs its jobs' addresses.
     expect(returnsJobs).toBe(false);
-    // The state after all of a's events, written where the first write left it.
+    // What a's last event assigned anew since the first write, written where that write left
+    // it: not the columns the first write set already (started_at, and the service as the
+    // failure repeats it).
     expect(jobs).toEqual([
-      writtenJob(a, {
-        ctid: '(9,1)',
-        version: '900',
-        status: 'error',
-        service_name: service.name,
-        service_version: service.version,
-        started_at: NOW.toISOString(),
-        finished_at: NOW.toISOString(),
-        error_code: 'UNSUPPORTED_FORMAT',
-        error_message: 'xls 95 is not supported',
-        result_msg_id: `result:${a.id}`,
-      }),
+      writtenJob(
+        a,
+        { ctid: '(9,1)', version: '900', status: 'error' },
+        {
+          next_publish_at: null,
+          finished_at: NOW.toISOString(),
+          metrics: null,
+          error_code: 'UNSUPPORTED_FORMAT',
+          error_message: 'xls 95 is not supported',
+          result_schema_version: null,
+          result_msg_id: `result:${a.id}`,
+        },
+      ),
     ]);
     expect(files).toEqual([
       { file_id: a.file_id, job_id: a.id, status: 'ERROR', error_code: 'UNSUPPORTED_FORMAT' },
@@ -259,7 +250,7 @@ describe('planBatch', () => {
   });
 
   it('nothing to write (a repeated ack) plans no write; an unknown job is reported as such', () => {
-    const row = { ...publishedRow(1), status: 'processing' as const, started_at: NOW };
+    const row = publishedRow(1, { status: 'processing' });
     const plan = planBatch([row]);
     const { outcomes, write } = plan.next([
       { jobId: row.id, event: ack(row.id) },

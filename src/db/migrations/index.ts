@@ -14,6 +14,7 @@ import * as m0010 from './0010_retention_indexes.js';
 import * as m0011 from './0011_time_ordered_ids.js';
 import * as m0012 from './0012_transition_fillfactor.js';
 import * as m0013 from './0013_step_write_rows.js';
+import * as m0014 from './0014_step_write_assigned.js';
 
 export const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
@@ -27,4 +28,5 @@ export const migrations: Record<string, Migration> = {
   '0011_time_ordered_ids': m0011,
   '0012_transition_fillfactor': m0012,
   '0013_step_write_rows': m0013,
+  '0014_step_write_assigned': m0014,
 };
