@@ -163,8 +163,8 @@ export function changedColumns(
 
 /**
  * The mutable columns but `status` whose values `after` sets anew, as a bit mask: bit `i` is the
- * column `CONTEXT_COLUMNS[i]`. A key `after` lacks (a state hydrated by {@link rowToReadState}
- * that the machine did not assign) is left as it is.
+ * column `CONTEXT_COLUMNS[i]`. A key undefined in `after` (of a state hydrated by
+ * {@link rowToReadState}, not assigned by the machine) is left as it is.
  */
 export function assignedColumns(before: JobState, after: JobState): number {
   let mask = 0;
@@ -185,3 +185,6 @@ export const CONTEXT_COLUMNS = Object.entries(MUTABLE_JOB_COLUMNS).filter(
     Exclude<(typeof MUTABLE_JOB_COLUMNS)[MutableJobColumn], null>,
   ] => e[1] !== null,
 );
+
+// The mask of {@link assignedColumns} is a PostgreSQL integer: one bit per column, 31 at most.
+if (CONTEXT_COLUMNS.length > 31) throw new Error('assignedColumns: more than 31 mutable job columns');
