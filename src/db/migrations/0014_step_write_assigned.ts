@@ -1,23 +1,36 @@
 /**
- * The step reads only the columns a decision depends on, so its write sets only the columns the
- * machine assigned: the jobs' rows of its parameters carry a bit mask of them (`assigned`, bit i
- * for the i-th mutable column but `status`, in `CONTEXT_COLUMNS` order). The function keeps
- * migration 0013's row estimate.
+ * Two changes to the functions that unnest the step write's parameters (migration 0013):
+ *
+ * - The step reads only the columns a decision depends on, so its write sets only the columns the
+ *   machine assigned: the jobs' rows carry a bit mask of them (`assigned`, bit i for the i-th
+ *   mutable column but `status`, in `CONTEXT_COLUMNS` order).
+ * - Each function unnests its arrays in its select list (`SELECT unnest($1), unnest($2), …`),
+ *   which steps through the arrays side by side, as `unnest($1, $2, …)` in FROM does, but without
+ *   first copying each array's elements into a tuplestore of their own.
+ *
+ * The functions stay PL/pgSQL with their row estimate (`ROWS 100`), for the reason 0013 gives.
  */
 import { sql, type Kysely } from 'kysely';
 
-const BEFORE = sql`recognition_step_jobs(
+const JOBS_BEFORE = sql`recognition_step_jobs(
   tid[], xid[], text[], text[], text[], integer[], timestamptz[], timestamptz[], timestamptz[],
   timestamptz[], timestamptz[], jsonb[], text[], text[], text[], bigint[], text[], text[], text[])`;
 
-const AFTER = sql`recognition_step_jobs(
+const JOBS_AFTER = sql`recognition_step_jobs(
   tid[], xid[], text[], text[], text[], integer[], timestamptz[], timestamptz[], timestamptz[],
   timestamptz[], timestamptz[], jsonb[], text[], text[], text[], bigint[], text[], integer[], text[], text[])`;
 
 export async function up(db: Kysely<unknown>): Promise<void> {
-  await sql`DROP FUNCTION ${BEFORE}`.execute(db);
   await sql`
-    CREATE FUNCTION ${AFTER}
+    CREATE OR REPLACE FUNCTION recognition_step_objects(text[], text[], text[])
+    RETURNS TABLE (bucket text, key text, created_by text)
+    LANGUAGE plpgsql STABLE ROWS 100 AS $$
+    BEGIN
+      RETURN QUERY SELECT unnest($1), unnest($2), unnest($3);
+    END $$`.execute(db);
+  await sql`DROP FUNCTION ${JOBS_BEFORE}`.execute(db);
+  await sql`
+    CREATE FUNCTION ${JOBS_AFTER}
     RETURNS TABLE (
       ctid tid, version xid, status text, service_name text, service_version text,
       publish_attempts integer, next_publish_at timestamptz, published_at timestamptz,
@@ -27,15 +40,39 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       result_key text)
     LANGUAGE plpgsql STABLE ROWS 100 AS $$
     BEGIN
-      RETURN QUERY SELECT * FROM unnest(
-        $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20);
+      RETURN QUERY SELECT unnest($1), unnest($2), unnest($3), unnest($4), unnest($5), unnest($6),
+        unnest($7), unnest($8), unnest($9), unnest($10), unnest($11), unnest($12), unnest($13),
+        unnest($14), unnest($15), unnest($16), unnest($17), unnest($18), unnest($19), unnest($20);
+    END $$`.execute(db);
+  await sql`
+    CREATE OR REPLACE FUNCTION recognition_step_files(uuid[], uuid[], text[], text[])
+    RETURNS TABLE (file_id uuid, job_id uuid, status text, error_code text)
+    LANGUAGE plpgsql STABLE ROWS 100 AS $$
+    BEGIN
+      RETURN QUERY SELECT unnest($1), unnest($2), unnest($3), unnest($4);
+    END $$`.execute(db);
+  // `seq` numbers the rows from 1, as WITH ORDINALITY did.
+  await sql`
+    CREATE OR REPLACE FUNCTION recognition_step_transitions(uuid[], text[], text[], text[], text[], jsonb[])
+    RETURNS TABLE (job_id uuid, from_status text, to_status text, event text, msg_id text, detail jsonb, seq bigint)
+    LANGUAGE plpgsql STABLE ROWS 100 AS $$
+    BEGIN
+      RETURN QUERY SELECT unnest($1), unnest($2), unnest($3), unnest($4), unnest($5), unnest($6),
+        generate_series(1::bigint, cardinality($1)::bigint);
     END $$`.execute(db);
 }
 
 export async function down(db: Kysely<unknown>): Promise<void> {
-  await sql`DROP FUNCTION ${AFTER}`.execute(db);
   await sql`
-    CREATE FUNCTION ${BEFORE}
+    CREATE OR REPLACE FUNCTION recognition_step_objects(text[], text[], text[])
+    RETURNS TABLE (bucket text, key text, created_by text)
+    LANGUAGE plpgsql STABLE ROWS 100 AS $$
+    BEGIN
+      RETURN QUERY SELECT * FROM unnest($1, $2, $3);
+    END $$`.execute(db);
+  await sql`DROP FUNCTION ${JOBS_AFTER}`.execute(db);
+  await sql`
+    CREATE FUNCTION ${JOBS_BEFORE}
     RETURNS TABLE (
       ctid tid, version xid, status text, service_name text, service_version text,
       publish_attempts integer, next_publish_at timestamptz, published_at timestamptz,
@@ -46,5 +83,19 @@ export async function down(db: Kysely<unknown>): Promise<void> {
     BEGIN
       RETURN QUERY SELECT * FROM unnest(
         $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19);
+    END $$`.execute(db);
+  await sql`
+    CREATE OR REPLACE FUNCTION recognition_step_files(uuid[], uuid[], text[], text[])
+    RETURNS TABLE (file_id uuid, job_id uuid, status text, error_code text)
+    LANGUAGE plpgsql STABLE ROWS 100 AS $$
+    BEGIN
+      RETURN QUERY SELECT * FROM unnest($1, $2, $3, $4);
+    END $$`.execute(db);
+  await sql`
+    CREATE OR REPLACE FUNCTION recognition_step_transitions(uuid[], text[], text[], text[], text[], jsonb[])
+    RETURNS TABLE (job_id uuid, from_status text, to_status text, event text, msg_id text, detail jsonb, seq bigint)
+    LANGUAGE plpgsql STABLE ROWS 100 AS $$
+    BEGIN
+      RETURN QUERY SELECT * FROM unnest($1, $2, $3, $4, $5, $6) WITH ORDINALITY;
     END $$`.execute(db);
 }
