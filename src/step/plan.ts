@@ -249,11 +249,21 @@ function columnsOf<P extends WritePart>(part: P): Record<keyof (typeof WRITE_PAR
   return out as Record<keyof (typeof WRITE_PARAMETERS)[P], ArrayElement[]>;
 }
 
+/** The time {@link element} formatted last, and its text: most times of a batch are its clock. */
+let lastTime = NaN;
+let lastIso = '';
+
 /** A value as a typed array's element: times as ISO strings, documents as JSON. */
 function element(v: unknown): ArrayElement {
   if (v === null || v === undefined) return null;
   if (typeof v === 'string' || typeof v === 'number') return v;
-  if (v instanceof Date) return v.toISOString();
+  if (v instanceof Date) {
+    if (v.getTime() !== lastTime) {
+      lastTime = v.getTime();
+      lastIso = v.toISOString();
+    }
+    return lastIso;
+  }
   return JSON.stringify(v);
 }
 
@@ -271,6 +281,8 @@ function literalsOf(part: WritePart, columns: Record<string, ArrayElement[]>): s
  */
 function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
   const jobs = columnsOf('jobs');
+  // The context columns' arrays by position (bit i of the mask is CONTEXT_COLUMNS[i]).
+  const contextArrays = CONTEXT_COLUMNS.map(([column]) => jobs[column]);
   const jobIds: string[] = [];
   for (const id of fx.touched) {
     const after = ctx.current.get(id)!;
@@ -283,9 +295,8 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
     jobs.version.push(where.version);
     jobs.status.push(after.status);
     jobs.assigned.push(assigned);
-    for (let i = 0; i < CONTEXT_COLUMNS.length; i++) {
-      const [column, key] = CONTEXT_COLUMNS[i]!;
-      jobs[column].push(assigned & (1 << i) ? element(after.context[key]) : null);
+    for (let i = 0; i < contextArrays.length; i++) {
+      contextArrays[i]!.push(assigned & (1 << i) ? element(after.context[CONTEXT_COLUMNS[i]![1]]) : null);
     }
     // A registered result object: the statement resolves its id (3a) and points the job at it (3b).
     const object = fx.objects.get(id);
