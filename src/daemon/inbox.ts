@@ -27,7 +27,6 @@
  */
 import type { JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
-import type { Counter } from 'prom-client';
 import { QUARANTINE_REASON } from '../../machines/index.js';
 import type { Database } from '../db/schema.js';
 import { isRetryable } from '../errors.js';
@@ -141,7 +140,17 @@ function entryOf(msg: JsMsg, maxBytes: number): Entry {
   return { raw: new ReceivedMessage(msg), decoded, msg, key };
 }
 
-type CounterName = 'envelopes' | 'quarantine' | 'transitions';
+/** Count one more of `key`. */
+function tally(counts: Map<string, number>, key: string): void {
+  counts.set(key, (counts.get(key) ?? 0) + 1);
+}
+
+/** The map under `key` in `tree`, made when missing. */
+function branch<V>(tree: Map<string, Map<string, V>>, key: string): Map<string, V> {
+  let child = tree.get(key);
+  if (child === undefined) tree.set(key, (child = new Map()));
+  return child;
+}
 
 /**
  * What becomes of a batch, as a function that applies one: one transaction, then ack, log and
@@ -154,20 +163,18 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
   const target = opts.pool ?? opts.db;
   /** Log one line per decision (only at the levels enabled); count per batch. */
   function report(entries: readonly Entry[], outs: readonly InboxOutcome[], traced?: InboxTrace): void {
-    const counts = new Map<string, { counter: CounterName; labels: Record<string, string>; n: number }>();
-    const count = (counter: CounterName, key: string, labels: () => Record<string, string>) => {
-      const c = counts.get(key);
-      if (c) c.n += 1;
-      else counts.set(key, { counter, labels: labels(), n: 1 });
-    };
+    // Counted per batch by label values, which are the machine's names: no key is built per envelope.
+    const envelopes = new Map<string, number>();
+    const reasons = new Map<string, number>();
+    const transitions = new Map<string, Map<string, Map<string, number>>>();
     const info = log.isLevelEnabled('info');
     const warn = info || log.isLevelEnabled('warn');
     const debug = log.isLevelEnabled('debug');
     for (let i = 0; i < entries.length; i++) {
       const out = outs[i]!;
       if (out.kind === 'quarantined') {
-        count('envelopes', 'e:quarantined', () => ({ outcome: 'quarantined' }));
-        count('quarantine', `q:${out.reason}`, () => ({ reason: out.reason }));
+        tally(envelopes, 'quarantined');
+        tally(reasons, out.reason);
         if (warn)
           log.warn(
             {
@@ -184,14 +191,8 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
         continue;
       }
       const o = out.outcome;
-      count('envelopes', `e:${o.decision}`, () => ({ outcome: o.decision }));
-      if (o.decision === 'applied') {
-        count('transitions', `t:${o.from}:${o.event}:${o.to}`, () => ({
-          from: o.from!,
-          event: o.event,
-          to: o.to!,
-        }));
-      }
+      tally(envelopes, o.decision);
+      if (o.decision === 'applied') tally(branch(branch(transitions, o.from), o.event), o.to);
       const enabled = o.decision === 'duplicate' ? debug : o.decision === 'late' ? warn : info;
       if (!enabled) continue;
       const line = {
@@ -219,7 +220,12 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
           log.info(line, `envelope not accepted in status ${o.from}: nothing changes`);
       }
     }
-    if (metrics) for (const c of counts.values()) (metrics[c.counter] as Counter<string>).inc(c.labels, c.n);
+    if (!metrics) return;
+    for (const [outcome, n] of envelopes) metrics.envelopes.inc({ outcome }, n);
+    for (const [reason, n] of reasons) metrics.quarantine.inc({ reason }, n);
+    for (const [from, byEvent] of transitions)
+      for (const [event, byTo] of byEvent)
+        for (const [to, n] of byTo) metrics.transitions.inc({ from, event, to }, n);
   }
 
   /** Apply one batch; ack after commit, nak on retryable failure, isolate on any other. */
