@@ -3,7 +3,8 @@
  * → the candidate transitions in the order xstate tries them (the state's own, then the root's).
  * Taking an event picks the first candidate whose guard passes (xstate's `evaluateGuard`, so the
  * machine's own guards) and runs its actions: the machine's own `assign` functions, its own
- * `enqueueActions` (through xstate's own resolver) and, as data, every other action, in the order
+ * `enqueueActions` (their collect functions, given what xstate's resolver gives them) and, as
+ * data, every other action, in the order
  * and with the params `machine.transition()` hands them to the actor scope's executor. The result
  * is the next state, the next context and those actions, as `machine.transition()` makes them,
  * without snapshots, exit and entry sets or microsteps: for a flat machine these change nothing.
@@ -24,6 +25,14 @@
  * "ask `machine.transition()`", which then decides, or throws its own error.
  */
 import {
+  assign,
+  cancel,
+  emit,
+  raise,
+  sendParent,
+  sendTo,
+  spawnChild,
+  stopChild,
   type AnyActorScope,
   type AnyMachineSnapshot,
   type AnyStateMachine,
@@ -81,7 +90,14 @@ interface BuiltinAction {
   type: string;
   resolve: (...args: unknown[]) => [unknown, unknown, UnknownAction[] | undefined];
   assignment?: unknown;
+  collect?: (args: unknown, params: unknown) => void;
 }
+
+/** xstate's action creators an `enqueueActions` reaches through `enqueue.<name>(…)`. */
+const ENQUEUE_HELPERS = { assign, cancel, emit, raise, sendParent, sendTo, spawnChild, stopChild } as Record<
+  string,
+  (...args: unknown[]) => UnknownAction
+>;
 
 type Implementation = ((...args: never[]) => unknown) | undefined;
 
@@ -123,7 +139,32 @@ export function compileMachine(machine: AnyStateMachine, scope: AnyActorScope): 
     return { ...context, ...update };
   }
 
-  /** What an `enqueueActions` enqueues, collected by xstate's own resolver. */
+  /**
+   * The queue of the `enqueueActions` being collected, and what its `check` evaluates against.
+   * A decision is synchronous and a collect function returns before its actions run, so one
+   * `enqueue` and one `check`, made here once, serve every call: xstate's own resolver makes a
+   * function and ten closures for each.
+   */
+  let queue: UnknownAction[] = [];
+  let checked: { context: MachineContext; event: EventObject; row: Row } | undefined;
+  const enqueue = Object.assign(
+    (action: UnknownAction) => {
+      queue.push(action);
+    },
+    Object.fromEntries(
+      Object.entries(ENQUEUE_HELPERS).map(([name, create]) => [
+        name,
+        (...args: unknown[]) => {
+          queue.push(create(...args));
+        },
+      ]),
+    ),
+  );
+  // Guards get the current context as an argument, as xstate's resolver gives them its snapshot's.
+  const check = (guard: UnknownGuard) =>
+    evaluateGuard(guard, checked!.context, checked!.event, checked!.row.snapshot);
+
+  /** What an `enqueueActions` enqueues: its collect function run as xstate's resolver runs it. */
   function enqueued(
     action: BuiltinAction,
     context: MachineContext,
@@ -131,11 +172,11 @@ export function compileMachine(machine: AnyStateMachine, scope: AnyActorScope): 
     row: Row,
     params: unknown,
   ): readonly UnknownAction[] {
-    // Its `check` evaluates guards against the snapshot's context: the current one.
-    const snapshot = { ...row.snapshot, context };
-    const args = { context, event, self: scope.self, system: scope.system };
-    const [, , queued] = action.resolve(scope, snapshot, args, params, action);
-    return queued ?? [];
+    if (action.collect === undefined) throw UNCOVERED;
+    queue = [];
+    checked = { context, event, row };
+    action.collect({ context, event, enqueue, check, self: scope.self, system: scope.system }, params);
+    return queue;
   }
 
   /** Run `actions` as xstate resolves them, from `context`; returns the context they leave. */
