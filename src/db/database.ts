@@ -42,8 +42,8 @@ const defaultTimestamptz = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ,
  * offset `±HH` or `±HH:MM`) is made an ISO 8601 string for the engine's native parser; anything
  * else (other DateStyles, BC dates, years past 9999, `infinity`, offsets with seconds) goes to
  * pg's own parser. Same Date either way (fractions below a millisecond are dropped by both). The
- * step reads eight of these per job, so the parser is on the inbox's hot path (see
- * docs/performance.md).
+ * step reads two of these per job (its reply deadline and the database clock), so the parser is
+ * on the inbox's hot path (see docs/performance.md).
  */
 export function parseTimestamptz(text: string): Date {
   const n = text.length;
