@@ -18,7 +18,7 @@ import {
   type JobState,
   type JobStatus,
 } from '../../machines/index.js';
-import { changedColumns, rowToReadState } from '../db/jobRow.js';
+import { changedColumns, rowToReadState, timeOf } from '../db/jobRow.js';
 import { stepSqlOf, type StepTransaction } from './sql.js';
 import { RETRY_LOCK, RETRY_WRITE, type RetryLockedRow } from './statements.js';
 
@@ -82,7 +82,7 @@ export function planRetries(
     const { state, row } = found;
     const event: JobEvent = {
       type: 'RETRY_REQUESTED',
-      now: row.db_now,
+      now: timeOf(row.db_now),
       newJobId: newJobId(),
       ...(request.targetService !== undefined ? { targetService: request.targetService } : {}),
     };

@@ -10,7 +10,7 @@ import {
   type JobEventInput,
   type JobState,
 } from '../../machines/index.js';
-import { CONTEXT_COLUMNS, assignedColumns, rowToReadState } from '../db/jobRow.js';
+import { CONTEXT_COLUMNS, assignedColumns, rowToReadState, timeOf } from '../db/jobRow.js';
 import { arrayLiteral, type ArrayElement } from './arrayLiteral.js';
 import {
   WRITE_PARAMETERS,
@@ -118,9 +118,9 @@ export function planBatch(rows: readonly StepRow[]): BatchPlan {
   const current = new Map<string, JobState>();
   /** Where each job's row stands: its address and version, as read or as last written. */
   const at = new Map<string, { address: string; version: string }>();
-  let now: Date | undefined;
+  // The database clock, the same in every row of one read.
+  const now = rows.length > 0 ? timeOf(rows[0]!.db_now) : undefined;
   for (const row of rows) {
-    now = row.db_now;
     const state = rowToReadState(row, row.file_is_current);
     written.set(row.id, state);
     current.set(row.id, state);

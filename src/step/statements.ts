@@ -4,8 +4,36 @@
  * connection; and the rows they read.
  */
 import { FILE_STATUS } from '../../machines/index.js';
-import { CONTEXT_COLUMNS, READ_JOB_COLUMNS, type MutableJobColumn, type ReadJobRow } from '../db/jobRow.js';
+import {
+  CONTEXT_COLUMNS,
+  READ_JOB_COLUMNS,
+  type EpochMs,
+  type MutableJobColumn,
+  type ReadJobRow,
+} from '../db/jobRow.js';
 import { defineStatement, type Statement } from './statement.js';
+
+/**
+ * The job columns step 3 writes, with their SQL types, in the order of its parameters: every
+ * mutable column the machine assigned, to the value it assigned; the others stay as they are.
+ */
+export const WRITTEN_JOB_COLUMNS = {
+  status: 'text',
+  service_name: 'text',
+  service_version: 'text',
+  publish_attempts: 'integer',
+  next_publish_at: 'timestamptz',
+  published_at: 'timestamptz',
+  reply_deadline: 'timestamptz',
+  started_at: 'timestamptz',
+  finished_at: 'timestamptz',
+  metrics: 'jsonb',
+  error_code: 'text',
+  error_message: 'text',
+  result_schema_version: 'text',
+  result_s3_object_id: 'bigint',
+  result_msg_id: 'text',
+} as const satisfies Record<MutableJobColumn, string>;
 
 /**
  * A job's row as the step reads it: the columns a decision depends on (its status and the context
@@ -16,17 +44,27 @@ import { defineStatement, type Statement } from './statement.js';
 export type StepRow = ReadJobRow & {
   id: string;
   file_is_current: boolean;
-  db_now: Date;
+  db_now: EpochMs;
   row_address: string;
   version: string;
 };
 
-/** {@link StepRow}'s columns. */
+/**
+ * A time as milliseconds since the epoch ({@link EpochMs}), truncated to the millisecond as a
+ * JavaScript Date would hold it.
+ */
+const epochMs = (time: string) => `(extract(epoch FROM date_trunc('milliseconds', ${time})) * 1000)::bigint`;
+
+/** {@link StepRow}'s columns: the times among them as {@link EpochMs}. */
 const STEP_ROW_COLUMNS = `j.id, ${READ_JOB_COLUMNS.filter((c) => c !== 'id')
-  .map((c) => `j.${c}`)
+  .map((c) =>
+    (WRITTEN_JOB_COLUMNS as Record<string, string>)[c] === 'timestamptz'
+      ? `${epochMs(`j.${c}`)} AS ${c}`
+      : `j.${c}`,
+  )
   .join(', ')},
          (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
-         date_trunc('milliseconds', now()) AS db_now,
+         ${epochMs('now()')} AS db_now,
          j.ctid::text AS row_address, j.xmin::text AS version`;
 
 /**
@@ -114,28 +152,6 @@ export const DUE_LOCK: Readonly<Record<DueEnd, Statement>> = {
   oldest: defineStatement('step_due_lock', dueLockSql('ASC')),
   newest: defineStatement('step_due_lock_newest', dueLockSql('DESC')),
 };
-
-/**
- * The job columns step 3 writes, with their SQL types, in the order of its parameters: every
- * mutable column the machine assigned, to the value it assigned; the others stay as they are.
- */
-export const WRITTEN_JOB_COLUMNS = {
-  status: 'text',
-  service_name: 'text',
-  service_version: 'text',
-  publish_attempts: 'integer',
-  next_publish_at: 'timestamptz',
-  published_at: 'timestamptz',
-  reply_deadline: 'timestamptz',
-  started_at: 'timestamptz',
-  finished_at: 'timestamptz',
-  metrics: 'jsonb',
-  error_code: 'text',
-  error_message: 'text',
-  result_schema_version: 'text',
-  result_s3_object_id: 'bigint',
-  result_msg_id: 'text',
-} as const satisfies Record<MutableJobColumn, string>;
 
 /** Step 3's parameters: one typed array per column of each part, in this order. */
 export const WRITE_PARAMETERS = {

@@ -22,10 +22,10 @@ function publishedRow(n: number, overrides: Partial<StepRow> = {}): StepRow {
     target_service: service.name,
     status: 'published',
     publish_attempts: 1,
-    reply_deadline: DEADLINE,
+    reply_deadline: String(DEADLINE.getTime()),
     result_msg_id: null,
     file_is_current: true,
-    db_now: NOW,
+    db_now: String(NOW.getTime()),
     row_address: `(0,${n})`,
     version: `${700 + n}`,
     ...overrides,
@@ -174,7 +174,7 @@ describe('planBatch', () => {
   });
 
   it("the watchdog's rows: each job at its address and version, its file by id", () => {
-    const passed = { reply_deadline: new Date(NOW.getTime() - 1) };
+    const passed = { reply_deadline: String(NOW.getTime() - 1) };
     const rows = [publishedRow(1, passed), publishedRow(2, passed)];
     const { write } = planBatch(rows).next(
       rows.map((r): StepItem => ({ jobId: r.id, event: { type: 'DEADLINE_PASSED' } })),
