@@ -267,10 +267,18 @@ function element(v: unknown): ArrayElement {
   return JSON.stringify(v);
 }
 
-/** Each part's arrays as array literals of their types, in the order of {@link WRITE_PARAMETERS}. */
-function literalsOf(part: WritePart, columns: Record<string, ArrayElement[]>): string[] {
+/**
+ * Each part's arrays as array literals of their types, in the order of {@link WRITE_PARAMETERS};
+ * an array of nulls only as null, which the statement reads the same (its functions unnest the
+ * arrays side by side and give a missing element as null) without PostgreSQL parsing an element.
+ * Each part's first array names its rows and holds no null, so the rows are still counted.
+ */
+function literalsOf(part: WritePart, columns: Record<string, ArrayElement[]>): Array<string | null> {
   const types = WRITE_PARAMETERS[part] as Record<string, string>;
-  return Object.keys(types).map((c) => arrayLiteral(types[c]!, columns[c]!));
+  return Object.keys(types).map((c) => {
+    const values = columns[c]!;
+    return values.every((v) => v === null) ? null : arrayLiteral(types[c]!, values);
+  });
 }
 
 /**

@@ -216,7 +216,8 @@ const RETURN_JOBS = `$${PARTS_PARAMETERS + 2}`;
 /**
  * Step 3, the one write of every event path, one statement (data-modifying CTEs, which see one
  * snapshot and whose foreign keys are checked at its end), its parameters typed arrays (one
- * element per row, {@link WRITE_PARAMETERS}):
+ * element per row, {@link WRITE_PARAMETERS}; an array of nulls may come as null, which the
+ * functions that unnest them read the same):
  *   a. register the result objects (`s3_object`), one multi-row upsert;
  *   b. write each job's status and the columns the machine assigned it (the others stay as they
  *      are), at the address it was read at and only while it still has the version it was read

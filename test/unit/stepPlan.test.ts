@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
 import { planBatch, type StepItem } from '../../src/step/plan.js';
 import { CONTEXT_COLUMNS } from '../../src/db/jobRow.js';
-import { WRITE_PARAMETERS, WRITE_PARTS, type StepRow } from '../../src/step/statements.js';
+import { WRITE_PARAMETERS, WRITE_PARTS, type StepRow, type WritePart } from '../../src/step/statements.js';
 
 const NOW = new Date('2025-03-01T10:00:00.000Z');
 const DEADLINE = new Date('2025-03-01T10:09:00.000Z');
@@ -89,7 +89,10 @@ function parsed(params: unknown[]): {
   const out: Record<string, Rows> = {};
   for (const part of WRITE_PARTS) {
     const columns = Object.keys(WRITE_PARAMETERS[part]);
-    const arrays = columns.map(() => elementsOf(params[n++] as string));
+    const literals = columns.map(() => params[n++] as string | null);
+    // An array of nulls goes as null; the part's first array (never null) counts its rows.
+    const rows = elementsOf(literals[0] ?? '{}').length;
+    const arrays = literals.map((l) => (l === null ? Array<null>(rows).fill(null) : elementsOf(l)));
     out[part] = arrays[0]!.map((_, i) => Object.fromEntries(columns.map((c, k) => [c, arrays[k]![i]])));
   }
   expect(params).toHaveLength(n + 2);
@@ -101,6 +104,17 @@ function parsed(params: unknown[]): {
     count: params[n],
     returnsJobs: params[n + 1],
   };
+}
+
+/** The write's parameter for `column` of `part`, as planned. */
+function param(params: unknown[], part: WritePart, column: string): unknown {
+  let n = 0;
+  for (const p of WRITE_PARTS) {
+    const columns = Object.keys(WRITE_PARAMETERS[p]);
+    if (p === part) return params[n + columns.indexOf(column)];
+    n += columns.length;
+  }
+  throw new Error(part);
 }
 
 /**
@@ -169,6 +183,10 @@ describe('planBatch', () => {
     ]);
     expect(count).toBe(1);
     expect(write!.jobIds).toEqual([row.id]);
+    // A column no job of the write sets (or sets only to null) goes as null, not as an array.
+    expect(param(write!.params, 'jobs', 'published_at')).toBeNull();
+    expect(param(write!.params, 'jobs', 'error_code')).toBeNull();
+    expect(param(write!.params, 'jobs', 'finished_at')).toBe(`{${NOW.toISOString()}}`);
     // The batch's only chunk: the statement need not return where the job stands now.
     expect(parsed(write!.params).returnsJobs).toBe(false);
   });
