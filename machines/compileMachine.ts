@@ -4,10 +4,10 @@
  * Taking an event picks the first candidate whose guard passes (xstate's `evaluateGuard`, so the
  * machine's own guards) and runs its actions: the machine's own `assign` functions, its own
  * `enqueueActions` (their collect functions, given what xstate's resolver gives them) and, as
- * data, every other action, in the order
- * and with the params `machine.transition()` hands them to the actor scope's executor. The result
- * is the next state, the next context and those actions, as `machine.transition()` makes them,
- * without snapshots, exit and entry sets or microsteps: for a flat machine these change nothing.
+ * data, every other action, in the order and with the params `machine.transition()` hands them to
+ * the actor scope's executor. The result is the next state, the next context and those actions,
+ * as `machine.transition()` makes them, without snapshots, exit and entry sets or microsteps: for a
+ * flat machine these change nothing.
  *
  * The rule: `compileMachine` accepts a machine whose
  * - root is a compound state whose children are all atomic (no nested, parallel, final or history

@@ -28,19 +28,6 @@ export type MutableJobColumn = keyof typeof MUTABLE_JOB_COLUMNS;
 /** The columns a job's state is made of: every column but the bookkeeping timestamps. */
 export type JobStateRow = Omit<JobRow, 'created_at' | 'updated_at'>;
 
-/** {@link JobStateRow}'s columns, for SELECT lists (reading fewer timestamps is cheaper). */
-export const JOB_STATE_COLUMNS = [
-  'id',
-  'file_id',
-  'attempt',
-  'target_service',
-  'status',
-  ...(Object.keys(MUTABLE_JOB_COLUMNS).filter((c) => c !== 'status') as Exclude<
-    MutableJobColumn,
-    'status'
-  >[]),
-] as const satisfies ReadonlyArray<keyof JobStateRow>;
-
 /** Hydration input from a row (plus whether the file's current job is this one). */
 export function rowToJobState(row: JobStateRow, fileIsCurrent: boolean): JobState {
   return {
