@@ -183,8 +183,7 @@ export const WRITE_PARTS = Object.keys(WRITE_PARAMETERS) as WritePart[];
 
 /**
  * The function that unnests each part's arrays with a row estimate of a batch (migrations 0013
- * and 0014):
- * it takes the part's arrays in order and returns a column of each name.
+ * and 0014): it takes the part's arrays in order and returns a column of each name.
  */
 export const UNNEST_FUNCTION: Record<WritePart, string> = {
   objects: 'recognition_step_objects',
