@@ -2,10 +2,12 @@
  * Applying a batch of inbox messages: the part of the inbox that knows the database but not NATS,
  * shared by the live inbox and `quarantine replay`.
  *
- * One transaction per batch: the valid envelopes go through the step (in stream order); the invalid
- * ones, the envelopes of unknown jobs and those the machine rejects (from a service other than the
- * job's `target_service`) are written to `inbox_quarantine`. The caller acks every message after
- * this returns (commit first, ack after), or naks them all when it throws.
+ * A batch is applied atomically: the valid envelopes go through the step (in stream order); the
+ * invalid ones, the envelopes of unknown jobs and those the machine rejects (from a service other
+ * than the job's `target_service`) are written to `inbox_quarantine`. A batch of valid envelopes
+ * of known jobs takes the step's unlocked path (one write statement, its own transaction); any
+ * other, one transaction. The caller acks every message after this returns (commit first, ack
+ * after), or naks them all when it throws.
  */
 import type { Kysely } from 'kysely';
 import { QUARANTINE_REASON, type QuarantineReason } from '../../machines/index.js';
@@ -200,29 +202,22 @@ export async function applyInboxBatchTx(
 ): Promise<InboxOutcome[]> {
   if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items));
   return (
-    (await applyOneJobUnlocked(db, items)) ??
+    (await applyUnlocked(db, items)) ??
     inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items), { genericPlans: true })
   );
 }
 
 /**
- * A batch of valid envelopes that all name one job — every batch in per-message mode, and a
- * quiet stream's usual batch — on the step's unlocked path: two statements instead of four
- * (see `applyEventsOptimistic`). `null` when the batch is anything else, or the path hands the
+ * A batch of valid envelopes on the step's unlocked path: two statements instead of four (see
+ * `applyEventsOptimistic`). `null` when the batch holds an invalid envelope, or the path hands the
  * work back (an unknown job, or an envelope the machine rejects, is quarantined by the
  * transaction); nothing is written then.
- * Only one job: a single statement updating several rows in no set order could deadlock with
- * another instance's, which the locked path avoids by locking in id order.
  */
-async function applyOneJobUnlocked(
-  pool: PgPool,
-  items: readonly InboxItem[],
-): Promise<InboxOutcome[] | null> {
+async function applyUnlocked(pool: PgPool, items: readonly InboxItem[]): Promise<InboxOutcome[] | null> {
   const steps: StepItem[] = [];
   const msgIds: Array<string | null> = [];
   for (const item of items) {
     if (!item.decoded.ok) return null;
-    if (steps.length > 0 && item.decoded.envelope.job_id !== steps[0]!.jobId) return null;
     steps.push(envelopeToJobEvent(item.decoded.envelope, item.decoded.msgId));
     msgIds.push(item.decoded.msgId);
   }

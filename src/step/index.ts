@@ -2,9 +2,10 @@
  * The step: the only place where a job's machine meets the database, and the only code that ever
  * updates a `recognition_job` row. Its entry points run inside the caller's transaction, but for
  * the unlocked path (each of its statements is a transaction of its own) and `step`:
- * - {@link applyEvents}: a batch of events, its jobs locked in id order (the inbox, the publisher);
- * - {@link applyEventsOptimistic}: a few events of one job, read without a lock, written by the
- *   same statement (the inbox's batches of one job);
+ * - {@link applyEvents}: a batch of events, its jobs locked in id order (the publisher, and the
+ *   inbox's batches the unlocked path hands back);
+ * - {@link applyEventsOptimistic}: a batch of events, its jobs read without a lock and written by
+ *   the same statement, which locks and checks them first (the inbox);
  * - {@link applyPassedDeadlines}: the watchdog's due jobs, locked skipping locked rows;
  * - {@link applyRetries}: `RETRY_REQUESTED` for failed jobs, their jobs and files locked in job id
  *   order; it creates the next attempts, which no event path does (`jobs retry`);

@@ -13,6 +13,7 @@ import {
 import { CONTEXT_COLUMNS, assignedColumns, rowToReadState, timeOf } from '../db/jobRow.js';
 import { arrayLiteral, type ArrayElement } from './arrayLiteral.js';
 import {
+  PARTS_PARAMETERS,
   WRITE_PARAMETERS,
   WRITE_PARTS,
   type StepRow,
@@ -46,8 +47,9 @@ export type StepOutcome =
     };
 
 /**
- * One write statement's worth: its parameters ({@link WRITE_PARAMETERS}, then the count of jobs
- * and whether the statement returns their new addresses).
+ * One write statement's worth: its parameters ({@link WRITE_PARAMETERS}, then the count of jobs,
+ * whether the statement returns their new addresses, and the reads it checks: none, on the locked
+ * paths; see {@link checkingReads}).
  */
 export interface PlannedWrite {
   params: unknown[];
@@ -144,7 +146,7 @@ export function planBatch(rows: readonly StepRow[]): BatchPlan {
       const w = writeParams(chunk.effects, { written, current, at });
       if (!w) return null;
       if (laterChunks) for (const id of w.jobIds) unsettled.add(id);
-      return { ...w, params: [...w.params, laterChunks] };
+      return { ...w, params: [...w.params, laterChunks, null, null] };
     },
     next(items) {
       const chunk = plan.decide(items);
@@ -344,6 +346,28 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
   const parts: Record<WritePart, Record<string, ArrayElement[]>> = { objects, jobs, files, transitions };
   const params = WRITE_PARTS.flatMap((part) => literalsOf(part, parts[part]));
   return { params: [...params, jobIds.length], jobIds };
+}
+
+/**
+ * The unlocked path's write: `write`'s parameters (or a write of nothing, when its decisions change
+ * nothing) with `rows`, every job it read, to be locked and checked at the address and version
+ * each was read at before anything is written.
+ */
+export function checkingReads(write: PlannedWrite | null, rows: readonly StepRow[]): unknown[] {
+  const params = write
+    ? write.params.slice(0, -2)
+    : [...new Array<null>(PARTS_PARAMETERS).fill(null), 0, false];
+  return [
+    ...params,
+    arrayLiteral(
+      'tid',
+      rows.map((r) => r.row_address),
+    ),
+    arrayLiteral(
+      'xid',
+      rows.map((r) => r.version),
+    ),
+  ];
 }
 
 function byBucketAndKey(a: { bucket: string; key: string }, b: { bucket: string; key: string }): number {

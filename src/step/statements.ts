@@ -85,36 +85,19 @@ export const LOCK = defineStatement(
 );
 
 /**
- * Step 1 of the unlocked path: the job's row ($1), not locked, with its version — any later update
- * changes `xmin`. One job, a scalar parameter: with an array PostgreSQL plans the statement anew at
- * every execution (its custom plan for one element looks cheaper than the generic plan's guess of
- * ten).
+ * Step 1 of the unlocked path: the batch's jobs ($1, a uuid array), not locked, each with its
+ * address and version — any later update changes them. The ids are read through a subquery, which
+ * a plan for the actual parameters estimates as a generic plan does: otherwise a plan for one or
+ * two ids looks cheaper than the generic plan, and PostgreSQL (outside a transaction that forces
+ * generic plans) would plan the statement anew at every execution.
  */
 export const READ = defineStatement(
   'step_read',
   `
   SELECT ${STEP_ROW_COLUMNS}
-  FROM recognition_job j
-  JOIN stored_file f ON f.id = j.file_id
-  WHERE j.id = $1::uuid`,
-);
-
-/**
- * The unlocked path's check of a decision that writes nothing: the row's current version,
- * `FOR SHARE` so that it waits for a transaction holding the row and then sees what that committed
- * (the lock ends with the statement). A write needs no such check — its version guard waits for
- * the holder too — but a decision with nothing to write would otherwise stand on a row that is
- * about to change: the publisher holds a job's lock while its message goes out, so the service's
- * ack can arrive before `published` commits, and a job still read as `pending` would have its ack
- * ignored for good.
- */
-export const CONFIRM = defineStatement(
-  'step_confirm',
-  `
-  SELECT j.id, j.xmin::text AS version
-  FROM recognition_job j
-  WHERE j.id = $1::uuid
-  FOR SHARE OF j`,
+  FROM unnest(ARRAY(SELECT unnest($1::uuid[]))) AS k(id)
+  JOIN recognition_job j ON j.id = k.id
+  JOIN stored_file f ON f.id = j.file_id`,
 );
 
 /** Which end of the due jobs (by reply deadline) the watchdog's batch is taken from. */
@@ -207,16 +190,32 @@ function unnestOf(): Record<WritePart, { from: string; first: number }> {
 }
 const UNNEST = unnestOf();
 
-/** After the parts' arrays: the count of job rows the write must find, and whether to return them. */
-const PARTS_PARAMETERS = Object.values(WRITE_PARAMETERS).reduce((n, p) => n + Object.keys(p).length, 0);
+/**
+ * After the parts' arrays: the count of job rows the write must find, whether to return them, and
+ * the unlocked path's reads to check (the address and version of every job it read; null on the
+ * locked paths, whose rows are locked already).
+ */
+export const PARTS_PARAMETERS = Object.values(WRITE_PARAMETERS).reduce(
+  (n, p) => n + Object.keys(p).length,
+  0,
+);
 const EXPECTED_JOBS = `$${PARTS_PARAMETERS + 1}`;
 const RETURN_JOBS = `$${PARTS_PARAMETERS + 2}`;
+const READ_ADDRESSES = `$${PARTS_PARAMETERS + 3}::tid[]`;
+const READ_VERSIONS = `$${PARTS_PARAMETERS + 4}::xid[]`;
 
 /**
  * Step 3, the one write of every event path, one statement (data-modifying CTEs, which see one
  * snapshot and whose foreign keys are checked at its end), its parameters typed arrays (one
  * element per row, {@link WRITE_PARAMETERS}; an array of nulls may come as null, which the
  * functions that unnest them read the same):
+ *   0. on the unlocked path, before anything else: lock every job it read, in id order as every
+ *      locked path locks (so no two transactions wait for each other), waiting for a transaction
+ *      holding one; each must still be at the address and version it was read at, or the
+ *      statement aborts with a serialization failure. A decision that writes nothing stands only
+ *      so: the publisher holds a job's lock while its message goes out, and the service's ack can
+ *      arrive before `published` commits; a job still read as `pending` would have its ack
+ *      ignored for good;
  *   a. register the result objects (`s3_object`), one multi-row upsert;
  *   b. write each job's status and the columns the machine assigned it (the others stay as they
  *      are), at the address it was read at and only while it still has the version it was read
@@ -226,6 +225,8 @@ const RETURN_JOBS = `$${PARTS_PARAMETERS + 2}`;
  * A job that is not at its address and version any more (changed since it was read, possible
  * only on the unlocked path) makes the count of written jobs fall short, and the statement aborts
  * as a whole with a serialization failure (`recognition_job_versions_checked`, migration 0003).
+ * Step 0 runs first: the upsert and the update wait for its check (a condition without columns,
+ * which PostgreSQL evaluates once, before the first row).
  * When asked to, returns each written job's new address and version: a later chunk of the same
  * batch that changes the job again finds it there. Otherwise it returns one row of nulls, and a
  * batch of one chunk (every inbox batch) receives nothing it does not read.
@@ -254,10 +255,24 @@ function writeSql(): string {
     )
     .join(',\n        ');
   return `
-  WITH obj AS (
+  WITH guard AS (
+    SELECT j.ctid, j.xmin FROM recognition_job AS j
+    WHERE j.ctid = ANY (ARRAY(SELECT unnest(${READ_ADDRESSES})))
+    ORDER BY j.id
+    FOR UPDATE
+  ),
+  guarded AS (
+    SELECT recognition_job_versions_checked(
+      (SELECT count(*) FROM guard AS g
+       JOIN unnest(${READ_ADDRESSES}, ${READ_VERSIONS}) AS r(ctid, version)
+         ON r.ctid = g.ctid AND r.version = g.xmin),
+      COALESCE(cardinality(${READ_ADDRESSES}), 0)) AS n
+  ),
+  obj AS (
     INSERT INTO s3_object (bucket, key, bucket_role, created_by)
     SELECT o.bucket, o.key, 'results', o.created_by
     FROM ${UNNEST.objects.from} AS o
+    WHERE (SELECT n FROM guarded) IS NOT NULL
     ON CONFLICT (bucket, key) DO UPDATE SET bucket = EXCLUDED.bucket
     RETURNING id, bucket, key
   ),
@@ -268,6 +283,7 @@ function writeSql(): string {
     FROM ${j.from} AS c
     LEFT JOIN obj ON obj.bucket = c.result_bucket AND obj.key = c.result_key
     WHERE j.ctid = c.ctid AND j.ctid = ANY (ARRAY(SELECT unnest($${j.first}::tid[]))) AND j.xmin = c.version
+      AND (SELECT n FROM guarded) IS NOT NULL
     RETURNING j.id, j.ctid::text AS row_address, j.xmin::text AS version
   ),
   file AS (

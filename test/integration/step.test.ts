@@ -17,18 +17,12 @@ import {
   pgStepSql,
   step,
   type Statement,
+  type StepItem,
   type StepOutcome,
   type StepSql,
   WRITE,
 } from '../../src/step/index.js';
-import {
-  CONFIRM,
-  LOCK,
-  READ,
-  UNNEST_FUNCTION,
-  WRITE_PARAMETERS,
-  WRITE_PARTS,
-} from '../../src/step/statements.js';
+import { LOCK, READ, UNNEST_FUNCTION, WRITE_PARAMETERS, WRITE_PARTS } from '../../src/step/statements.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
 
@@ -360,7 +354,7 @@ describe('the unlocked path when the job changes between its read and its write'
     expect((await loadAll(t.db, jobId)).job.status).toBe('processing');
   });
 
-  it('a decision that writes nothing (a duplicate) reads, checks the version, and writes nothing', async () => {
+  it('a decision that writes nothing (a duplicate) reads, has the write check the version, and writes nothing', async () => {
     const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
     await step(t.db, jobId, done(jobId, fileId));
     const statements: string[] = [];
@@ -368,8 +362,100 @@ describe('the unlocked path when the job changes between its read and its write'
     expect(await unlocked(jobId, done(jobId, fileId), (name) => void statements.push(name))).toMatchObject({
       decision: 'duplicate',
     });
-    expect(statements).toEqual([READ.name, CONFIRM.name]);
+    expect(statements).toEqual([READ.name, WRITE.name]);
     expect(await snapshotTables(t.db)).toEqual(before);
+  });
+});
+
+describe('the unlocked path, a batch of several jobs', () => {
+  /** The unlocked path for `items` on the pool, `afterQuery` as in {@link unlocked}. */
+  const unlockedBatch = (
+    items: StepItem[],
+    afterQuery?: (name: string) => Promise<unknown> | void,
+  ): Promise<StepOutcome[] | null> =>
+    withPgClient(t.pool, (client) =>
+      applyEventsOptimistic(
+        {
+          async query<R>(statement: Statement, values: readonly unknown[]) {
+            const rows = await pgStepSql(client).query<R>(statement, values);
+            await afterQuery?.(statement.name);
+            return rows;
+          },
+        },
+        items,
+      ),
+    );
+
+  it('one job changed between the read and the write: nothing of the batch is written, then all is, decided anew', async () => {
+    const jobs = await Promise.all([1, 2, 3].map(() => insertJob(t.db, { status: 'published' })));
+    const changed = jobs[1]!;
+    let reads = 0;
+    const outcomes = await unlockedBatch(
+      jobs.map((j) => ({ jobId: j.jobId, event: done(j.jobId, j.fileId) })),
+      async (name) => {
+        if (name !== READ.name || ++reads !== 1) return;
+        // Another writer acks the middle job after the first read; the first write must abort
+        // as a whole, the other two jobs included.
+        await step(t.db, changed.jobId, ack(changed.jobId));
+      },
+    );
+    expect(reads).toBe(2);
+    expect(outcomes!.map((o) => [o.decision, o.from, o.to])).toEqual([
+      ['applied', 'published', 'done'],
+      ['applied', 'processing', 'done'],
+      ['applied', 'published', 'done'],
+    ]);
+    for (const j of jobs) {
+      const { job, transitions } = await loadAll(t.db, j.jobId);
+      expect(job.status).toBe('done');
+      // Exactly one result transition per job: nothing of the aborted write remains.
+      expect(transitions.filter((r) => r.to_status === 'done')).toHaveLength(1);
+    }
+  });
+
+  it('hands back a batch naming a job that does not exist, having written nothing', async () => {
+    const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
+    const before = await snapshotTables(t.db);
+    const names: string[] = [];
+    const outcomes = await unlockedBatch(
+      [
+        { jobId, event: done(jobId, fileId) },
+        { jobId: randomUUID(), event: ack(jobId) },
+      ],
+      (name) => void names.push(name),
+    );
+    expect(outcomes).toBeNull();
+    expect(names).toEqual([READ.name]);
+    expect(await snapshotTables(t.db)).toEqual(before);
+  });
+
+  it('concurrent batches of the same jobs in every order, unlocked and locked: no deadlock, each result applied once', async () => {
+    const jobs = await Promise.all(
+      Array.from({ length: 8 }, () => insertJob(t.db, { status: 'processing' })),
+    );
+    const items = jobs.map((j) => ({ jobId: j.jobId, event: done(j.jobId, j.fileId) }));
+    const orders = [items, [...items].reverse(), [...items.slice(4), ...items.slice(0, 4)]];
+    const runs = await Promise.all(
+      orders.flatMap((order) => [
+        unlockedBatch(order).then((o) => o ?? t.db.transaction().execute((tx) => applyEvents(tx, order))),
+        t.db.transaction().execute((tx) => applyEvents(tx, order)),
+      ]),
+    );
+    // Every batch decided every item: one of the six applied each result, the others saw it done.
+    for (const [i, j] of jobs.entries()) {
+      const decisions = runs.map((outcomes) => outcomes.find((o) => o.jobId === j.jobId)!.decision);
+      expect(
+        decisions.filter((d) => d === 'applied'),
+        `job ${i}`,
+      ).toHaveLength(1);
+      expect(
+        decisions.filter((d) => d === 'duplicate'),
+        `job ${i}`,
+      ).toHaveLength(5);
+      const { job, transitions } = await loadAll(t.db, j.jobId);
+      expect(job.status).toBe('done');
+      expect(transitions).toHaveLength(1);
+    }
   });
 });
 
@@ -507,6 +593,7 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
     'CTE Name'?: string;
     'Function Name'?: string;
     'Plan Rows': number;
+    'Parent Relationship'?: string;
     Plans?: PlanNode[];
   }
   const nodes = (n: PlanNode): PlanNode[] => [n, ...(n.Plans ?? []).flatMap(nodes)];
@@ -517,6 +604,8 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
     ),
     'integer',
     'boolean',
+    'tid[]',
+    'xid[]',
   ];
 
   /**
@@ -561,6 +650,8 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
           ...Object.keys(WRITE_PARAMETERS.transitions).map(() => []),
           rows.length,
           false,
+          null,
+          null,
         ];
         // A name of its own: a prepared statement outlives the transaction, on a pooled connection.
         const name = `plan_check_${++prepared}`;
@@ -599,7 +690,12 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
 
   it('finds each job at its row address and hashes the result objects, whatever the batch', async () => {
     const all = await planFor(3);
-    expect(joinsOver(all, tidScanOf('recognition_job'))).toEqual(['Hash Join']);
+    // The update joins its rows by a hash; the unlocked path's reads are locked at their addresses
+    // in id order (a sort under the row locks) before anything is written.
+    expect(joinsOver(all, tidScanOf('recognition_job'))).toEqual(['Sort', 'Hash Join']);
+    const lockRows = all.filter((n) => n['Node Type'] === 'LockRows');
+    const lockedFrom = (n: PlanNode) => (n.Plans ?? []).filter((c) => c['Parent Relationship'] === 'Outer');
+    expect(lockRows.map((n) => lockedFrom(n).map((c) => c['Node Type']))).toEqual([['Sort']]);
     // The objects' CTE is read once, into a hash, not once per job by a nested loop.
     expect(joinsOver(all, (n) => n['CTE Name'] === 'obj')).toEqual(['Hash Join']);
     // The files through their primary key, never a scan of the table.
@@ -612,7 +708,10 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
 
   it("estimates a batch's rows for every part of the write, not ten", async () => {
     const all = await planFor(3);
-    const parts = all.filter((n) => n['Node Type'] === 'Function Scan');
+    // The check of the unlocked path's reads joins its own two arrays once, to count them: a
+    // `unnest` of two arrays (a scan of two functions, so no one name), whose estimate sizes
+    // nothing else.
+    const parts = all.filter((n) => n['Node Type'] === 'Function Scan' && n['Function Name'] !== undefined);
     // Each part's arrays come through its function (migration 0013), estimated at 100 rows:
     // INBOX_BATCH_SIZE's default and the order of a watchdog chunk, so joins and hashes are sized
     // for a batch; `unnest` of a parameter is estimated at 10 in a generic plan.
@@ -662,7 +761,7 @@ describe("the inbox's statements are planned once per connection", () => {
       1 << 20,
     );
 
-  it('batches of one job and of two jobs run on generic plans, not a new plan per execution', async () => {
+  it('batches of one job and of two jobs, unlocked or locked, run on generic plans, not a new plan per execution', async () => {
     // One connection, so every batch uses (and pg_prepared_statements shows) the same session.
     const pool = new pg.Pool({ connectionString: t.url, max: 1 });
     // pool.end() resolves before its connection has closed: if the test database's DROP … FORCE
@@ -675,11 +774,20 @@ describe("the inbox's statements are planned once per connection", () => {
         Array.from({ length: 30 }, () => insertJob(t.db, { status: 'processing' })),
       );
       let seq = 0;
-      // Ten batches of one job (the unlocked path), ten of two jobs (the locked path).
+      // Ten batches of one job and ten of two jobs (the unlocked path), and ten of a job with a job
+      // that does not exist (the unlocked path hands them to the locked one, which quarantines it).
       for (const j of jobs.slice(0, 10)) await applyInboxBatchTx(pool, [resultItem(j, ++seq)]);
       for (let i = 10; i < 30; i += 2)
         await applyInboxBatchTx(pool, [resultItem(jobs[i]!, ++seq), resultItem(jobs[i + 1]!, ++seq)]);
-      for (const j of jobs) expect((await loadAll(t.db, j.jobId)).job.status).toBe('done');
+      const more = await Promise.all(
+        Array.from({ length: 10 }, () => insertJob(t.db, { status: 'processing' })),
+      );
+      for (const j of more) {
+        const unknown = { jobId: randomUUID(), fileId: randomUUID() };
+        const outcomes = await applyInboxBatchTx(pool, [resultItem(j, ++seq), resultItem(unknown, ++seq)]);
+        expect(outcomes.map((o) => o.kind)).toEqual(['step', 'quarantined']);
+      }
+      for (const j of [...jobs, ...more]) expect((await loadAll(t.db, j.jobId)).job.status).toBe('done');
 
       const plans = await withPgClient(pool, async (client) => {
         const { rows } = await client.query<{ name: string; generic_plans: string; custom_plans: string }>({
@@ -693,11 +801,12 @@ describe("the inbox's statements are planned once per connection", () => {
       });
       expect(plans.map((p) => p.name).sort()).toEqual([LOCK.name, READ.name, WRITE.name].sort());
       // PostgreSQL's default tries five custom plans before it settles; with an array of a few
-      // ids it never settled, and planned the statement at every one of its ten executions.
+      // ids it never settled, and planned the statement at every one of its executions.
+      const executions = { [READ.name]: 30, [WRITE.name]: 30, [LOCK.name]: 10 };
       for (const p of plans) {
         expect(p.custom, p.name).toBeLessThanOrEqual(5);
-        // Both paths write with the one statement: ten batches each.
-        expect(p.generic + p.custom, p.name).toBe(p.name === WRITE.name ? 20 : 10);
+        // Both paths write with the one statement; every batch is read unlocked first.
+        expect(p.generic + p.custom, p.name).toBe(executions[p.name]);
       }
     } finally {
       await pool.end();

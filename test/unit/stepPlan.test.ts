@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
-import { planBatch, type StepItem } from '../../src/step/plan.js';
+import { checkingReads, planBatch, type StepItem } from '../../src/step/plan.js';
 import { CONTEXT_COLUMNS } from '../../src/db/jobRow.js';
 import { WRITE_PARAMETERS, WRITE_PARTS, type StepRow, type WritePart } from '../../src/step/statements.js';
 
@@ -84,6 +84,8 @@ function parsed(params: unknown[]): {
   transitions: Rows;
   count: unknown;
   returnsJobs: unknown;
+  readAddresses: unknown;
+  readVersions: unknown;
 } {
   let n = 0;
   const out: Record<string, Rows> = {};
@@ -95,7 +97,7 @@ function parsed(params: unknown[]): {
     const arrays = literals.map((l) => (l === null ? Array<null>(rows).fill(null) : elementsOf(l)));
     out[part] = arrays[0]!.map((_, i) => Object.fromEntries(columns.map((c, k) => [c, arrays[k]![i]])));
   }
-  expect(params).toHaveLength(n + 2);
+  expect(params).toHaveLength(n + 4);
   return {
     objects: out['objects']!,
     jobs: out['jobs']!,
@@ -103,6 +105,8 @@ function parsed(params: unknown[]): {
     transitions: out['transitions']!,
     count: params[n],
     returnsJobs: params[n + 1],
+    readAddresses: params[n + 2],
+    readVersions: params[n + 3],
   };
 }
 
@@ -189,6 +193,8 @@ describe('planBatch', () => {
     expect(param(write!.params, 'jobs', 'finished_at')).toBe(`{${NOW.toISOString()}}`);
     // The batch's only chunk: the statement need not return where the job stands now.
     expect(parsed(write!.params).returnsJobs).toBe(false);
+    // The locked paths' rows are locked already: no reads to check.
+    expect(parsed(write!.params)).toMatchObject({ readAddresses: null, readVersions: null });
   });
 
   it("the watchdog's rows: each job at its address and version, its file by id", () => {
@@ -276,5 +282,35 @@ describe('planBatch', () => {
     ]);
     expect(outcomes.map((o) => o.decision)).toEqual(['duplicate', 'unknown_job']);
     expect(write).toBeNull();
+  });
+});
+
+describe('checkingReads (the unlocked path)', () => {
+  it('adds the address and version of every job read to the write, which is otherwise unchanged', () => {
+    const rows = [publishedRow(1), publishedRow(2, { status: 'processing' })];
+    const { write } = planBatch(rows).next([{ jobId: rows[0]!.id, event: ack(rows[0]!.id) }]);
+    const checked = parsed(checkingReads(write, rows));
+    const plain = parsed(write!.params);
+    expect({ ...checked, readAddresses: null, readVersions: null }).toEqual(plain);
+    // Both jobs, the one written and the one only read.
+    expect(checked.readAddresses).toBe(`{${rows.map((r) => `"${r.row_address}"`).join(',')}}`);
+    expect(checked.readVersions).toBe(`{${rows.map((r) => r.version).join(',')}}`);
+  });
+
+  it('a batch that changes nothing still checks its reads, writing nothing', () => {
+    const rows = [publishedRow(1, { status: 'processing' })];
+    const { write } = planBatch(rows).next([{ jobId: rows[0]!.id, event: ack(rows[0]!.id) }]);
+    expect(write).toBeNull();
+    const checked = parsed(checkingReads(null, rows));
+    expect(checked).toMatchObject({
+      objects: [],
+      jobs: [],
+      files: [],
+      transitions: [],
+      count: 0,
+      returnsJobs: false,
+    });
+    expect(checked.readAddresses).toBe(`{"${rows[0]!.row_address}"}`);
+    expect(checked.readVersions).toBe(`{${rows[0]!.version}}`);
   });
 });
