@@ -77,8 +77,15 @@ export const CEILING_SQL = `
   )
   SELECT count(*)::integer AS applied FROM locked`;
 
+/** Called with a batch's job ids once it has committed (the latency bench's clock). */
+export type CeilingCommitHook = (jobIds: readonly string[]) => void;
+
 /** BEGIN, the statement (prepared once per connection), COMMIT; then ack. */
-async function applyBatch(pool: pg.Pool, msgs: readonly JsMsg[]): Promise<void> {
+async function applyBatch(
+  pool: pg.Pool,
+  msgs: readonly JsMsg[],
+  afterCommit?: CeilingCommitHook,
+): Promise<void> {
   // The bench publishes well-formed results only (`done`, `needs_check`, `error`), never acks.
   const values: unknown[][] = Array.from({ length: 11 }, () => []);
   for (const m of msgs) {
@@ -100,6 +107,7 @@ async function applyBatch(pool: pg.Pool, msgs: readonly JsMsg[]): Promise<void> 
   await inPgTransaction(pool, (client) =>
     client.query({ name: 'bench_ceiling_batch', text: CEILING_SQL, values }),
   );
+  afterCommit?.(values[0] as string[]);
   for (const m of msgs) m.ack();
 }
 
@@ -107,7 +115,11 @@ async function applyBatch(pool: pg.Pool, msgs: readonly JsMsg[]): Promise<void> 
  * Start consuming `core-inbox` with the ceiling's design; `stop()` stops consuming and waits for
  * the batches in flight. A failed batch is nak'd.
  */
-export async function startCeiling(pool: pg.Pool, js: JetStreamClient): Promise<{ stop(): Promise<void> }> {
+export async function startCeiling(
+  pool: pg.Pool,
+  js: JetStreamClient,
+  afterCommit?: CeilingCommitHook,
+): Promise<{ stop(): Promise<void> }> {
   const { batchSize, lingerMs, inFlight } = CEILING;
   const consumer = await js.consumers.get(RESULTS_STREAM, INBOX_CONSUMER);
   // Enough buffered for every batch in flight and as many more gathering.
@@ -124,7 +136,7 @@ export async function startCeiling(pool: pg.Pool, js: JetStreamClient): Promise<
   const pump = () => {
     while (ready.length > 0 && running.size < inFlight) {
       const batch = ready.shift()!;
-      const p = applyBatch(pool, batch)
+      const p = applyBatch(pool, batch, afterCommit)
         .catch(() => batch.forEach((m) => m.nak(250)))
         .finally(() => {
           running.delete(p);

@@ -5,7 +5,8 @@
  * each publish call; its own process keeps its timer free of the daemon's work. The daemon runs in
  * this process with the inbox's `afterCommit` hook, which records when each envelope's transaction
  * committed (after the COMMIT's reply is processed, so a busy event loop counts against the
- * daemon). Both read the machine's one clock (`performance.timeOrigin + performance.now()`).
+ * daemon); or the ceiling's consumer does, with a hook of its own, as the bound of the machine.
+ * Both read the machine's one clock (`performance.timeOrigin + performance.now()`).
  * The first WARMUP_SECONDS are applied but not counted: connecting, preparing statements and the
  * JIT are a one-off cost, not the steady state. Every envelope must be committed, so a lost
  * publish fails the run. (A trigger with NOTIFY would be simpler, but a notifying commit takes a
@@ -15,7 +16,8 @@ import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
 import { RESULT_SUBJECT } from '../src/nats/subjects.js';
-import { checkpoint, resetStream, waitAllAcked, type BenchEnv } from './env.js';
+import { startCeiling } from './ceiling.js';
+import { benchPool, checkpoint, resetStream, waitAllAcked, type BenchEnv } from './env.js';
 import {
   checkAllDone,
   doneEnvelope,
@@ -25,8 +27,12 @@ import {
 } from '../workshop/benchFixtures.js';
 import { startInboxDaemon, timeoutFor } from './throughput.js';
 
+/** Who consumes in a latency measurement: the daemon's inbox, or the ceiling's consumer. */
+export type LatencyConsumer = 'daemon' | 'ceiling';
+
 /** Result of one latency measurement. */
 export interface LatencyResult {
+  consumer: LatencyConsumer;
   rate: number;
   envelopes: number;
   p50Ms: number;
@@ -34,7 +40,8 @@ export interface LatencyResult {
   maxMs: number;
   /** Worst lag of the publisher behind its schedule (should be ~0: the rate was held). */
   publisherLagMs: number;
-  logLevel: string;
+  /** The daemon's log level; null for the ceiling. */
+  logLevel: string | null;
 }
 
 /** What the publisher is sent, and what it sends back. */
@@ -59,10 +66,40 @@ export function percentile(sorted: readonly number[], p: number): number {
 const WARMUP_SECONDS = 2;
 
 /**
- * Publish results at `rate`/s into the running daemon for `WARMUP_SECONDS + seconds`; percentiles
- * of publish → commit over the envelopes published after the warm-up.
+ * Start `consumer` on `core-inbox`, calling `committed` with each batch's job ids once it has
+ * committed. The ceiling shows what the machine allows: PostgreSQL's commits (a WAL flush each)
+ * and nats-server under the same load, with no daemon around them.
  */
-export async function measureLatency(env: BenchEnv, rate: number, seconds: number): Promise<LatencyResult> {
+async function startConsumer(
+  env: BenchEnv,
+  consumer: LatencyConsumer,
+  committed: (jobIds: Iterable<string>) => void,
+): Promise<{ logLevel: string | null; stop(): Promise<void> }> {
+  if (consumer === 'daemon') {
+    const daemon = await startInboxDaemon(env, 'warn', (items) =>
+      committed(items.flatMap((it) => (it.decoded.ok ? [it.decoded.envelope.job_id] : []))),
+    );
+    return { logLevel: daemon.config.LOG_LEVEL, stop: () => daemon.stop() };
+  }
+  const pool = benchPool(env.databaseUrl, 'bench-ceiling', 10);
+  const ceiling = await startCeiling(pool, env.js, committed).catch(async (err: unknown) => {
+    await pool.end();
+    throw err;
+  });
+  return { logLevel: null, stop: () => ceiling.stop().finally(() => pool.end()) };
+}
+
+/**
+ * Publish results at `rate`/s into `consumer` (the running daemon, or the ceiling's consumer) for
+ * `WARMUP_SECONDS + seconds`; percentiles of publish → commit over the envelopes published after
+ * the warm-up.
+ */
+export async function measureLatency(
+  env: BenchEnv,
+  rate: number,
+  seconds: number,
+  consumer: LatencyConsumer = 'daemon',
+): Promise<LatencyResult> {
   const warmup = Math.round(rate * WARMUP_SECONDS);
   const n = warmup + Math.max(100, Math.round(rate * seconds));
   const jobs = await seedPublishedJobs(env.pool, n);
@@ -70,9 +107,9 @@ export async function measureLatency(env: BenchEnv, rate: number, seconds: numbe
   await checkpoint(env.pool);
 
   const committedAt = new Map<string, number>();
-  const daemon = await startInboxDaemon(env, 'warn', (items) => {
+  const running = await startConsumer(env, consumer, (jobIds) => {
     const t = wall();
-    for (const it of items) if (it.decoded.ok) committedAt.set(it.decoded.envelope.job_id, t);
+    for (const id of jobIds) committedAt.set(id, t);
   });
   let published: Published;
   try {
@@ -88,7 +125,7 @@ export async function measureLatency(env: BenchEnv, rate: number, seconds: numbe
     });
     await waitAllAcked(env.jsm, n, timeoutFor(n));
   } finally {
-    await daemon.stop();
+    await running.stop();
   }
   await checkAllDone(env.pool, n);
   const latencies = published.times
@@ -97,13 +134,14 @@ export async function measureLatency(env: BenchEnv, rate: number, seconds: numbe
     .sort((a, b) => a - b);
   if (latencies.some((l) => !Number.isFinite(l))) throw new Error('an envelope has no commit time');
   return {
+    consumer,
     rate,
     envelopes: latencies.length,
     p50Ms: percentile(latencies, 50),
     p99Ms: percentile(latencies, 99),
     maxMs: latencies.at(-1)!,
     publisherLagMs: published.lagMs,
-    logLevel: daemon.config.LOG_LEVEL,
+    logLevel: running.logLevel,
   };
 }
 

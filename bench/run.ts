@@ -15,7 +15,7 @@ import { CEILING_NAME } from './ceiling.js';
 import { measureCliStartup } from './cliStartup.js';
 import { startBenchEnv, type CpuSplit } from './env.js';
 import { measureGrown } from './grown.js';
-import { measureLatency } from './latency.js';
+import { measureLatency, type LatencyResult } from './latency.js';
 import { recordRun, renderTable, type BenchReport } from './report.js';
 import {
   measureCeiling,
@@ -194,12 +194,18 @@ try {
     );
     log(`latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s, ${o.latencyRounds} round(s)`);
     report.latencyRounds = [];
+    report.latencyCeilingRounds = [];
+    // Each round measures the ceiling's consumer and then the daemon at the same rate: the
+    // ceiling's tail is what the machine's commits allow (a WAL flush that stalls holds every
+    // consumer's commits alike).
+    const line = (r: LatencyResult) =>
+      `p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`;
     for (let i = 0; i < o.latencyRounds; i++) {
-      const r = await measureLatency(env, rate, sizes.latencySeconds);
-      log(
-        `  p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`,
-      );
-      report.latencyRounds.push(r);
+      const c = await measureLatency(env, rate, sizes.latencySeconds, 'ceiling');
+      const d = await measureLatency(env, rate, sizes.latencySeconds, 'daemon');
+      log(`  ceiling ${line(c)}\n  daemon  ${line(d)}`);
+      report.latencyCeilingRounds.push(c);
+      report.latencyRounds.push(d);
     }
   }
   if (only.has('watchdog')) {
