@@ -20,16 +20,39 @@ function quoted(text: string): string {
   return `"${text}"`;
 }
 
-/** The array literal of `values` as an array of `type` (`NULL` for null). */
-export function arrayLiteral(type: string, values: readonly ArrayElement[]): string {
+/**
+ * The quoted forms of texts that repeat from element to element and batch to batch, kept so that
+ * each is quoted once; emptied when full, so texts that stop coming do not stay.
+ */
+const QUOTED = new Map<string, string>();
+const QUOTED_MAX = 1024;
+
+function quotedOnce(text: string): string {
+  let q = QUOTED.get(text);
+  if (q === undefined) {
+    q = quoted(text);
+    if (QUOTED.size >= QUOTED_MAX) QUOTED.clear();
+    QUOTED.set(text, q);
+  }
+  return q;
+}
+
+/**
+ * The array literal of `values` as an array of `type` (`NULL` for null). `repeating`: the column's
+ * texts come from a small set (statuses, names, a result's transition detail), so their quoted
+ * forms are looked up rather than built; a column of distinct texts (ids, keys) would only churn
+ * the lookup.
+ */
+export function arrayLiteral(type: string, values: readonly ArrayElement[], repeating = false): string {
   const bare = BARE_TYPES.has(type);
+  const quote = repeating ? quotedOnce : quoted;
   let out = '{';
   for (let i = 0; i < values.length; i++) {
     if (i > 0) out += ',';
     const v = values[i];
     if (v === null || v === undefined) out += 'NULL';
     else if (bare) out += v;
-    else out += quoted(String(v));
+    else out += quote(String(v));
   }
   return out + '}';
 }

@@ -270,6 +270,31 @@ function element(v: unknown): ArrayElement {
 }
 
 /**
+ * The text columns whose values come from a small set, the same from job to job: statuses, names,
+ * a result's transition detail ({@link arrayLiteral}'s `repeating`).
+ */
+const REPEATING: Record<WritePart, ReadonlySet<string>> = {
+  objects: columnSet('objects', ['bucket', 'created_by']),
+  jobs: columnSet('jobs', [
+    'status',
+    'service_name',
+    'service_version',
+    'error_code',
+    'result_schema_version',
+    'result_bucket',
+  ]),
+  files: columnSet('files', ['status', 'error_code']),
+  transitions: columnSet('transitions', ['from_status', 'to_status', 'event', 'detail']),
+};
+
+function columnSet<P extends WritePart>(
+  _part: P,
+  columns: ReadonlyArray<keyof (typeof WRITE_PARAMETERS)[P] & string>,
+): ReadonlySet<string> {
+  return new Set(columns);
+}
+
+/**
  * Each part's arrays as array literals of their types, in the order of {@link WRITE_PARAMETERS};
  * an array of nulls only as null, which the statement reads the same (its functions unnest the
  * arrays side by side and give a missing element as null) without PostgreSQL parsing an element.
@@ -277,9 +302,10 @@ function element(v: unknown): ArrayElement {
  */
 function literalsOf(part: WritePart, columns: Record<string, ArrayElement[]>): Array<string | null> {
   const types = WRITE_PARAMETERS[part] as Record<string, string>;
+  const repeating = REPEATING[part];
   return Object.keys(types).map((c) => {
     const values = columns[c]!;
-    return values.every((v) => v === null) ? null : arrayLiteral(types[c]!, values);
+    return values.every((v) => v === null) ? null : arrayLiteral(types[c]!, values, repeating.has(c));
   });
 }
 
