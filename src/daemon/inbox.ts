@@ -14,7 +14,9 @@
  *   commit, ack, one log line per decision and the counters — and the wiring of the three.
  *
  * The hot path runs on the pg pool when one is given: the step's statements are prepared once per
- * connection, and a batch costs four round trips (BEGIN, lock, write, COMMIT) whatever its size.
+ * connection, and a batch costs two round trips (an unlocked read, one write statement) whatever
+ * its size; one it hands back to the locked path (to quarantine an unknown job or a rejected
+ * envelope) four (BEGIN, lock, write, COMMIT).
  * Acks are sent without waiting, right after the commit, and go out together with the next flush.
  *
  * Failures: a retryable one (database unreachable, deadlock, serialization) naks the whole batch
