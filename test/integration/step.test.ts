@@ -746,6 +746,34 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
   });
 });
 
+describe("the unlocked read's plan (generic, as the inbox runs it)", () => {
+  it('looks each job and its file up by primary key, whatever the batch', async () => {
+    await withPgClient(t.pool, fillTables);
+    const jobs = await Promise.all(
+      Array.from({ length: 3 }, () => insertJob(t.db, { status: 'processing' })),
+    );
+    const plan = await withPgClient(t.pool, async (client: pg.PoolClient) => {
+      await client.query('BEGIN');
+      try {
+        await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
+        // A name of its own: a prepared statement outlives the transaction, on a pooled connection.
+        await client.query({ text: `PREPARE read_plan_check(uuid[]) AS ${READ.text}` });
+        const ids = jobs.map((j) => j.jobId).join(',');
+        const { rows } = await client.query<{ 'QUERY PLAN': string }>(
+          `EXPLAIN EXECUTE read_plan_check('{${ids}}')`,
+        );
+        await client.query('DEALLOCATE read_plan_check');
+        return rows.map((r) => r['QUERY PLAN']).join('\n');
+      } finally {
+        await client.query('ROLLBACK');
+      }
+    });
+    expect(plan).toMatch(/Index Scan using recognition_job_pkey on recognition_job/);
+    expect(plan).toMatch(/Index Scan using stored_file_pkey on stored_file/);
+    expect(plan).not.toMatch(/Seq Scan/);
+  });
+});
+
 describe("the inbox's statements are planned once per connection", () => {
   /** A valid result envelope for a job, as it comes off the stream. */
   const resultItem = (j: { jobId: string; fileId: string }, seq: number) =>
