@@ -112,6 +112,9 @@ interface TransitionRow {
   detail: unknown;
 }
 
+/** The reads the locked paths' writes check: none, their rows are locked already. */
+const NO_READS = [null, null] as const;
+
 /** Start planning a batch against the rows its read returned. */
 export function planBatch(rows: readonly StepRow[]): BatchPlan {
   /** Each job's state as last written (or read). */
@@ -146,7 +149,7 @@ export function planBatch(rows: readonly StepRow[]): BatchPlan {
       const w = writeParams(chunk.effects, { written, current, at });
       if (!w) return null;
       if (laterChunks) for (const id of w.jobIds) unsettled.add(id);
-      return { ...w, params: [...w.params, laterChunks, null, null] };
+      return { ...w, params: [...w.params, laterChunks, ...NO_READS] };
     },
     next(items) {
       const chunk = plan.decide(items);
@@ -273,9 +276,9 @@ function element(v: unknown): ArrayElement {
  * The text columns whose values come from a small set, the same from job to job: statuses, names,
  * a result's transition detail ({@link arrayLiteral}'s `repeating`).
  */
-const REPEATING: Record<WritePart, ReadonlySet<string>> = {
-  objects: columnSet('objects', ['bucket', 'created_by']),
-  jobs: columnSet('jobs', [
+const REPEATING = {
+  objects: new Set(['bucket', 'created_by']),
+  jobs: new Set([
     'status',
     'service_name',
     'service_version',
@@ -283,16 +286,9 @@ const REPEATING: Record<WritePart, ReadonlySet<string>> = {
     'result_schema_version',
     'result_bucket',
   ]),
-  files: columnSet('files', ['status', 'error_code']),
-  transitions: columnSet('transitions', ['from_status', 'to_status', 'event', 'detail']),
-};
-
-function columnSet<P extends WritePart>(
-  _part: P,
-  columns: ReadonlyArray<keyof (typeof WRITE_PARAMETERS)[P] & string>,
-): ReadonlySet<string> {
-  return new Set(columns);
-}
+  files: new Set(['status', 'error_code']),
+  transitions: new Set(['from_status', 'to_status', 'event', 'detail']),
+} satisfies { [P in WritePart]: ReadonlySet<keyof (typeof WRITE_PARAMETERS)[P]> };
 
 /**
  * Each part's arrays as array literals of their types, in the order of {@link WRITE_PARAMETERS};
@@ -302,7 +298,7 @@ function columnSet<P extends WritePart>(
  */
 function literalsOf(part: WritePart, columns: Record<string, ArrayElement[]>): Array<string | null> {
   const types = WRITE_PARAMETERS[part] as Record<string, string>;
-  const repeating = REPEATING[part];
+  const repeating: ReadonlySet<string> = REPEATING[part];
   return Object.keys(types).map((c) => {
     const values = columns[c]!;
     return values.every((v) => v === null) ? null : arrayLiteral(types[c]!, values, repeating.has(c));
@@ -381,7 +377,7 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
  */
 export function checkingReads(write: PlannedWrite | null, rows: readonly StepRow[]): unknown[] {
   const params = write
-    ? write.params.slice(0, -2)
+    ? write.params.slice(0, PARTS_PARAMETERS + 2)
     : [...new Array<null>(PARTS_PARAMETERS).fill(null), 0, false];
   return [
     ...params,

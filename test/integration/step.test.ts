@@ -29,14 +29,13 @@ import { useHarness } from '../helpers/harness.js';
 const t = useHarness({ database: true });
 
 /**
- * The unlocked path for one event, on the pool. `afterQuery`, when given, runs after each of its
+ * The unlocked path for `items`, on the pool. `afterQuery`, when given, runs after each of its
  * statements (with the statement's name) before the path goes on: where a test interferes.
  */
-async function unlocked(
-  jobId: string,
-  event: JobEventInput,
+function unlockedBatch(
+  items: StepItem[],
   afterQuery?: (name: string) => Promise<unknown> | void,
-): Promise<StepOutcome | undefined> {
+): Promise<StepOutcome[] | null> {
   const watched = (sql: StepSql): StepSql => ({
     async query<R>(statement: Statement, values: readonly unknown[]) {
       const rows = await sql.query<R>(statement, values);
@@ -44,10 +43,16 @@ async function unlocked(
       return rows;
     },
   });
-  const outcomes = await withPgClient(t.pool, (client) =>
-    applyEventsOptimistic(watched(pgStepSql(client)), [{ jobId, event }]),
-  );
-  return outcomes?.[0];
+  return withPgClient(t.pool, (client) => applyEventsOptimistic(watched(pgStepSql(client)), items));
+}
+
+/** The unlocked path for one event ({@link unlockedBatch}). */
+async function unlocked(
+  jobId: string,
+  event: JobEventInput,
+  afterQuery?: (name: string) => Promise<unknown> | void,
+): Promise<StepOutcome | undefined> {
+  return (await unlockedBatch([{ jobId, event }], afterQuery))?.[0];
 }
 
 const paths = {
@@ -368,24 +373,6 @@ describe('the unlocked path when the job changes between its read and its write'
 });
 
 describe('the unlocked path, a batch of several jobs', () => {
-  /** The unlocked path for `items` on the pool, `afterQuery` as in {@link unlocked}. */
-  const unlockedBatch = (
-    items: StepItem[],
-    afterQuery?: (name: string) => Promise<unknown> | void,
-  ): Promise<StepOutcome[] | null> =>
-    withPgClient(t.pool, (client) =>
-      applyEventsOptimistic(
-        {
-          async query<R>(statement: Statement, values: readonly unknown[]) {
-            const rows = await pgStepSql(client).query<R>(statement, values);
-            await afterQuery?.(statement.name);
-            return rows;
-          },
-        },
-        items,
-      ),
-    );
-
   it('one job changed between the read and the write: nothing of the batch is written, then all is, decided anew', async () => {
     const jobs = await Promise.all([1, 2, 3].map(() => insertJob(t.db, { status: 'published' })));
     const changed = jobs[1]!;
