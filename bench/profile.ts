@@ -3,14 +3,21 @@
  * the inbox's excess over the ceiling part by part. Each drains `--envelopes` results `--rounds`
  * times, the last under V8's sampling profiler; the shares are scaled to the median node CPU per
  * envelope of the other rounds. A busy sample counts for the nearest frame on its stack that
- * belongs to a part. `--keep DIR` keeps the `.cpuprofile` files (Chrome's DevTools open them).
+ * belongs to a part. `--keep DIR` keeps the `.cpuprofile` files (Chrome's DevTools open them);
+ * `--log-level info` runs the inbox at info, a line per applied envelope.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Session } from 'node:inspector/promises';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { startBenchEnv } from './env.js';
-import { measureCeiling, measureInbox, type ThroughputResult, type TimedHooks } from './throughput.js';
+import {
+  measureCeiling,
+  measureInbox,
+  type LogLevel,
+  type ThroughputResult,
+  type TimedHooks,
+} from './throughput.js';
 
 /** A V8 CPU profile, as much of it as the attribution reads. */
 interface CpuProfile {
@@ -34,6 +41,10 @@ export const PARTS: ReadonlyArray<[part: string, matches: (url: string, fn: stri
       ),
   ],
   ['NATS client', (u) => /node_modules\/@nats-io\//.test(u)],
+  [
+    'logging',
+    (u) => /node_modules\/(pino|sonic-boom|fast-redact|quick-format-unescaped)\/|src\/logger/.test(u),
+  ],
   [
     'inbox: batching, hold, outcomes, metrics',
     (u) => /src\/daemon\/|src\/tracing\/|prom-client|src\/metrics/.test(u),
@@ -83,15 +94,23 @@ async function main(): Promise<void> {
     .option('--rounds <n>', 'drains per consumer (the last one profiled)', positiveInteger, 3)
     .option('--envelopes <n>', 'backlog of each drain', positiveInteger, 30_000)
     .option('--keep <dir>', 'write the .cpuprofile files there')
+    .addOption(
+      new Option('--log-level <level>', "the inbox's LOG_LEVEL (info logs a line per envelope)")
+        .choices(['warn', 'info'])
+        .default('warn'),
+    )
     .parse(process.argv)
-    .opts<{ rounds: number; envelopes: number; keep?: string }>();
+    .opts<{ rounds: number; envelopes: number; keep?: string; logLevel: LogLevel }>();
   const env = await startBenchEnv();
   const session = new Session();
   session.connect();
   await session.post('Profiler.enable');
   await session.post('Profiler.setSamplingInterval', { interval: 250 });
   const consumers: Array<[name: string, run: (timed?: TimedHooks) => Promise<ThroughputResult>]> = [
-    ['inbox', (timed) => measureInbox(env, { name: 'inbox', logLevel: 'warn', timed }, args.envelopes)],
+    [
+      'inbox',
+      (timed) => measureInbox(env, { name: 'inbox', logLevel: args.logLevel, timed }, args.envelopes),
+    ],
     ['ceiling', (timed) => measureCeiling(env, args.envelopes, { timed })],
   ];
   const columns: Column[] = [];

@@ -9,11 +9,10 @@ import { closeSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pino from 'pino';
 import type pg from 'pg';
 import type { Config } from '../src/config.js';
 import { startDaemon, type DaemonOptions } from '../src/daemon/daemon.js';
-import { createLogger } from '../src/logger.js';
+import { createLogger, logDestination } from '../src/logger.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
 import { CEILING, CEILING_NAME, startCeiling } from './ceiling.js';
 import {
@@ -114,7 +113,8 @@ export async function measureCeiling(
 /**
  * The daemon in this process: `startDaemon` with the configuration's defaults at `logLevel`, the
  * inbox loop only (the other loops have nothing to do on the bench's tables), logging JSON lines
- * synchronously to a file as pino's default stdout does, so the cost of logging is measured.
+ * to a file through the stream `recognition-core start` logs to stdout with, so the cost of
+ * logging is measured as the daemon pays it.
  */
 export async function startInboxDaemon(
   env: BenchEnv,
@@ -123,7 +123,7 @@ export async function startInboxDaemon(
 ): Promise<{ config: Config; stop(): Promise<void> }> {
   const config = env.config({ LOG_LEVEL: logLevel });
   const dir = mkdtempSync(join(tmpdir(), 'bench-log-'));
-  const dest = pino.destination({ dest: join(dir, 'daemon.log'), sync: true });
+  const dest = logDestination(join(dir, 'daemon.log'));
   const close = () => {
     dest.end();
     rmSync(dir, { recursive: true, force: true });

@@ -74,6 +74,37 @@ function scrubber(secrets: readonly string[]) {
 }
 
 /**
+ * The `time` of a line, ISO 8601 in UTC as pino's `isoTime` writes it, formatted once per
+ * millisecond: the inbox logs a batch's lines within the same few milliseconds.
+ */
+let stampMs = NaN;
+let stamp = '';
+function isoTime(): string {
+  const ms = Date.now();
+  if (ms !== stampMs) {
+    stampMs = ms;
+    stamp = `,"time":"${new Date(ms).toISOString()}"`;
+  }
+  return stamp;
+}
+
+/**
+ * The most a single write of the log stream carries. The stream appends each line to the text it
+ * has not written yet and measures that text's byte length at every line, so the cost of a line
+ * grows with this bound; a few kilobytes keep it small and still write dozens of lines at once.
+ */
+const LOG_MAX_WRITE = 4096;
+
+/**
+ * The stream the daemon logs to: `dest` (a file descriptor, stdout by default, or a file path),
+ * written asynchronously as pino does by default — a line logged while a write is in flight goes
+ * out with the next one, and what is left is flushed when the process exits.
+ */
+export function logDestination(dest: number | string = 1): ReturnType<typeof pino.destination> {
+  return pino.destination({ dest, sync: false, maxWrite: LOG_MAX_WRITE });
+}
+
+/**
  * Create the root logger. Children carry `job_id`, `msg_id`; errors go under `err`; with tracing
  * on, lines logged inside a span carry `trace_id` and `span_id`.
  */
@@ -82,7 +113,7 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
   const options: pino.LoggerOptions = {
     level: opts.level ?? 'info',
     base: { service: 'recognition-core', ...opts.base },
-    timestamp: pino.stdTimeFunctions.isoTime,
+    timestamp: isoTime,
     // Lines logged inside a span carry its trace_id and span_id. Only when tracing was started
     // before the logger was made: otherwise no line pays for it.
     ...(tracingActive() ? { mixin: traceLogMixin } : {}),
@@ -110,7 +141,7 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
       transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l' } },
     });
   }
-  return pino(options);
+  return pino(options, logDestination());
 }
 
 let warningTarget: Logger | undefined;
