@@ -19,7 +19,7 @@ import { inPgTransaction } from '../src/db/pgTransaction.js';
  * The design's parameters: envelopes per batch transaction at most; how long a batch that is not
  * full waits for more envelopes, from its first one; batch transactions in flight at most.
  */
-export const CEILING = { batchSize: 100, lingerMs: 2, inFlight: 4 } as const;
+export const CEILING = { batchSize: 200, lingerMs: 2, inFlight: 4 } as const;
 /** The ceiling's row in the bench's report. */
 export const CEILING_NAME = `ceiling: one consume(), batches of ≤ ${CEILING.batchSize} or ${CEILING.lingerMs} ms, ${CEILING.inFlight} in flight`;
 

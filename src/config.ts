@@ -159,7 +159,7 @@ export const CONFIG_VARIABLES = {
     '1048576',
     'larger envelopes are quarantined PAYLOAD_TOO_LARGE',
   ],
-  INBOX_BATCH_SIZE: [int(1, 10000), '100', 'envelopes applied per transaction, at most'],
+  INBOX_BATCH_SIZE: [int(1, 10000), '200', 'envelopes applied per transaction, at most'],
   INBOX_CONCURRENCY: [int(1, 64), '4', 'batch transactions at once in this instance'],
   INBOX_LINGER_MS: [int(0, 10000), '2', 'longest wait of a batch that is not full, from its first envelope'],
   INBOX_ACK_WAIT_MS: [int(1000), '30000', 'JetStream redelivers an envelope not acked within this time'],

@@ -707,9 +707,9 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
     // `unnest` of two arrays (a scan of two functions, so no one name), whose estimate sizes
     // nothing else.
     const parts = all.filter((n) => n['Node Type'] === 'Function Scan' && n['Function Name'] !== undefined);
-    // Each part's arrays come through its function (migration 0013), estimated at 100 rows:
-    // INBOX_BATCH_SIZE's default and the order of a watchdog chunk, so joins and hashes are sized
-    // for a batch; `unnest` of a parameter is estimated at 10 in a generic plan.
+    // Each part's arrays come through its function (migration 0013), estimated at 100 rows: the
+    // order of an inbox batch and of a watchdog chunk, so joins and hashes are sized for a batch;
+    // `unnest` of a parameter is estimated at 10 in a generic plan.
     expect(parts.map((n) => n['Function Name']).sort()).toEqual(Object.values(UNNEST_FUNCTION).sort());
     for (const n of parts) expect(n['Plan Rows'], n['Function Name']).toBe(100);
   });
