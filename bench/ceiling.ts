@@ -77,6 +77,9 @@ export const CEILING_SQL = `
   )
   SELECT count(*)::integer AS applied FROM locked`;
 
+/** The `application_name` of the ceiling process's backends (bench/ceilingProcess.ts). */
+export const CEILING_PROCESS_APPLICATION = 'bench-ceiling-process';
+
 /** Called with a batch's job ids once it has committed (the latency bench's clock). */
 export type CeilingCommitHook = (jobIds: readonly string[]) => void;
 

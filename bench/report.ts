@@ -27,8 +27,11 @@ export interface BenchReport {
   /** The configuration defaults the daemon ran with. */
   defaults: Record<string, number>;
   inbox?: { ceiling: ThroughputResult; warn: ThroughputResult; info: ThroughputResult };
-  /** A daemon process as shipped on a backlog, and the ceiling on the same backlog (`cold`). */
-  cold?: { ceiling: ThroughputResult; daemon: ThroughputResult };
+  /**
+   * A daemon process as shipped on a backlog, the ceiling on the same backlog in this (warm)
+   * process, and the ceiling as a process started cold the same way (`cold`).
+   */
+  cold?: { ceiling: ThroughputResult; ceilingProcess?: ThroughputResult; daemon: ThroughputResult };
   /** Every round of the latency target. */
   latencyRounds?: LatencyResult[];
   /** The ceiling's consumer at the same rate, one per round, measured just before the daemon's. */
@@ -98,6 +101,11 @@ export function headlines(r: BenchReport): Headlines {
   }
   if (r.cold) h.context['cold_start_to_first_delivery_s'] = r.cold.daemon.startupSeconds ?? NaN;
   if (r.cold) rates('inbox_cold_start', r.cold.daemon, r.cold.ceiling, 'cold_ceiling');
+  if (r.cold?.ceilingProcess) {
+    const started = r.cold.ceilingProcess;
+    rates('inbox_cold_start_of_cold_ceiling', r.cold.daemon, started, 'cold_ceiling_process');
+    h.context['cold_ceiling_process_to_first_delivery_s'] = started.startupSeconds ?? NaN;
+  }
   const sweep = median(r.watchdog?.sweeps ?? [], (s) => s.seconds);
   const rawSweep = median(r.watchdog?.rawSweeps ?? [], (s) => s.seconds);
   if (sweep && rawSweep) {
@@ -175,10 +183,20 @@ export function renderTable(r: BenchReport): string {
     row(info.name + config(info), rateText(info), 'inbox_batched_info', 'the ceiling');
   }
   if (r.cold) {
-    const { ceiling, daemon } = r.cold;
-    const more = `; start → first delivery ${daemon.startupSeconds?.toFixed(2)} s, max RSS ${mib(daemon.maxRssBytes).toFixed(0)} MiB`;
+    const { ceiling, ceilingProcess, daemon } = r.cold;
+    const started = (t: ThroughputResult) =>
+      `; start → first delivery ${t.startupSeconds?.toFixed(2)} s, max RSS ${mib(t.maxRssBytes).toFixed(0)} MiB`;
     row(ceiling.name, rateText(ceiling));
-    row(daemon.name, rateText(daemon), 'inbox_cold_start', 'the ceiling', more);
+    if (ceilingProcess) row(ceilingProcess.name, rateText(ceilingProcess) + started(ceilingProcess));
+    row(daemon.name, rateText(daemon), 'inbox_cold_start', 'the ceiling', started(daemon));
+    if (ceilingProcess) {
+      row(
+        'the same daemon process against the ceiling started cold the same way',
+        rateText(daemon),
+        'inbox_cold_start_of_cold_ceiling',
+        'the ceiling process',
+      );
+    }
   }
   const rounds = r.latencyRounds ?? [];
   if (rounds.length > 0) {
@@ -267,7 +285,8 @@ export function renderTable(r: BenchReport): string {
       cpuRow(`_inbox (warn) above the ceiling_`, excess),
     );
   }
-  for (const t of [r.cold?.ceiling, r.cold?.daemon, r.drain]) if (t) cpuRows.push(cpuRow(t.name, t.cpu));
+  for (const t of [r.cold?.ceiling, r.cold?.ceilingProcess, r.cold?.daemon, r.drain])
+    if (t) cpuRows.push(cpuRow(t.name, t.cpu));
 
   return (
     [

@@ -19,7 +19,7 @@ import { measureLatency, type LatencyResult } from './latency.js';
 import { recordRun, renderTable, type BenchReport } from './report.js';
 import {
   measureCeiling,
-  measureDaemonProcess,
+  measureProcess,
   measureInbox,
   rowShapes,
   type ThroughputResult,
@@ -149,7 +149,7 @@ async function compared(runs: Array<() => Promise<ThroughputResult>>) {
 }
 
 const daemonProcess = (name: string, n: number) => () =>
-  measureDaemonProcess(env, { name, logLevel: 'warn' }, n);
+  measureProcess(env, { name, kind: 'daemon', logLevel: 'warn' }, n);
 const backlog = (n: number) => `, backlog of ${fmt(n)}`;
 
 try {
@@ -180,12 +180,20 @@ try {
     // The daemon as shipped, a process started on a backlog, in turns with the ceiling on the same.
     log(`cold: daemon processes on a backlog of ${fmt(sizes.backlog)}`);
     const of = backlog(sizes.backlog);
+    // The ceiling twice: warm in this process (the target's), and started cold as a process of its
+    // own, the bound of a cold start's work.
     const daemon = 'daemon process, cold start (first delivery → last ack), LOG_LEVEL=warn';
-    const [ceiling, started] = await compared([
+    const [ceiling, ceilingStarted, started] = await compared([
       () => measureCeiling(env, sizes.backlog, { name: CEILING_NAME + of }),
+      () =>
+        measureProcess(
+          env,
+          { name: `${CEILING_NAME}, a process started cold${of}`, kind: 'ceiling', logLevel: 'warn' },
+          sizes.backlog,
+        ),
       daemonProcess(daemon + of, sizes.backlog),
     ]);
-    report.cold = { ceiling: ceiling!, daemon: started! };
+    report.cold = { ceiling: ceiling!, ceilingProcess: ceilingStarted!, daemon: started! };
   }
   if (only.has('latency')) {
     const rate = Math.round(

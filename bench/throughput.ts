@@ -14,7 +14,7 @@ import type { Config } from '../src/config.js';
 import { startDaemon, type DaemonOptions } from '../src/daemon/daemon.js';
 import { createLogger, logDestination } from '../src/logger.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
-import { CEILING, CEILING_NAME, startCeiling } from './ceiling.js';
+import { CEILING, CEILING_NAME, CEILING_PROCESS_APPLICATION, startCeiling } from './ceiling.js';
 import {
   benchPool,
   checkpoint,
@@ -187,28 +187,34 @@ export async function rowShapes(pool: pg.Pool): Promise<string> {
 /** RSS sampling period of a daemon process. */
 export const RSS_EVERY_MS = 100;
 
+/** What a process measurement starts: the daemon as operators run it, or the ceiling's consumer. */
+export type ProcessKind = 'daemon' | 'ceiling';
+
 /**
- * The daemon as operators run it: `recognition-core start` (every loop, defaults, `logLevel`,
- * its log on a file, `env` added to its environment) started as a new process after `n` results
- * are already in the stream. Timed from its first delivery (`core-inbox` reports a delivered
- * message; polled every 5 ms) to its last ack: start-up, JIT and the first batches are in it.
- * Stopped with SIGTERM after, which must exit 0.
+ * A consumer started as a new process after `n` results are already in the stream: the daemon as
+ * operators run it (`recognition-core start`: every loop, defaults, `logLevel`, its log on a
+ * file), or the ceiling's consumer (bench/ceilingProcess.ts), which pays the same start. Timed
+ * from its first delivery (`core-inbox` reports a delivered message; polled every 5 ms) to its
+ * last ack: start-up, JIT and the first batches are in it. Stopped with SIGTERM after, which must
+ * exit 0.
  */
-export async function measureDaemonProcess(
+export async function measureProcess(
   env: BenchEnv,
-  opts: { name: string; logLevel: LogLevel },
+  opts: { name: string; kind: ProcessKind; logLevel: LogLevel },
   n: number,
 ): Promise<ThroughputResult> {
   const last = await prepare(env, n);
   const config = env.config({ LOG_LEVEL: opts.logLevel });
+  const daemon = opts.kind === 'daemon';
   const dir = mkdtempSync(join(tmpdir(), 'bench-daemon-'));
   const out = openSync(join(dir, 'daemon.log'), 'w');
-  const bin = fileURLToPath(new URL('../../bin/recognition-core.js', import.meta.url));
+  const script = daemon ? '../../bin/recognition-core.js' : './ceilingProcess.js';
+  const args = [fileURLToPath(new URL(script, import.meta.url)), ...(daemon ? ['start'] : [])];
   const split = startCpuSplit(env);
   const spawned = performance.now();
   // Tracing off, as shipped, whatever OTEL_* variables the bench was started with.
   const inherited = Object.entries(process.env).filter(([k]) => !k.startsWith('OTEL_'));
-  const child = spawn(process.execPath, [bin, 'start'], {
+  const child = spawn(process.execPath, args, {
     env: {
       ...Object.fromEntries(inherited),
       DATABASE_URL: config.DATABASE_URL,
@@ -231,27 +237,29 @@ export async function measureDaemonProcess(
     while (firstDelivery === undefined) {
       const info = await env.jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
       if (info.delivered.stream_seq > 0) firstDelivery = performance.now();
-      else if (Date.now() > deadline) throw new Error('the daemon process delivered nothing within 60 s');
+      else if (Date.now() > deadline)
+        throw new Error(`the ${opts.kind} process delivered nothing within 60 s`);
       else await new Promise((r) => setTimeout(r, 5));
     }
     await waitAllAcked(env.jsm, last, timeoutFor(n));
     const seconds = (performance.now() - firstDelivery) / 1000;
-    const cpu = await split.end('recognition-core', n);
-    // This process only polled: the node figure is the daemon process's whole life so far.
-    const daemonMs = child.pid === undefined ? null : processCpuMs(child.pid);
-    cpu.nodeUs = daemonMs === null ? null : (daemonMs * 1000) / n;
+    // The daemon's pool connects as `recognition-core` (src/db/database.ts).
+    const cpu = await split.end(daemon ? 'recognition-core' : CEILING_PROCESS_APPLICATION, n);
+    // This process only polled: the node figure is the child's whole life so far.
+    const childMs = child.pid === undefined ? null : processCpuMs(child.pid);
+    cpu.nodeUs = childMs === null ? null : (childMs * 1000) / n;
     child.kill('SIGTERM');
     const code = await exited;
-    if (code !== 0) throw new Error(`the daemon process exited with ${code}`);
+    if (code !== 0) throw new Error(`the ${opts.kind} process exited with ${code}`);
     await checkAllDone(env.pool, n);
     return {
       name: opts.name,
       envelopes: n,
       seconds,
       perSecond: n / seconds,
-      batchSize: config.INBOX_BATCH_SIZE,
-      concurrency: config.INBOX_CONCURRENCY,
-      logLevel: opts.logLevel,
+      batchSize: daemon ? config.INBOX_BATCH_SIZE : CEILING.batchSize,
+      concurrency: daemon ? config.INBOX_CONCURRENCY : CEILING.inFlight,
+      logLevel: daemon ? opts.logLevel : null,
       cpu,
       startupSeconds: (firstDelivery - spawned) / 1000,
       maxRssBytes: maxRss,
