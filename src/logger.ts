@@ -58,13 +58,15 @@ function scrubber(secrets: readonly string[]) {
     const plain = proto === Object.prototype || proto === null;
     // Anything but a plain object is logged as the plain object of its own enumerable fields.
     let copy: Record<string, unknown> | undefined = plain ? undefined : {};
-    const entries = Object.entries(value);
-    for (let i = 0; i < entries.length; i++) {
-      const [k, v] = entries[i]!;
+    const record = value as Record<string, unknown>;
+    const keys = Object.keys(record);
+    for (let i = 0; i < keys.length; i++) {
+      const k = keys[i]!;
+      const v = record[k];
       const clean = REDACT_KEYS.has(k.toLowerCase()) && v ? '[REDACTED]' : scrub(v, depth + 1);
       if (copy === undefined && clean !== v) {
         copy = {};
-        for (let j = 0; j < i; j++) copy[entries[j]![0]] = entries[j]![1];
+        for (let j = 0; j < i; j++) copy[keys[j]!] = record[keys[j]!];
       }
       if (copy !== undefined) copy[k] = clean;
     }
@@ -89,19 +91,28 @@ function isoTime(): string {
 }
 
 /**
- * The most a single write of the log stream carries. The stream appends each line to the text it
- * has not written yet and measures that text's byte length at every line, so the cost of a line
- * grows with this bound; a few kilobytes keep it small and still write dozens of lines at once.
+ * The most a single write of the log stream carries: one write call for dozens of lines, each call
+ * a round through the thread pool.
  */
-const LOG_MAX_WRITE = 4096;
+const LOG_MAX_WRITE = 65_536;
 
 /**
  * The stream the daemon logs to: `dest` (a file descriptor, stdout by default, or a file path),
- * written asynchronously as pino does by default — a line logged while a write is in flight goes
+ * written asynchronously as pino's own stream is — a line logged while a write is in flight goes
  * out with the next one, and what is left is flushed when the process exits.
+ *
+ * The stream holds bytes, not text: each line is encoded once, as it is logged. Holding text, the
+ * stream would measure the byte length of all it has not written yet at every line, flattening
+ * that text each time; holding buffers, it adds one line's length and joins the buffers once per
+ * write.
  */
 export function logDestination(dest: number | string = 1): ReturnType<typeof pino.destination> {
-  return pino.destination({ dest, sync: false, maxWrite: LOG_MAX_WRITE });
+  const stream = pino.destination({ dest, sync: false, contentMode: 'buffer', maxWrite: LOG_MAX_WRITE });
+  // In buffer mode the stream's own `write` (an instance property) takes only buffers; pino
+  // writes strings.
+  const writeBytes = stream.write.bind(stream) as unknown as (chunk: Uint8Array) => boolean;
+  stream.write = (line: string) => writeBytes(Buffer.from(line, 'utf8'));
+  return stream;
 }
 
 /**
