@@ -83,6 +83,29 @@ export const CEILING_PROCESS_APPLICATION = 'bench-ceiling-process';
 /** Called with a batch's job ids once it has committed (the latency bench's clock). */
 export type CeilingCommitHook = (jobIds: readonly string[]) => void;
 
+/** The name {@link CEILING_SQL} is prepared under. */
+export const CEILING_STATEMENT = 'bench_ceiling_batch';
+
+/** {@link CEILING_SQL}'s parameters for a batch: empty arrays, one per parameter. */
+export const ceilingParameters = (): unknown[][] => Array.from({ length: 11 }, () => []);
+
+/** Add one result (as the bench publishes it) and its msg id to a batch's parameters. */
+export function addCeilingResult(values: unknown[][], r: ResultEnvelope, msgId: string): void {
+  [
+    r.job_id,
+    msgId,
+    r.status,
+    r.service.name,
+    r.service.version,
+    r.result_schema_version ?? null,
+    r.metrics ? JSON.stringify(r.metrics) : null,
+    r.result_s3?.bucket ?? null,
+    r.result_s3?.key ?? null,
+    r.error?.code ?? null,
+    r.error?.message ?? null,
+  ].forEach((v, i) => values[i]!.push(v));
+}
+
 /** BEGIN, the statement (prepared once per connection), COMMIT; then ack. */
 async function applyBatch(
   pool: pg.Pool,
@@ -90,25 +113,11 @@ async function applyBatch(
   afterCommit?: CeilingCommitHook,
 ): Promise<void> {
   // The bench publishes well-formed results only (`done`, `needs_check`, `error`), never acks.
-  const values: unknown[][] = Array.from({ length: 11 }, () => []);
-  for (const m of msgs) {
-    const r = m.json<ResultEnvelope>();
-    [
-      r.job_id,
-      m.headers?.get('Nats-Msg-Id') ?? '',
-      r.status,
-      r.service.name,
-      r.service.version,
-      r.result_schema_version ?? null,
-      r.metrics ? JSON.stringify(r.metrics) : null,
-      r.result_s3?.bucket ?? null,
-      r.result_s3?.key ?? null,
-      r.error?.code ?? null,
-      r.error?.message ?? null,
-    ].forEach((v, i) => values[i]!.push(v));
-  }
+  const values = ceilingParameters();
+  for (const m of msgs)
+    addCeilingResult(values, m.json<ResultEnvelope>(), m.headers?.get('Nats-Msg-Id') ?? '');
   await inPgTransaction(pool, (client) =>
-    client.query({ name: 'bench_ceiling_batch', text: CEILING_SQL, values }),
+    client.query({ name: CEILING_STATEMENT, text: CEILING_SQL, values }),
   );
   afterCommit?.(values[0] as string[]);
   for (const m of msgs) m.ack();

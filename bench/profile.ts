@@ -5,12 +5,25 @@
  * envelope of the other rounds. A busy sample counts for the nearest frame on its stack that
  * belongs to a part. `--keep DIR` keeps the `.cpuprofile` files (Chrome's DevTools open them);
  * `--log-level info` runs the inbox at info, a line per applied envelope.
+ *
+ * Then PostgreSQL's side: the CPU of a backend per envelope for each statement an inbox batch
+ * sends, beside the ceiling's transaction, batches of the same results on one connection in turns
+ * ({@link statementCpu}).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Session } from 'node:inspector/promises';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { startBenchEnv } from './env.js';
+import { addCeilingResult, ceilingParameters, CEILING, CEILING_SQL, CEILING_STATEMENT } from './ceiling.js';
+import { startBenchEnv, type BenchEnv } from './env.js';
+import { decodeEnvelope } from '../src/messages/decodeEnvelope.js';
+import type { ResultEnvelope } from '../src/messages/schemas.js';
+import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
+import { pgStepSql, type StepItem } from '../src/step/index.js';
+import { checkingReads, planBatch } from '../src/step/plan.js';
+import { READ, WRITE, type StepRow } from '../src/step/statements.js';
+import { doneEnvelope, resultHeaders, seedPublishedJobs, type BenchJob } from '../workshop/benchFixtures.js';
+import { processCpuMs } from '../workshop/processStats.js';
 import {
   measureCeiling,
   measureInbox,
@@ -88,19 +101,91 @@ const positiveInteger = (v: string) => {
   return n;
 };
 
+/** Batches of {@link statementCpu} not counted: the statements are prepared and planned in them. */
+const STATEMENT_WARM_UP = 6;
+
+/**
+ * PostgreSQL CPU per envelope of an inbox batch's two statements (the unlocked read and the write,
+ * as the inbox sends them: decided by the step, prepared once per connection) and of the ceiling's
+ * transaction (BEGIN, its statement, COMMIT), each on batches of the ceiling's size of fresh jobs'
+ * results, in turns on one connection, so that both meet the same table. The backend's CPU is read
+ * from /proc around each statement (in ticks of 10 ms, which average out over the batches).
+ */
+async function statementCpu(
+  env: BenchEnv,
+  batches: number,
+): Promise<Record<'read' | 'write' | 'ceiling', number>> {
+  const size = CEILING.batchSize;
+  const jobs = await seedPublishedJobs(env.pool, 2 * size * (batches + STATEMENT_WARM_UP));
+  const client = await env.pool.connect();
+  try {
+    const sql = pgStepSql(client);
+    const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const pid = rows[0]!.pid;
+    const cpuMs = () => processCpuMs(pid) ?? NaN;
+    const results = (of: readonly BenchJob[]) =>
+      of.map((job) => {
+        const decoded = decodeEnvelope({
+          data: doneEnvelope(job),
+          msgId: resultHeaders(job).get('Nats-Msg-Id'),
+          maxBytes: Number.MAX_SAFE_INTEGER,
+        });
+        if (!decoded.ok) throw new Error('a fixture envelope did not decode');
+        return decoded;
+      });
+    const ms = { read: 0, write: 0, ceiling: 0 };
+    for (let i = 0; i < STATEMENT_WARM_UP + batches; i++) {
+      const counted = i >= STATEMENT_WARM_UP;
+      const at = 2 * size * i;
+      // An inbox batch on the unlocked path: read, decide, write.
+      const items: StepItem[] = results(jobs.slice(at, at + size)).map((d) =>
+        envelopeToJobEvent(d.envelope, d.msgId),
+      );
+      let t = cpuMs();
+      const read = await sql.query<StepRow>(READ, [items.map((item) => item.jobId)]);
+      if (counted) ms.read += cpuMs() - t;
+      const params = checkingReads(planBatch(read).next(items).write, read);
+      t = cpuMs();
+      await sql.query(WRITE, params);
+      if (counted) ms.write += cpuMs() - t;
+      // The ceiling's transaction on as many other jobs.
+      const values = ceilingParameters();
+      for (const d of results(jobs.slice(at + size, at + 2 * size))) {
+        addCeilingResult(values, d.envelope as ResultEnvelope, d.msgId ?? '');
+      }
+      t = cpuMs();
+      await client.query('BEGIN');
+      await client.query({ name: CEILING_STATEMENT, text: CEILING_SQL, values });
+      await client.query('COMMIT');
+      if (counted) ms.ceiling += cpuMs() - t;
+    }
+    const perEnvelope = (v: number) => (v * 1000) / (batches * size);
+    return { read: perEnvelope(ms.read), write: perEnvelope(ms.write), ceiling: perEnvelope(ms.ceiling) };
+  } finally {
+    client.release();
+  }
+}
+
 async function main(): Promise<void> {
   const args = new Command('bench:profile')
     .description("profile the inbox's node CPU by part, beside its ceiling's")
     .option('--rounds <n>', 'drains per consumer (the last one profiled)', positiveInteger, 3)
     .option('--envelopes <n>', 'backlog of each drain', positiveInteger, 30_000)
     .option('--keep <dir>', 'write the .cpuprofile files there')
+    .option('--statement-batches <n>', "batches of PostgreSQL's statement split", positiveInteger, 60)
     .addOption(
       new Option('--log-level <level>', "the inbox's LOG_LEVEL (info logs a line per envelope)")
         .choices(['warn', 'info'])
         .default('warn'),
     )
     .parse(process.argv)
-    .opts<{ rounds: number; envelopes: number; keep?: string; logLevel: LogLevel }>();
+    .opts<{
+      rounds: number;
+      envelopes: number;
+      keep?: string;
+      statementBatches: number;
+      logLevel: LogLevel;
+    }>();
   const env = await startBenchEnv();
   const session = new Session();
   session.connect();
@@ -114,6 +199,7 @@ async function main(): Promise<void> {
     ['ceiling', (timed) => measureCeiling(env, args.envelopes, { timed })],
   ];
   const columns: Column[] = [];
+  let statements: Awaited<ReturnType<typeof statementCpu>>;
   try {
     for (const [name, run] of consumers) {
       const unprofiled: number[] = [];
@@ -133,6 +219,7 @@ async function main(): Promise<void> {
       columns.push({ name, nodeUs, shares: attribute(profile!) });
       process.stderr.write(`${name}: node ${nodeUs.toFixed(0)} µs per envelope\n`);
     }
+    statements = await statementCpu(env, args.statementBatches);
   } finally {
     session.disconnect();
     await env.close();
@@ -149,7 +236,15 @@ async function main(): Promise<void> {
     ...parts.map((p) => `| ${p} | ${cells(p).join(' | ')} |`),
     `| **total** | **${inbox.nodeUs.toFixed(0)}** | **${ceiling.nodeUs.toFixed(0)}** | **${(inbox.nodeUs - ceiling.nodeUs).toFixed(0)}** |`,
   ];
-  process.stdout.write(`${lines.join('\n')}\n`);
+  const { read, write, ceiling: transaction } = statements;
+  const pgLines = [
+    `| PostgreSQL CPU per envelope, µs (one connection, batches of ${CEILING.batchSize}, in turns) | inbox | ceiling |`,
+    '|---|---:|---:|',
+    `| the unlocked read of the batch's jobs | ${read.toFixed(1)} | |`,
+    `| the write (the inbox) / BEGIN, the statement, COMMIT (the ceiling) | ${write.toFixed(1)} | ${transaction.toFixed(1)} |`,
+    `| **total** (the inbox above the ceiling: ${(read + write - transaction).toFixed(1)}) | **${(read + write).toFixed(1)}** | **${transaction.toFixed(1)}** |`,
+  ];
+  process.stdout.write(`${lines.join('\n')}\n\n${pgLines.join('\n')}\n`);
 }
 
 await main();
