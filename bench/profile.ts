@@ -17,7 +17,6 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { addCeilingResult, ceilingParameters, CEILING, CEILING_SQL, CEILING_STATEMENT } from './ceiling.js';
 import { startBenchEnv, type BenchEnv } from './env.js';
 import { decodeEnvelope } from '../src/messages/decodeEnvelope.js';
-import type { ResultEnvelope } from '../src/messages/schemas.js';
 import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
 import { pgStepSql, type StepItem } from '../src/step/index.js';
 import { checkingReads, planBatch } from '../src/step/plan.js';
@@ -151,7 +150,7 @@ async function statementCpu(
       // The ceiling's transaction on as many other jobs.
       const values = ceilingParameters();
       for (const d of results(jobs.slice(at + size, at + 2 * size))) {
-        addCeilingResult(values, d.envelope as ResultEnvelope, d.msgId ?? '');
+        addCeilingResult(values, d.envelope, d.msgId ?? '');
       }
       t = cpuMs();
       await client.query('BEGIN');
