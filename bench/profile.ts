@@ -18,9 +18,8 @@ import { addCeilingResult, ceilingParameters, CEILING, CEILING_SQL, CEILING_STAT
 import { startBenchEnv, type BenchEnv } from './env.js';
 import { decodeEnvelope } from '../src/messages/decodeEnvelope.js';
 import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
-import { pgStepSql, type StepItem } from '../src/step/index.js';
-import { checkingReads, planBatch } from '../src/step/plan.js';
-import { READ, WRITE, type StepRow } from '../src/step/statements.js';
+import { applyEventsOptimistic, pgStepSql, type Statement, type StepSql } from '../src/step/index.js';
+import { READ, WRITE } from '../src/step/statements.js';
 import { doneEnvelope, resultHeaders, seedPublishedJobs, type BenchJob } from '../workshop/benchFixtures.js';
 import { processCpuMs } from '../workshop/processStats.js';
 import {
@@ -104,11 +103,12 @@ const positiveInteger = (v: string) => {
 const STATEMENT_WARM_UP = 6;
 
 /**
- * PostgreSQL CPU per envelope of an inbox batch's two statements (the unlocked read and the write,
- * as the inbox sends them: decided by the step, prepared once per connection) and of the ceiling's
- * transaction (BEGIN, its statement, COMMIT), each on batches of the ceiling's size of fresh jobs'
- * results, in turns on one connection, so that both meet the same table. The backend's CPU is read
- * from /proc around each statement (in ticks of 10 ms, which average out over the batches).
+ * PostgreSQL CPU per envelope of an inbox batch's two statements (the step's unlocked path itself,
+ * `applyEventsOptimistic`: its read, then its write, prepared once per connection) and of the
+ * ceiling's transaction (BEGIN, its statement, COMMIT), each on batches of the ceiling's size of
+ * fresh jobs' results, in turns on one connection, so that both meet the same table. The backend's
+ * CPU is read from /proc around each statement (in ticks of 10 ms, which average out over the
+ * batches).
  */
 async function statementCpu(
   env: BenchEnv,
@@ -118,10 +118,24 @@ async function statementCpu(
   const jobs = await seedPublishedJobs(env.pool, 2 * size * (batches + STATEMENT_WARM_UP));
   const client = await env.pool.connect();
   try {
-    const sql = pgStepSql(client);
     const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
     const pid = rows[0]!.pid;
     const cpuMs = () => processCpuMs(pid) ?? NaN;
+    const ms = { read: 0, write: 0, ceiling: 0 };
+    let counted = false;
+    // The step's statements as the inbox sends them, each one's backend CPU added to its total.
+    const prepared = pgStepSql(client);
+    const measured: StepSql = {
+      async query<R>(statement: Statement, values: readonly unknown[]) {
+        const t = cpuMs();
+        const out = await prepared.query<R>(statement, values);
+        const key = statement === READ ? 'read' : statement === WRITE ? 'write' : undefined;
+        if (key === undefined)
+          throw new Error(`the unlocked path sent an unexpected statement ${statement.name}`);
+        if (counted) ms[key] += cpuMs() - t;
+        return out;
+      },
+    };
     const results = (of: readonly BenchJob[]) =>
       of.map((job) => {
         const decoded = decodeEnvelope({
@@ -132,27 +146,20 @@ async function statementCpu(
         if (!decoded.ok) throw new Error('a fixture envelope did not decode');
         return decoded;
       });
-    const ms = { read: 0, write: 0, ceiling: 0 };
     for (let i = 0; i < STATEMENT_WARM_UP + batches; i++) {
-      const counted = i >= STATEMENT_WARM_UP;
+      counted = i >= STATEMENT_WARM_UP;
       const at = 2 * size * i;
-      // An inbox batch on the unlocked path: read, decide, write.
-      const items: StepItem[] = results(jobs.slice(at, at + size)).map((d) =>
-        envelopeToJobEvent(d.envelope, d.msgId),
-      );
-      let t = cpuMs();
-      const read = await sql.query<StepRow>(READ, [items.map((item) => item.jobId)]);
-      if (counted) ms.read += cpuMs() - t;
-      const params = checkingReads(planBatch(read).next(items).write, read);
-      t = cpuMs();
-      await sql.query(WRITE, params);
-      if (counted) ms.write += cpuMs() - t;
+      // An inbox batch on the unlocked path.
+      const items = results(jobs.slice(at, at + size)).map((d) => envelopeToJobEvent(d.envelope, d.msgId));
+      if ((await applyEventsOptimistic(measured, items)) === null) {
+        throw new Error('a batch of fresh results left the unlocked path');
+      }
       // The ceiling's transaction on as many other jobs.
       const values = ceilingParameters();
       for (const d of results(jobs.slice(at + size, at + 2 * size))) {
         addCeilingResult(values, d.envelope, d.msgId ?? '');
       }
-      t = cpuMs();
+      const t = cpuMs();
       await client.query('BEGIN');
       await client.query({ name: CEILING_STATEMENT, text: CEILING_SQL, values });
       await client.query('COMMIT');
