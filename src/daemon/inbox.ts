@@ -197,6 +197,8 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
       if (o.decision === 'applied') tally(branch(branch(transitions, o.from), o.event), o.to);
       const enabled = o.decision === 'duplicate' ? debug : o.decision === 'late' ? warn : info;
       if (!enabled) continue;
+      // `reason` only where the machine gave one (nothing changed): a null field still costs
+      // the logger a serialisation on the line of every applied envelope.
       const line = {
         job_id: o.jobId,
         msg_id: out.msgId,
@@ -205,7 +207,7 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
         from: o.from,
         to: o.to,
         decision: o.decision,
-        reason: o.reason,
+        ...(o.reason === null ? undefined : { reason: o.reason }),
         ...traced?.logFields(i),
       };
       switch (o.decision) {

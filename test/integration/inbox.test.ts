@@ -82,6 +82,8 @@ describe('results, applied idempotently', () => {
         decision: 'applied',
       }),
     ]);
+    // A change has no reason to give: the line carries none.
+    expect(t.daemon.logs.lines.find((l) => l.job_id === job.jobId)).not.toHaveProperty('reason');
     const { job: row, file } = await loadAll(t.db, job.jobId);
     expect(row).toMatchObject({
       status: 'done',
@@ -147,6 +149,7 @@ describe('results, applied idempotently', () => {
       decision: 'late',
       level: 'warn',
       from: 'timeout',
+      reason: expect.any(String),
     });
   });
 
