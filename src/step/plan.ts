@@ -194,7 +194,10 @@ function decideAll(
       });
       continue;
     }
-    const d = decide(state, { ...item.event, now } as JobEvent);
+    // The clock first, then the event's fields (an input event has no clock of its own): V8
+    // builds this literal as an object the machine's guards and actions read fast, where
+    // `{ ...event, now }`, a clone of the event with a property added after, is read slower.
+    const d = decide(state, { now, ...item.event } as JobEvent);
     current.set(item.jobId, { status: d.to, context: d.context });
     fx.touched.add(item.jobId);
     outcomes.push({
