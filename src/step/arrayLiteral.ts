@@ -11,6 +11,14 @@
  */
 const BARE_TYPES = new Set(['uuid', 'xid', 'integer', 'bigint', 'timestamptz']);
 
+/**
+ * Types whose elements are JSON texts made by `JSON.stringify` (`element` in `plan.ts`). Such a
+ * text holds no control character and no unpaired surrogate (`JSON.stringify` writes them as
+ * escapes), so quoting it as a JSON string escapes exactly what an array literal must, `"` and
+ * `\`, in one native call instead of a regular expression.
+ */
+const JSON_TYPES = new Set(['jsonb']);
+
 /** A value of one of {@link BARE_TYPES}, or a string or number of any other type, or null. */
 export type ArrayElement = string | number | null;
 
@@ -19,6 +27,9 @@ function quoted(text: string): string {
   if (text.includes('"') || text.includes('\\')) return `"${text.replace(/["\\]/g, '\\$&')}"`;
   return `"${text}"`;
 }
+
+/** The quoted form of a JSON text of one of {@link JSON_TYPES}. */
+const quotedJson = (text: string): string => JSON.stringify(text);
 
 /**
  * The quoted forms of texts that repeat from element to element and batch to batch, kept so that
@@ -45,7 +56,7 @@ function quotedOnce(text: string): string {
  */
 export function arrayLiteral(type: string, values: readonly ArrayElement[], repeating = false): string {
   const bare = BARE_TYPES.has(type);
-  const quote = repeating ? quotedOnce : quoted;
+  const quote = repeating ? quotedOnce : JSON_TYPES.has(type) ? quotedJson : quoted;
   let out = '{';
   for (let i = 0; i < values.length; i++) {
     if (i > 0) out += ',';
