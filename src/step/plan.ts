@@ -344,10 +344,12 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
   // One upsert row per (bucket, key), in a stable order: a row is never affected twice, and
   // concurrent batches take the unique index's locks in the same order.
   const objects = columnsOf('objects');
-  const unique = [
-    ...new Map([...fx.objects.values()].map((o) => [`${o.bucket}\u0000${o.key}`, o])).values(),
-  ].sort(byBucketAndKey);
-  for (const o of unique) {
+  const sorted = [...fx.objects.values()].sort(byBucketAndKey);
+  for (let i = 0; i < sorted.length; i++) {
+    const o = sorted[i]!;
+    const next = sorted[i + 1];
+    // Of the objects with one bucket and key, the last registered stands (the sort is stable).
+    if (next !== undefined && next.bucket === o.bucket && next.key === o.key) continue;
     objects.bucket.push(o.bucket);
     objects.key.push(o.key);
     objects.created_by.push(o.createdBy);
@@ -397,5 +399,5 @@ export function checkingReads(write: PlannedWrite | null, rows: readonly StepRow
 
 function byBucketAndKey(a: { bucket: string; key: string }, b: { bucket: string; key: string }): number {
   if (a.bucket !== b.bucket) return a.bucket < b.bucket ? -1 : 1;
-  return a.key < b.key ? -1 : 1;
+  return a.key === b.key ? 0 : a.key < b.key ? -1 : 1;
 }

@@ -213,6 +213,32 @@ describe('planBatch', () => {
     expect(count).toBe(2);
   });
 
+  it('result objects: one upsert row per bucket and key, in their order, the last registered standing', () => {
+    const other = { name: 'pdf-parser', version: '1.0.0' };
+    const rows = [publishedRow(1), publishedRow(2, { target_service: other.name }), publishedRow(3)];
+    const result = (jobId: string, key: string, by = service): JobEventInput => ({
+      ...done(jobId),
+      service: by,
+      resultS3: { bucket: 'arm-ka', key },
+    });
+    const { write } = planBatch(rows).next([
+      { jobId: rows[0]!.id, event: result(rows[0]!.id, 'results/shared.json') },
+      { jobId: rows[2]!.id, event: result(rows[2]!.id, 'results/a.json') },
+      { jobId: rows[1]!.id, event: result(rows[1]!.id, 'results/shared.json', other) },
+    ]);
+    const { objects, jobs } = parsed(write!.params);
+    expect(objects).toEqual([
+      { bucket: 'arm-ka', key: 'results/a.json', created_by: service.name },
+      { bucket: 'arm-ka', key: 'results/shared.json', created_by: other.name },
+    ]);
+    // Each job still points at its object by bucket and key.
+    expect(jobs.map((j) => j['result_key'])).toEqual([
+      'results/shared.json',
+      'results/a.json',
+      'results/shared.json',
+    ]);
+  });
+
   it('a job an earlier write changed is written at the address and version that write returned', () => {
     const [a, b] = [publishedRow(1), publishedRow(2)];
     const plan = planBatch([a, b]);
