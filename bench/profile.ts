@@ -105,16 +105,16 @@ const STATEMENT_WARM_UP = 6;
 /**
  * PostgreSQL CPU per envelope of an inbox batch's two statements (the step's unlocked path itself,
  * `applyEventsOptimistic`: its read, then its write, prepared once per connection) and of the
- * ceiling's transaction (BEGIN, its statement, COMMIT), each on batches of the ceiling's size of
- * fresh jobs' results, in turns on one connection, so that both meet the same table. The backend's
+ * ceiling's transaction (BEGIN, its statement, COMMIT), each on batches of `size` fresh jobs'
+ * results, in turns on one connection, so that both meet the same table. The backend's
  * CPU is read from /proc around each statement (in ticks of 10 ms, which average out over the
  * batches).
  */
 async function statementCpu(
   env: BenchEnv,
   batches: number,
+  size: number,
 ): Promise<Record<'read' | 'write' | 'ceiling', number>> {
-  const size = CEILING.batchSize;
   const jobs = await seedPublishedJobs(env.pool, 2 * size * (batches + STATEMENT_WARM_UP));
   const client = await env.pool.connect();
   try {
@@ -179,6 +179,12 @@ async function main(): Promise<void> {
     .option('--envelopes <n>', 'backlog of each drain', positiveInteger, 30_000)
     .option('--keep <dir>', 'write the .cpuprofile files there')
     .option('--statement-batches <n>', "batches of PostgreSQL's statement split", positiveInteger, 60)
+    .option(
+      '--statement-size <n>',
+      "envelopes per batch of the statement split (a moderate rate's small batches show each statement's fixed cost)",
+      positiveInteger,
+      CEILING.batchSize,
+    )
     .addOption(
       new Option('--log-level <level>', "the inbox's LOG_LEVEL (info logs a line per envelope)")
         .choices(['warn', 'info'])
@@ -190,6 +196,7 @@ async function main(): Promise<void> {
       envelopes: number;
       keep?: string;
       statementBatches: number;
+      statementSize: number;
       logLevel: LogLevel;
     }>();
   const env = await startBenchEnv();
@@ -225,7 +232,7 @@ async function main(): Promise<void> {
       columns.push({ name, nodeUs, shares: attribute(profile!) });
       process.stderr.write(`${name}: node ${nodeUs.toFixed(0)} µs per envelope\n`);
     }
-    statements = await statementCpu(env, args.statementBatches);
+    statements = await statementCpu(env, args.statementBatches, args.statementSize);
   } finally {
     session.disconnect();
     await env.close();
@@ -244,7 +251,7 @@ async function main(): Promise<void> {
   ];
   const { read, write, ceiling: transaction } = statements;
   const pgLines = [
-    `| PostgreSQL CPU per envelope, µs (one connection, batches of ${CEILING.batchSize}, in turns) | inbox | ceiling |`,
+    `| PostgreSQL CPU per envelope, µs (one connection, batches of ${args.statementSize}, in turns) | inbox | ceiling |`,
     '|---|---:|---:|',
     `| the unlocked read of the batch's jobs | ${read.toFixed(1)} | |`,
     `| the write (the inbox) / BEGIN, the statement, COMMIT (the ceiling) | ${write.toFixed(1)} | ${transaction.toFixed(1)} |`,

@@ -217,7 +217,9 @@ describe('planBatch', () => {
     const other = { name: 'pdf-parser', version: '1.0.0' };
     const rows = [publishedRow(1), publishedRow(2, { target_service: other.name }), publishedRow(3)];
     const result = (jobId: string, key: string, by = service): JobEventInput => ({
-      ...done(jobId),
+      type: 'ENVELOPE_RESULT',
+      msgId: `result:${jobId}`,
+      status: 'done',
       service: by,
       resultS3: { bucket: 'arm-ka', key },
     });
