@@ -55,7 +55,10 @@ export type StepRow = ReadJobRow & {
  */
 const epochMs = (time: string) => `(extract(epoch FROM date_trunc('milliseconds', ${time})) * 1000)::bigint`;
 
-/** {@link StepRow}'s columns: the times among them as {@link EpochMs}. */
+/**
+ * {@link StepRow}'s columns: the times among them as {@link EpochMs}. The clock is the same in
+ * every row of a statement; a scalar subquery computes it once per statement, not once per row.
+ */
 const STEP_ROW_COLUMNS = `j.id, ${READ_JOB_COLUMNS.filter((c) => c !== 'id')
   .map((c) =>
     (WRITTEN_JOB_COLUMNS as Record<string, string>)[c] === 'timestamptz'
@@ -64,7 +67,7 @@ const STEP_ROW_COLUMNS = `j.id, ${READ_JOB_COLUMNS.filter((c) => c !== 'id')
   )
   .join(', ')},
          (f.current_recognition_job_id IS NOT DISTINCT FROM j.id) AS file_is_current,
-         ${epochMs('now()')} AS db_now,
+         (SELECT ${epochMs('now()')}) AS db_now,
          j.ctid::text AS row_address, j.xmin::text AS version`;
 
 /**
