@@ -47,9 +47,9 @@ export type StepOutcome =
     };
 
 /**
- * One write statement's worth: its parameters ({@link WRITE_PARAMETERS}, then the count of jobs,
- * whether the statement returns their new addresses, and the reads it checks: none, on the locked
- * paths; see {@link checkingReads}).
+ * One write statement's worth: its parameters ({@link WRITE_PARAMETERS}, then the batch's distinct
+ * transition details, the count of jobs, whether the statement returns their new addresses, and
+ * the reads it checks: none, on the locked paths; see {@link checkingReads}).
  */
 export interface PlannedWrite {
   params: unknown[];
@@ -276,8 +276,8 @@ function element(v: unknown): ArrayElement {
 }
 
 /**
- * The text columns whose values come from a small set, the same from job to job: statuses, names,
- * a result's transition detail ({@link arrayLiteral}'s `repeating`).
+ * The text columns whose values come from a small set, the same from job to job: statuses and
+ * names ({@link arrayLiteral}'s `repeating`).
  */
 const REPEATING = {
   objects: new Set(['bucket', 'created_by']),
@@ -290,7 +290,7 @@ const REPEATING = {
     'result_bucket',
   ]),
   files: new Set(['status', 'error_code']),
-  transitions: new Set(['from_status', 'to_status', 'event', 'detail']),
+  transitions: new Set(['from_status', 'to_status', 'event']),
 } satisfies { [P in WritePart]: ReadonlySet<keyof (typeof WRITE_PARAMETERS)[P]> };
 
 /**
@@ -362,17 +362,28 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
     files.error_code.push(f.error_code);
   }
   const transitions = columnsOf('transitions');
+  // A batch's results share a few details (status, service, error code): each distinct document
+  // goes once, and a row names its place, from 1.
+  const details = new Map<string, number>();
   for (const t of fx.transitions) {
     transitions.job_id.push(t.job_id);
     transitions.from_status.push(t.from_status);
     transitions.to_status.push(t.to_status);
     transitions.event.push(t.event);
     transitions.msg_id.push(t.msg_id);
-    transitions.detail.push(element(t.detail));
+    const detail = element(t.detail);
+    let place: number | null = null;
+    if (detail !== null) {
+      const text = String(detail);
+      place = details.get(text) ?? details.size + 1;
+      details.set(text, place);
+    }
+    transitions.detail.push(place);
   }
   const parts: Record<WritePart, Record<string, ArrayElement[]>> = { objects, jobs, files, transitions };
   const params = WRITE_PARTS.flatMap((part) => literalsOf(part, parts[part]));
-  return { params: [...params, jobIds.length], jobIds };
+  const documents = details.size === 0 ? null : arrayLiteral('jsonb', [...details.keys()]);
+  return { params: [...params, documents, jobIds.length], jobIds };
 }
 
 /**
@@ -382,8 +393,8 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
  */
 export function checkingReads(write: PlannedWrite | null, rows: readonly StepRow[]): unknown[] {
   const params = write
-    ? write.params.slice(0, PARTS_PARAMETERS + 2)
-    : [...new Array<null>(PARTS_PARAMETERS).fill(null), 0, false];
+    ? write.params.slice(0, PARTS_PARAMETERS + 3)
+    : [...new Array<null>(PARTS_PARAMETERS + 1).fill(null), 0, false];
   return [
     ...params,
     arrayLiteral(

@@ -159,7 +159,9 @@ export const WRITE_PARAMETERS = {
     to_status: 'text',
     event: 'text',
     msg_id: 'text',
-    detail: 'jsonb',
+    // Its detail document: a place (from 1) in the write's array of the batch's distinct
+    // documents, which PostgreSQL then parses once each; null for none.
+    detail: 'integer',
   },
 } as const;
 
@@ -169,7 +171,7 @@ export const WRITE_PARTS = Object.keys(WRITE_PARAMETERS) as WritePart[];
 
 /**
  * The function that unnests each part's arrays with a row estimate of a batch (migrations 0013
- * and 0014): it takes the part's arrays in order and returns a column of each name.
+ * to 0015): it takes the part's arrays in order and returns a column of each name.
  */
 export const UNNEST_FUNCTION: Record<WritePart, string> = {
   objects: 'recognition_step_objects',
@@ -194,18 +196,20 @@ function unnestOf(): Record<WritePart, { from: string; first: number }> {
 const UNNEST = unnestOf();
 
 /**
- * After the parts' arrays: the count of job rows the write must find, whether to return them, and
- * the unlocked path's reads to check (the address and version of every job it read; null on the
+ * After the parts' arrays: the batch's distinct transition details (the documents the transition
+ * rows name by place), the count of job rows the write must find, whether to return them, and the
+ * unlocked path's reads to check (the address and version of every job it read; null on the
  * locked paths, whose rows are locked already).
  */
 export const PARTS_PARAMETERS = Object.values(WRITE_PARAMETERS).reduce(
   (n, p) => n + Object.keys(p).length,
   0,
 );
-const EXPECTED_JOBS = `$${PARTS_PARAMETERS + 1}`;
-const RETURN_JOBS = `$${PARTS_PARAMETERS + 2}`;
-const READ_ADDRESSES = `$${PARTS_PARAMETERS + 3}::tid[]`;
-const READ_VERSIONS = `$${PARTS_PARAMETERS + 4}::xid[]`;
+const DETAILS = `$${PARTS_PARAMETERS + 1}::jsonb[]`;
+const EXPECTED_JOBS = `$${PARTS_PARAMETERS + 2}`;
+const RETURN_JOBS = `$${PARTS_PARAMETERS + 3}`;
+const READ_ADDRESSES = `$${PARTS_PARAMETERS + 4}::tid[]`;
+const READ_VERSIONS = `$${PARTS_PARAMETERS + 5}::xid[]`;
 
 /**
  * Step 3, the one write of every event path, one statement (data-modifying CTEs, which see one
@@ -224,7 +228,8 @@ const READ_VERSIONS = `$${PARTS_PARAMETERS + 4}::xid[]`;
  *      are), at the address it was read at and only while it still has the version it was read
  *      at; a result registered in 3a is pointed at by its id;
  *   c. change the files that are still the jobs' current files (by id);
- *   d. append the transition log, in the order the events were applied.
+ *   d. append the transition log, in the order the events were applied, each row's detail the
+ *      document at its place in the batch's details.
  * A job that is not at its address and version any more (changed since it was read, possible
  * only on the unlocked path) makes the count of written jobs fall short, and the statement aborts
  * as a whole with a serialization failure (`recognition_job_versions_checked`, migration 0003).
@@ -301,7 +306,7 @@ function writeSql(): string {
   ),
   log AS (
     INSERT INTO recognition_job_transition (job_id, from_status, to_status, event, msg_id, detail)
-    SELECT t.job_id, t.from_status, t.to_status, t.event, t.msg_id, COALESCE(t.detail, '{}')
+    SELECT t.job_id, t.from_status, t.to_status, t.event, t.msg_id, COALESCE((${DETAILS})[t.detail], '{}')
     FROM ${UNNEST.transitions.from} AS t
     ORDER BY t.seq
   ),

@@ -400,6 +400,36 @@ describe('the unlocked path, a batch of several jobs', () => {
     }
   });
 
+  it("stores each transition's detail as the machine made it, the batch's shared details sent once", async () => {
+    const jobs = await Promise.all([1, 2, 3, 4].map(() => insertJob(t.db, { status: 'processing' })));
+    const acked = await insertJob(t.db, { status: 'published' });
+    const failed = (jobId: string): JobEventInput => ({
+      type: 'ENVELOPE_RESULT',
+      msgId: `result:${jobId}:1`,
+      status: 'error',
+      service,
+      error: { code: 'UNSUPPORTED_FORMAT', message: 'xls 95 is not supported' },
+    });
+    const items = [
+      { jobId: jobs[0]!.jobId, event: done(jobs[0]!.jobId, jobs[0]!.fileId) },
+      { jobId: jobs[1]!.jobId, event: failed(jobs[1]!.jobId) },
+      { jobId: acked.jobId, event: ack(acked.jobId) },
+      { jobId: jobs[2]!.jobId, event: done(jobs[2]!.jobId, jobs[2]!.fileId) },
+      { jobId: jobs[3]!.jobId, event: failed(jobs[3]!.jobId) },
+    ];
+    expect((await unlockedBatch(items))!.map((o) => o.decision)).toEqual(Array(5).fill('applied'));
+    const detailOf = async (jobId: string) => (await loadAll(t.db, jobId)).transitions.at(-1)!.detail;
+    const doneDetail = { status: 'done', service: service.name };
+    const errorDetail = { status: 'error', service: service.name, error_code: 'UNSUPPORTED_FORMAT' };
+    expect(await Promise.all(items.map((i) => detailOf(i.jobId)))).toEqual([
+      doneDetail,
+      errorDetail,
+      { service: service.name },
+      doneDetail,
+      errorDetail,
+    ]);
+  });
+
   it('hands back a batch naming a job that does not exist, having written nothing', async () => {
     const { jobId, fileId } = await insertJob(t.db, { status: 'processing' });
     const before = await snapshotTables(t.db);
@@ -595,11 +625,15 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
     Plans?: PlanNode[];
   }
   const nodes = (n: PlanNode): PlanNode[] => [n, ...(n.Plans ?? []).flatMap(nodes)];
-  /** Each parameter's SQL type, in order: the parts' arrays, the count of jobs, whether to return them. */
+  /**
+   * Each parameter's SQL type, in order: the parts' arrays, the transition details, the count of
+   * jobs, whether to return them, the reads to check.
+   */
   const types = [
     ...WRITE_PARTS.flatMap((part) =>
       Object.values(WRITE_PARAMETERS[part] as Record<string, string>).map((t) => `${t}[]`),
     ),
+    'jsonb[]',
     'integer',
     'boolean',
     'tid[]',
@@ -646,6 +680,7 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
           column(() => 'DONE'),
           none(),
           ...Object.keys(WRITE_PARAMETERS.transitions).map(() => []),
+          null,
           rows.length,
           false,
           null,

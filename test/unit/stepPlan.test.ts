@@ -82,6 +82,8 @@ function parsed(params: unknown[]): {
   jobs: Rows;
   files: Rows;
   transitions: Rows;
+  /** The batch's distinct transition details, which the transition rows name by place (from 1). */
+  details: unknown[] | null;
   count: unknown;
   returnsJobs: unknown;
   readAddresses: unknown;
@@ -97,16 +99,18 @@ function parsed(params: unknown[]): {
     const arrays = literals.map((l) => (l === null ? Array<null>(rows).fill(null) : elementsOf(l)));
     out[part] = arrays[0]!.map((_, i) => Object.fromEntries(columns.map((c, k) => [c, arrays[k]![i]])));
   }
-  expect(params).toHaveLength(n + 4);
+  expect(params).toHaveLength(n + 5);
+  const details = params[n] as string | null;
   return {
     objects: out['objects']!,
     jobs: out['jobs']!,
     files: out['files']!,
     transitions: out['transitions']!,
-    count: params[n],
-    returnsJobs: params[n + 1],
-    readAddresses: params[n + 2],
-    readVersions: params[n + 3],
+    details: details === null ? null : elementsOf(details).map((d) => JSON.parse(d!) as unknown),
+    count: params[n + 1],
+    returnsJobs: params[n + 2],
+    readAddresses: params[n + 3],
+    readVersions: params[n + 4],
   };
 }
 
@@ -154,7 +158,7 @@ describe('planBatch', () => {
       ['applied', 'published', 'processing'],
       ['applied', 'processing', 'done'],
     ]);
-    const { objects, jobs, files, transitions, count } = parsed(write!.params);
+    const { objects, jobs, files, transitions, details, count } = parsed(write!.params);
     // The registered result object, once.
     expect(objects).toEqual([{ bucket: 'arm-ka', key: `results/${row.id}.json`, created_by: service.name }]);
     // The job's status after both events and every column they assigned (to null too), at the
@@ -180,11 +184,18 @@ describe('planBatch', () => {
       ),
     ]);
     expect(files).toEqual([{ file_id: row.file_id, job_id: row.id, status: 'PROCESSING', error_code: null }]);
-    // Both transitions, in the order applied.
+    // Both transitions, in the order applied, each naming its detail by place.
     expect(transitions).toMatchObject([
-      { job_id: row.id, from_status: 'published', to_status: 'processing', event: 'ENVELOPE_PROCESSING' },
-      { job_id: row.id, from_status: 'processing', to_status: 'done', event: 'ENVELOPE_RESULT' },
+      {
+        job_id: row.id,
+        from_status: 'published',
+        to_status: 'processing',
+        event: 'ENVELOPE_PROCESSING',
+        detail: '1',
+      },
+      { job_id: row.id, from_status: 'processing', to_status: 'done', event: 'ENVELOPE_RESULT', detail: '2' },
     ]);
+    expect(details).toEqual([{ service: service.name }, { status: 'done', service: service.name }]);
     expect(count).toBe(1);
     expect(write!.jobIds).toEqual([row.id]);
     // A column no job of the write sets (or sets only to null) goes as null, not as an array.
@@ -228,7 +239,13 @@ describe('planBatch', () => {
       { jobId: rows[2]!.id, event: result(rows[2]!.id, 'results/a.json') },
       { jobId: rows[1]!.id, event: result(rows[1]!.id, 'results/shared.json', other) },
     ]);
-    const { objects, jobs } = parsed(write!.params);
+    const { objects, jobs, transitions, details } = parsed(write!.params);
+    // The details the results share go once: each row names its own by place.
+    expect(details).toEqual([
+      { status: 'done', service: service.name },
+      { status: 'done', service: other.name },
+    ]);
+    expect(transitions.map((t) => t['detail'])).toEqual(['1', '1', '2']);
     expect(objects).toEqual([
       { bucket: 'arm-ka', key: 'results/a.json', created_by: service.name },
       { bucket: 'arm-ka', key: 'results/shared.json', created_by: other.name },
@@ -335,6 +352,7 @@ describe('checkingReads (the unlocked path)', () => {
       jobs: [],
       files: [],
       transitions: [],
+      details: null,
       count: 0,
       returnsJobs: false,
     });

@@ -15,6 +15,7 @@ import * as m0011 from './0011_time_ordered_ids.js';
 import * as m0012 from './0012_transition_fillfactor.js';
 import * as m0013 from './0013_step_write_rows.js';
 import * as m0014 from './0014_step_write_assigned.js';
+import * as m0015 from './0015_step_write_details.js';
 
 export const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
@@ -29,4 +30,5 @@ export const migrations: Record<string, Migration> = {
   '0012_transition_fillfactor': m0012,
   '0013_step_write_rows': m0013,
   '0014_step_write_assigned': m0014,
+  '0015_step_write_details': m0015,
 };

@@ -1,0 +1,39 @@
+/**
+ * The step write's transition rows name their detail document by its place in one array of the
+ * batch's distinct documents, instead of carrying a document each: a batch's results share a
+ * handful of details (status, service, error code), and PostgreSQL parses every document of a
+ * `jsonb[]` parameter as it reads the array.
+ *
+ * `recognition_step_transitions` takes the details' places (`integer[]`, from 1, null for none)
+ * where it took the documents, and the write resolves each place against its array of documents.
+ * The overload it replaces (migration 0013) is dropped: no released version calls it. PL/pgSQL
+ * with its row estimate, for the reason migration 0013 gives.
+ */
+import { sql, type Kysely } from 'kysely';
+
+const WITH_DOCUMENTS = sql`recognition_step_transitions(uuid[], text[], text[], text[], text[], jsonb[])`;
+const WITH_PLACES = sql`recognition_step_transitions(uuid[], text[], text[], text[], text[], integer[])`;
+
+/** `seq` numbers the rows from 1, as WITH ORDINALITY would. */
+const body = sql`
+    LANGUAGE plpgsql STABLE ROWS 100 AS $$
+    BEGIN
+      RETURN QUERY SELECT unnest($1), unnest($2), unnest($3), unnest($4), unnest($5), unnest($6),
+        generate_series(1::bigint, cardinality($1)::bigint);
+    END $$`;
+
+export async function up(db: Kysely<unknown>): Promise<void> {
+  await sql`DROP FUNCTION ${WITH_DOCUMENTS}`.execute(db);
+  await sql`
+    CREATE FUNCTION ${WITH_PLACES}
+    RETURNS TABLE (job_id uuid, from_status text, to_status text, event text, msg_id text, detail integer, seq bigint)
+    ${body}`.execute(db);
+}
+
+export async function down(db: Kysely<unknown>): Promise<void> {
+  await sql`DROP FUNCTION ${WITH_PLACES}`.execute(db);
+  await sql`
+    CREATE FUNCTION ${WITH_DOCUMENTS}
+    RETURNS TABLE (job_id uuid, from_status text, to_status text, event text, msg_id text, detail jsonb, seq bigint)
+    ${body}`.execute(db);
+}
