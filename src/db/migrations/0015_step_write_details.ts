@@ -9,7 +9,7 @@
  * The overload it replaces (migration 0013) is dropped: no released version calls it. PL/pgSQL
  * with its row estimate, for the reason migration 0013 gives.
  */
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type RawBuilder } from 'kysely';
 
 const WITH_DOCUMENTS = sql`recognition_step_transitions(uuid[], text[], text[], text[], text[], jsonb[])`;
 const WITH_PLACES = sql`recognition_step_transitions(uuid[], text[], text[], text[], text[], integer[])`;
@@ -22,18 +22,24 @@ const body = sql`
         generate_series(1::bigint, cardinality($1)::bigint);
     END $$`;
 
-export async function up(db: Kysely<unknown>): Promise<void> {
-  await sql`DROP FUNCTION ${WITH_DOCUMENTS}`.execute(db);
+/** Drop the overload `from` and create `to`, whose rows' `detail` column is of the type `detail`. */
+async function replace(
+  db: Kysely<unknown>,
+  from: RawBuilder<unknown>,
+  to: RawBuilder<unknown>,
+  detail: RawBuilder<unknown>,
+) {
+  await sql`DROP FUNCTION ${from}`.execute(db);
   await sql`
-    CREATE FUNCTION ${WITH_PLACES}
-    RETURNS TABLE (job_id uuid, from_status text, to_status text, event text, msg_id text, detail integer, seq bigint)
+    CREATE FUNCTION ${to}
+    RETURNS TABLE (job_id uuid, from_status text, to_status text, event text, msg_id text, detail ${detail}, seq bigint)
     ${body}`.execute(db);
 }
 
+export async function up(db: Kysely<unknown>): Promise<void> {
+  await replace(db, WITH_DOCUMENTS, WITH_PLACES, sql`integer`);
+}
+
 export async function down(db: Kysely<unknown>): Promise<void> {
-  await sql`DROP FUNCTION ${WITH_PLACES}`.execute(db);
-  await sql`
-    CREATE FUNCTION ${WITH_DOCUMENTS}
-    RETURNS TABLE (job_id uuid, from_status text, to_status text, event text, msg_id text, detail jsonb, seq bigint)
-    ${body}`.execute(db);
+  await replace(db, WITH_PLACES, WITH_DOCUMENTS, sql`jsonb`);
 }
