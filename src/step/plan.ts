@@ -372,13 +372,12 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
     transitions.event.push(t.event);
     transitions.msg_id.push(t.msg_id);
     const detail = element(t.detail);
-    let place: number | null = null;
+    let place: number | undefined;
     if (detail !== null) {
-      const text = String(detail);
-      place = details.get(text) ?? details.size + 1;
-      details.set(text, place);
+      place = details.get(String(detail));
+      if (place === undefined) details.set(String(detail), (place = details.size + 1));
     }
-    transitions.detail.push(place);
+    transitions.detail.push(place ?? null);
   }
   const parts: Record<WritePart, Record<string, ArrayElement[]>> = { objects, jobs, files, transitions };
   const params = WRITE_PARTS.flatMap((part) => literalsOf(part, parts[part]));
