@@ -11,9 +11,13 @@ dir="${1:-$(dirname "$0")/secrets}"
 mkdir -p "$dir"
 chmod 0700 "$dir"
 
-# 32 letters and digits: nothing a URL, a shell or a NATS configuration would read specially.
+# 32 letters and digits, the first a letter: nothing a URL or a shell reads specially, and
+# nats-server reads the value of a variable its configuration names (`$NATS_CORE_PASSWORD`) as a
+# configuration value, so a password starting with a digit would be parsed as a number and refused.
 password() {
-  LC_ALL=C tr -dc 'A-Za-z0-9' </dev/urandom | head -c 32
+  printf '%s%s' \
+    "$(LC_ALL=C tr -dc 'A-Za-z' </dev/urandom | head -c 1)" \
+    "$(LC_ALL=C tr -dc 'A-Za-z0-9' </dev/urandom | head -c 31)"
 }
 
 put() {
