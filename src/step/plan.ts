@@ -364,7 +364,10 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
   const transitions = columnsOf('transitions');
   // A batch's results share a few details (status, service, error code): each distinct document
   // goes once, and a row names its place, from 1.
+  // Consecutive rows mostly carry the same document: the previous one's place is tried first.
   const details = new Map<string, number>();
+  let previous: string | undefined;
+  let previousPlace = 0;
   for (const t of fx.transitions) {
     transitions.job_id.push(t.job_id);
     transitions.from_status.push(t.from_status);
@@ -372,12 +375,18 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
     transitions.event.push(t.event);
     transitions.msg_id.push(t.msg_id);
     const detail = element(t.detail);
-    let place: number | undefined;
-    if (detail !== null) {
-      place = details.get(String(detail));
-      if (place === undefined) details.set(String(detail), (place = details.size + 1));
+    if (detail === null) {
+      transitions.detail.push(null);
+      continue;
     }
-    transitions.detail.push(place ?? null);
+    const text = String(detail);
+    if (text !== previous) {
+      let place = details.get(text);
+      if (place === undefined) details.set(text, (place = details.size + 1));
+      previous = text;
+      previousPlace = place;
+    }
+    transitions.detail.push(previousPlace);
   }
   const parts: Record<WritePart, Record<string, ArrayElement[]>> = { objects, jobs, files, transitions };
   const params = WRITE_PARTS.flatMap((part) => literalsOf(part, parts[part]));

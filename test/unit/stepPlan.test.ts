@@ -224,6 +224,26 @@ describe('planBatch', () => {
     expect(count).toBe(2);
   });
 
+  it('transition details: a document met again after another keeps its first place', () => {
+    const rows = [publishedRow(1), publishedRow(2), publishedRow(3)];
+    const result = (jobId: string, status: 'done' | 'needs_check'): JobEventInput => ({
+      type: 'ENVELOPE_RESULT',
+      msgId: `result:${jobId}`,
+      status,
+      service,
+    });
+    const statuses = ['done', 'needs_check', 'done'] as const;
+    const { write } = planBatch(rows).next(
+      rows.map((r, i) => ({ jobId: r.id, event: result(r.id, statuses[i]!) })),
+    );
+    const { transitions, details } = parsed(write!.params);
+    expect(details).toEqual([
+      { status: 'done', service: service.name },
+      { status: 'needs_check', service: service.name },
+    ]);
+    expect(transitions.map((t) => t['detail'])).toEqual(['1', '2', '1']);
+  });
+
   it('result objects: one upsert row per bucket and key, in their order, the last registered standing', () => {
     const other = { name: 'pdf-parser', version: '1.0.0' };
     const rows = [publishedRow(1), publishedRow(2, { target_service: other.name }), publishedRow(3)];
