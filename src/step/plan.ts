@@ -95,7 +95,8 @@ export interface BatchPlan {
 /** The effects of a run of decided events, as rows for the write statement. */
 interface Effects {
   objects: Map<string, { jobId: string } & JobEffects['registerResultObject']>;
-  files: Map<string, { file_id: string; job_id: string; status: string; error_code: string | null }>;
+  /** By file id: each file's last change, with the job that made it. */
+  files: Map<string, { job_id: string; status: string; error_code: string | null }>;
   transitions: TransitionRow[];
   /** Jobs an event was decided for in this run. */
   touched: Set<string>;
@@ -221,7 +222,6 @@ function decideAll(
       else if (effect.type === 'setFileStatus') {
         // The last change of a file within the batch wins, as it would one event at a time.
         fx.files.set(state.context.fileId, {
-          file_id: state.context.fileId,
           job_id: item.jobId,
           status: effect.params.status,
           error_code: effect.params.errorCode,
@@ -319,6 +319,8 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
   // The context columns' arrays by position (bit i of the mask is CONTEXT_COLUMNS[i]).
   const contextArrays = CONTEXT_COLUMNS.map(([column]) => jobs[column]);
   const jobIds: string[] = [];
+  /** Each written job's place among the job rows, from 1: file changes and transitions name it so. */
+  const places = new Map<string, number>();
   for (const id of fx.touched) {
     const after = ctx.current.get(id)!;
     const before = ctx.written.get(id)!;
@@ -338,7 +340,14 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
     jobs.result_bucket.push(object?.bucket ?? null);
     jobs.result_key.push(object?.key ?? null);
     jobIds.push(id);
+    places.set(id, jobIds.length);
   }
+  // A job with a file change or a transition has an effect, so it is among the rows written.
+  const placeOf = (id: string): number => {
+    const place = places.get(id);
+    if (place === undefined) throw new Error(`job ${id} has an effect but no row in the write`);
+    return place;
+  };
   if (jobIds.length === 0 && fx.files.size === 0 && fx.transitions.length === 0 && fx.objects.size === 0)
     return null;
   // One upsert row per (bucket, key), in a stable order: a row is never affected twice, and
@@ -356,8 +365,7 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
   }
   const files = columnsOf('files');
   for (const f of fx.files.values()) {
-    files.file_id.push(f.file_id);
-    files.job_id.push(f.job_id);
+    files.job.push(placeOf(f.job_id));
     files.status.push(f.status);
     files.error_code.push(f.error_code);
   }
@@ -369,7 +377,7 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
   let previous: string | undefined;
   let previousPlace = 0;
   for (const t of fx.transitions) {
-    transitions.job_id.push(t.job_id);
+    transitions.job.push(placeOf(t.job_id));
     transitions.from_status.push(t.from_status);
     transitions.to_status.push(t.to_status);
     transitions.event.push(t.event);

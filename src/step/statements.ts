@@ -152,9 +152,11 @@ export const WRITE_PARAMETERS = {
     result_bucket: 'text',
     result_key: 'text',
   },
-  files: { file_id: 'uuid', job_id: 'uuid', status: 'text', error_code: 'text' },
+  // A file change and a transition row name their job by its place (from 1) among the write's job
+  // rows, which the write updates first: it takes the job's id and its file's id from there.
+  files: { job: 'integer', status: 'text', error_code: 'text' },
   transitions: {
-    job_id: 'uuid',
+    job: 'integer',
     from_status: 'text',
     to_status: 'text',
     event: 'text',
@@ -171,7 +173,7 @@ export const WRITE_PARTS = Object.keys(WRITE_PARAMETERS) as WritePart[];
 
 /**
  * The function that unnests each part's arrays with a row estimate of a batch (migrations 0013
- * to 0015): it takes the part's arrays in order and returns a column of each name.
+ * to 0016): it takes the part's arrays in order and returns a column of each name.
  */
 export const UNNEST_FUNCTION: Record<WritePart, string> = {
   objects: 'recognition_step_objects',
@@ -227,9 +229,10 @@ const READ_VERSIONS = `$${PARTS_PARAMETERS + 5}::xid[]`;
  *   b. write each job's status and the columns the machine assigned it (the others stay as they
  *      are), at the address it was read at and only while it still has the version it was read
  *      at; a result registered in 3a is pointed at by its id;
- *   c. change the files that are still the jobs' current files (by id);
- *   d. append the transition log, in the order the events were applied, each row's detail the
- *      document at its place in the batch's details.
+ *   c. change the files that are still the jobs' current files, each file change naming its job by
+ *      the job's place among the rows of 3b, which give the job's id and its file's id;
+ *   d. append the transition log, in the order the events were applied, each row naming its job
+ *      as a file change does, and its detail by the document's place in the batch's details.
  * A job that is not at its address and version any more (changed since it was read, possible
  * only on the unlocked path) makes the count of written jobs fall short, and the statement aborts
  * as a whole with a serialization failure (`recognition_job_versions_checked`, migration 0003).
@@ -288,26 +291,28 @@ function writeSql(): string {
     UPDATE recognition_job AS j SET
         ${set},
         updated_at = now()
-    FROM ${j.from} AS c
+    FROM ${j.from} WITH ORDINALITY AS c
     LEFT JOIN obj ON obj.bucket = c.result_bucket AND obj.key = c.result_key
     WHERE j.ctid = c.ctid AND j.ctid = ANY (ARRAY(SELECT unnest($${j.first}::tid[]))) AND j.xmin = c.version
       AND (SELECT n FROM guarded) IS NOT NULL
-    RETURNING j.id, j.ctid::text AS row_address, j.xmin::text AS version
+    RETURNING j.id, j.file_id, c.ordinality AS place, j.ctid::text AS row_address, j.xmin::text AS version
   ),
   file AS (
     -- The guard is repeated in SQL on purpose: only files still pointing at their jobs change.
     UPDATE stored_file AS f SET status = v.status, error_code = v.error_code, updated_at = now()
     FROM ${UNNEST.files.from} AS v
-    WHERE f.id = v.file_id AND f.current_recognition_job_id = v.job_id
-      -- Redundant with the join, on purpose: the planner reaches the files through the primary
-      -- key, whatever it guesses of the batch's size.
-      AND f.id = ANY (ARRAY(SELECT unnest($${UNNEST.files.first}::uuid[])))
+    JOIN job AS w ON w.place = v.job
+    -- The current job compared as not distinct (the same for a job id, which is never null)
+    -- rather than equal: the planner then looks each file up by its primary key, not through the
+    -- index of current jobs.
+    WHERE f.id = w.file_id AND f.current_recognition_job_id IS NOT DISTINCT FROM w.id
       AND (f.status, f.error_code) IS DISTINCT FROM (v.status, v.error_code)
   ),
   log AS (
     INSERT INTO recognition_job_transition (job_id, from_status, to_status, event, msg_id, detail)
-    SELECT t.job_id, t.from_status, t.to_status, t.event, t.msg_id, COALESCE((${DETAILS})[t.detail], '{}')
+    SELECT w.id, t.from_status, t.to_status, t.event, t.msg_id, COALESCE((${DETAILS})[t.detail], '{}')
     FROM ${UNNEST.transitions.from} AS t
+    JOIN job AS w ON w.place = t.job
     ORDER BY t.seq
   ),
   -- One row, so the check runs whether or not any job was written.

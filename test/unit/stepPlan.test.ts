@@ -183,17 +183,18 @@ describe('planBatch', () => {
         { result_bucket: 'arm-ka', result_key: `results/${row.id}.json` },
       ),
     ]);
-    expect(files).toEqual([{ file_id: row.file_id, job_id: row.id, status: 'PROCESSING', error_code: null }]);
+    // The file change and both transitions name the job by its place among the job rows.
+    expect(files).toEqual([{ job: '1', status: 'PROCESSING', error_code: null }]);
     // Both transitions, in the order applied, each naming its detail by place.
     expect(transitions).toMatchObject([
       {
-        job_id: row.id,
+        job: '1',
         from_status: 'published',
         to_status: 'processing',
         event: 'ENVELOPE_PROCESSING',
         detail: '1',
       },
-      { job_id: row.id, from_status: 'processing', to_status: 'done', event: 'ENVELOPE_RESULT', detail: '2' },
+      { job: '1', from_status: 'processing', to_status: 'done', event: 'ENVELOPE_RESULT', detail: '2' },
     ]);
     expect(details).toEqual([{ service: service.name }, { status: 'done', service: service.name }]);
     expect(count).toBe(1);
@@ -219,9 +220,28 @@ describe('planBatch', () => {
     expect(jobs.map((c) => [c['ctid'], c['version'], c['status']])).toEqual(
       rows.map((r) => [r.row_address, r.version, 'timeout']),
     );
-    expect(files.map((f) => f['file_id'])).toEqual(rows.map((r) => r.file_id));
+    expect(files.map((f) => f['job'])).toEqual(['1', '2']);
     expect(transitions).toHaveLength(2);
     expect(count).toBe(2);
+  });
+
+  it('file changes and transitions name their job by its place among the job rows written', () => {
+    // The second job's ack repeats (it is processing already): it changes nothing, has no row.
+    const rows = [publishedRow(1), publishedRow(2, { status: 'processing' }), publishedRow(3)];
+    const { write } = planBatch(rows).next([
+      { jobId: rows[2]!.id, event: ack(rows[2]!.id) },
+      { jobId: rows[1]!.id, event: ack(rows[1]!.id) },
+      { jobId: rows[0]!.id, event: failed(rows[0]!.id) },
+    ]);
+    const { jobs, files, transitions } = parsed(write!.params);
+    const rowAt = (place: unknown) => jobs[Number(place) - 1]!['ctid'];
+    expect(jobs.map((j) => j['ctid'])).toEqual([rows[2]!.row_address, rows[0]!.row_address]);
+    expect(files.map((f) => rowAt(f['job']))).toEqual([rows[2]!.row_address, rows[0]!.row_address]);
+    expect(files.map((f) => f['status'])).toEqual(['PROCESSING', 'ERROR']);
+    expect(transitions.map((t) => [rowAt(t['job']), t['event']])).toEqual([
+      [rows[2]!.row_address, 'ENVELOPE_PROCESSING'],
+      [rows[0]!.row_address, 'ENVELOPE_RESULT'],
+    ]);
   });
 
   it('transition details: a document met again after another keeps its first place', () => {
@@ -320,9 +340,7 @@ describe('planBatch', () => {
         },
       ),
     ]);
-    expect(files).toEqual([
-      { file_id: a.file_id, job_id: a.id, status: 'ERROR', error_code: 'UNSUPPORTED_FORMAT' },
-    ]);
+    expect(files).toEqual([{ job: '1', status: 'ERROR', error_code: 'UNSUPPORTED_FORMAT' }]);
   });
 
   it('within one chunk, the last change of a file wins', () => {
@@ -332,9 +350,7 @@ describe('planBatch', () => {
       { jobId: row.id, event: failed(row.id) },
     ]);
     const { files, transitions } = parsed(write!.params);
-    expect(files).toEqual([
-      { file_id: row.file_id, job_id: row.id, status: 'ERROR', error_code: 'UNSUPPORTED_FORMAT' },
-    ]);
+    expect(files).toEqual([{ job: '1', status: 'ERROR', error_code: 'UNSUPPORTED_FORMAT' }]);
     expect(transitions).toHaveLength(2);
   });
 
