@@ -1,12 +1,12 @@
 /**
  * Latency from publish to commit at a fixed publish rate. A child process (this module, forked)
  * publishes one result per job at `rate` envelopes/s as plain NATS publishes (the lightest load
- * generator: it shares the cores with the daemon it measures), recording the wall-clock time of
+ * generator: it shares the cores with the daemon it measures), recording the time of
  * each publish call; its own process keeps its timer free of the daemon's work. The daemon runs in
  * this process with the inbox's `afterCommit` hook, which records when each envelope's transaction
  * committed (after the COMMIT's reply is processed, so a busy event loop counts against the
  * daemon); or the ceiling's consumer does, with a hook of its own, as the bound of the machine.
- * Both read the machine's one clock (`performance.timeOrigin + performance.now()`).
+ * Both read the machine's monotonic clock ({@link clockMs}).
  * The first WARMUP_SECONDS are applied but not counted: connecting, preparing statements and the
  * JIT are a one-off cost, not the steady state. Every envelope must be committed, so a lost
  * publish fails the run. (A trigger with NOTIFY would be simpler, but a notifying commit takes a
@@ -55,7 +55,13 @@ interface Published {
   lagMs: number;
 }
 
-const wall = () => performance.timeOrigin + performance.now();
+/**
+ * The machine's monotonic clock, in ms: one clock for every process of the machine (Linux's
+ * CLOCK_MONOTONIC), which a step of the wall clock (a virtual machine's time sync) does not move.
+ * `performance.timeOrigin + performance.now()` counts from each process's wall clock at its start,
+ * so a step between the publisher's start and the consumer's shifts every latency by the step.
+ */
+const clockMs = () => Number(process.hrtime.bigint()) / 1e6;
 
 /** The `p`th percentile (0–100, nearest rank) of `sorted`, ascending. */
 export function percentile(sorted: readonly number[], p: number): number {
@@ -108,7 +114,7 @@ export async function measureLatency(
 
   const committedAt = new Map<string, number>();
   const running = await startConsumer(env, consumer, (jobIds) => {
-    const t = wall();
+    const t = clockMs();
     for (const id of jobIds) committedAt.set(id, t);
   });
   let published: Published;
@@ -133,6 +139,8 @@ export async function measureLatency(
     .map(([jobId, t]) => committedAt.get(jobId)! - t)
     .sort((a, b) => a - b);
   if (latencies.some((l) => !Number.isFinite(l))) throw new Error('an envelope has no commit time');
+  if (latencies[0]! < 0)
+    throw new Error(`an envelope committed ${-latencies[0]!} ms before it was published`);
   return {
     consumer,
     rate,
@@ -147,24 +155,24 @@ export async function measureLatency(
 
 /**
  * The publisher: `jobs` in order at `rate` per second (a 2 ms tick, catching up on whatever is
- * due), recording for each job the wall-clock time just before its publish call; sends back
+ * due), recording for each job the time just before its publish call; sends back
  * {@link Published} once every publish is flushed.
  */
 async function publish({ natsUrl, jobs, rate }: PublisherStart): Promise<Published> {
   const nc = await connect({ servers: natsUrl, name: 'bench-latency-publisher' });
   const times: Published['times'] = [];
-  const started = wall();
+  const started = clockMs();
   let sent = 0;
   // The worst lag behind the schedule: a publisher that cannot keep the rate makes the measured
   // rate lower than intended, so it is reported.
   let lagMs = 0;
   await new Promise<void>((resolve) => {
     const tick = () => {
-      const due = Math.min(jobs.length, Math.floor(((wall() - started) / 1000) * rate) + 1);
+      const due = Math.min(jobs.length, Math.floor(((clockMs() - started) / 1000) * rate) + 1);
       if (due - sent > 1) lagMs = Math.max(lagMs, ((due - sent - 1) / rate) * 1000);
       while (sent < due) {
         const job = jobs[sent++]!;
-        times.push([job.jobId, wall()]);
+        times.push([job.jobId, clockMs()]);
         nc.publish(RESULT_SUBJECT, doneEnvelope(job), { headers: resultHeaders(job) });
       }
       if (sent >= jobs.length) resolve();
