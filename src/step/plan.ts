@@ -371,8 +371,8 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
   }
   const transitions = columnsOf('transitions');
   // A batch's results share a few details (status, service, error code): each distinct document
-  // goes once, and a row names its place, from 1.
-  // Consecutive rows mostly carry the same document: the previous one's place is tried first.
+  // goes once, and a row names its place, from 1. Consecutive rows mostly carry the same
+  // document: the previous row's place is tried first.
   const details = new Map<string, number>();
   let previous: string | undefined;
   let previousPlace = 0;
