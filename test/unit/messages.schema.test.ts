@@ -1,6 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
+import fc from 'fast-check';
 import { describe, expect, expectTypeOf, it } from 'vitest';
 import { ENVELOPE_STATUS } from '../../machines/statuses.js';
 import type { EnvelopeStatus } from '../../machines/statuses.js';
@@ -152,6 +153,56 @@ describe('recognition-result-message schema', () => {
         '/result_s3 false schema',
         ' required',
       ]),
+    );
+  });
+});
+
+describe('the deciding validators leave format: uuid to UUID_PATTERN', () => {
+  // Reference validators with every format checked by ajv-formats: the daemon's decide the same.
+  const full = new Ajv2020({ strict: true, strictRequired: false });
+  addFormatsModule.default(full, ['uuid', 'date-time']);
+  const fullJob = full.compile(jobMessageSchema);
+  const fullResult = full.compile(resultEnvelopeSchema);
+  const validEnvelope = {
+    job_id: JOB_ID,
+    status: 'error',
+    service: { name: 'tabular-parser', version: '1.0.0' },
+    error: { code: 'E1', message: 'broken' },
+  };
+
+  // Ids near and far from a UUID: canonical ones in either case, urn-prefixed, cut, padded, other.
+  const candidate = fc.oneof(
+    fc.uuid(),
+    fc.uuid().map((u) => u.toUpperCase()),
+    fc.uuid().map((u) => `urn:uuid:${u}`),
+    fc.uuid().map((u) => `${u} `),
+    fc.uuid().map((u) => u.slice(1)),
+    fc.uuid().map((u) => u.replaceAll('-', '')),
+    fc.string(),
+  );
+
+  it('accepts and refuses the same job ids as the full format check', () => {
+    expect(fullJob(validJob)).toBe(true);
+    expect(fullResult(validEnvelope), JSON.stringify(fullResult.errors)).toBe(true);
+    fc.assert(
+      fc.property(candidate, candidate, (jobId, fileId) => {
+        const job = { ...validJob, job_id: jobId, file_id: fileId };
+        expect(validateJobMessage(job)).toBe(fullJob(job));
+        const envelope = { ...validEnvelope, job_id: jobId };
+        expect(checkResultEnvelope(envelope).valid).toBe(fullResult(envelope));
+      }),
+    );
+  });
+
+  it('still names the format among the errors it explains', () => {
+    const check = checkJobMessage({ ...validJob, job_id: `urn:uuid:${JOB_ID}` });
+    expect(check.valid).toBe(false);
+    expect(check.valid ? [] : check.errors.map((e) => `${e.instancePath} ${e.keyword}`)).toEqual([
+      '/job_id pattern',
+    ]);
+    const notUuid = checkJobMessage({ ...validJob, job_id: 'x' });
+    expect(notUuid.valid ? [] : notUuid.errors.map((e) => `${e.instancePath} ${e.keyword}`)).toEqual(
+      expect.arrayContaining(['/job_id format', '/job_id pattern']),
     );
   });
 });
