@@ -19,7 +19,7 @@ import { startBenchEnv, type BenchEnv } from './env.js';
 import { decodeEnvelope } from '../src/messages/decodeEnvelope.js';
 import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
 import { applyEventsOptimistic, pgStepSql, type Statement, type StepSql } from '../src/step/index.js';
-import { READ, WRITE } from '../src/step/statements.js';
+import { WRITE } from '../src/step/statements.js';
 import { doneEnvelope, resultHeaders, seedPublishedJobs, type BenchJob } from '../workshop/benchFixtures.js';
 import { processCpuMs } from '../workshop/processStats.js';
 import {
@@ -103,8 +103,8 @@ const positiveInteger = (v: string) => {
 const STATEMENT_WARM_UP = 6;
 
 /**
- * PostgreSQL CPU per envelope of an inbox batch's two statements (the step's unlocked path itself,
- * `applyEventsOptimistic`: its read, then its write, prepared once per connection) and of the
+ * PostgreSQL CPU per envelope of an inbox batch's statement (the step's unlocked path itself,
+ * `applyEventsOptimistic`: its one write, prepared once per connection) and of the
  * ceiling's transaction (BEGIN, its statement, COMMIT), each on batches of `size` fresh jobs'
  * results, in turns on one connection, so that both meet the same table. The backend's
  * CPU is read from /proc around each statement (in ticks of 10 ms, which average out over the
@@ -114,14 +114,14 @@ async function statementCpu(
   env: BenchEnv,
   batches: number,
   size: number,
-): Promise<Record<'read' | 'write' | 'ceiling', number>> {
+): Promise<Record<'write' | 'ceiling', number>> {
   const jobs = await seedPublishedJobs(env.pool, 2 * size * (batches + STATEMENT_WARM_UP));
   const client = await env.pool.connect();
   try {
     const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
     const pid = rows[0]!.pid;
     const cpuMs = () => processCpuMs(pid) ?? NaN;
-    const ms = { read: 0, write: 0, ceiling: 0 };
+    const ms = { write: 0, ceiling: 0 };
     let counted = false;
     // The step's statements as the inbox sends them, each one's backend CPU added to its total.
     const prepared = pgStepSql(client);
@@ -129,10 +129,9 @@ async function statementCpu(
       async query<R>(statement: Statement, values: readonly unknown[]) {
         const t = cpuMs();
         const out = await prepared.query<R>(statement, values);
-        const key = statement === READ ? 'read' : statement === WRITE ? 'write' : undefined;
-        if (key === undefined)
+        if (statement !== WRITE)
           throw new Error(`the unlocked path sent an unexpected statement ${statement.name}`);
-        if (counted) ms[key] += cpuMs() - t;
+        if (counted) ms.write += cpuMs() - t;
         return out;
       },
     };
@@ -166,7 +165,7 @@ async function statementCpu(
       if (counted) ms.ceiling += cpuMs() - t;
     }
     const perEnvelope = (v: number) => (v * 1000) / (batches * size);
-    return { read: perEnvelope(ms.read), write: perEnvelope(ms.write), ceiling: perEnvelope(ms.ceiling) };
+    return { write: perEnvelope(ms.write), ceiling: perEnvelope(ms.ceiling) };
   } finally {
     client.release();
   }
@@ -249,13 +248,12 @@ async function main(): Promise<void> {
     ...parts.map((p) => `| ${p} | ${cells(p).join(' | ')} |`),
     `| **total** | **${inbox.nodeUs.toFixed(0)}** | **${ceiling.nodeUs.toFixed(0)}** | **${(inbox.nodeUs - ceiling.nodeUs).toFixed(0)}** |`,
   ];
-  const { read, write, ceiling: transaction } = statements;
+  const { write, ceiling: transaction } = statements;
   const pgLines = [
     `| PostgreSQL CPU per envelope, µs (one connection, batches of ${args.statementSize}, in turns) | inbox | ceiling |`,
     '|---|---:|---:|',
-    `| the unlocked read of the batch's jobs | ${read.toFixed(1)} | |`,
     `| the write (the inbox) / BEGIN, the statement, COMMIT (the ceiling) | ${write.toFixed(1)} | ${transaction.toFixed(1)} |`,
-    `| **total** (the inbox above the ceiling: ${(read + write - transaction).toFixed(1)}) | **${(read + write).toFixed(1)}** | **${transaction.toFixed(1)}** |`,
+    `| **total** (the inbox above the ceiling: ${(write - transaction).toFixed(1)}) | **${write.toFixed(1)}** | **${transaction.toFixed(1)}** |`,
   ];
   process.stdout.write(`${lines.join('\n')}\n\n${pgLines.join('\n')}\n`);
 }

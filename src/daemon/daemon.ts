@@ -7,7 +7,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { sql } from 'kysely';
 import type { Config } from '../config.js';
 import { migrationStatus, openDb, type Db } from '../db/database.js';
-import { decisionPath } from '../../machines/index.js';
+import { decisionPath, expectedDecisionKinds } from '../../machines/index.js';
 import { MigrationsPendingError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { createMetrics, type Metrics } from '../metrics.js';
@@ -255,6 +255,14 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       : undefined;
     // Which way decisions are made: the machine's compiled table, or xstate and why (decide.ts).
     const decisions = decisionPath();
+    // A kind of envelope without an expected decision takes the inbox's locked path every time.
+    const unexpected = [...expectedDecisionKinds()].filter(([, statuses]) => typeof statuses === 'string');
+    if (unexpected.length > 0) {
+      logger.warn(
+        { event: 'expected_decisions_refused', kinds: Object.fromEntries(unexpected) },
+        'some envelopes have no expected decision: the inbox decides them on locked rows, more slowly',
+      );
+    }
     logger.info(
       {
         event: 'started',

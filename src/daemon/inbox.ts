@@ -14,9 +14,9 @@
  *   commit, ack, one log line per decision and the counters — and the wiring of the three.
  *
  * The hot path runs on the pg pool when one is given: the step's statements are prepared once per
- * connection, and a batch costs two round trips (an unlocked read, one write statement) whatever
+ * connection, and a batch costs one round trip (one write statement, no read before it) whatever
  * its size; one it hands back to the locked path (to quarantine an unknown job or a rejected
- * envelope) four (BEGIN, lock, write, COMMIT).
+ * envelope, or a job not in the state its envelope expects) four more (BEGIN, lock, write, COMMIT).
  * Acks are sent without waiting, right after the commit, and go out together with the next flush.
  *
  * Failures: a retryable one (database unreachable, deadlock, serialization) naks the whole batch

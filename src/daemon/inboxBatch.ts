@@ -5,8 +5,8 @@
  * A batch is applied atomically: the valid envelopes go through the step (in stream order); the
  * invalid ones, the envelopes of unknown jobs and those the machine rejects (from a service other
  * than the job's `target_service`) are written to `inbox_quarantine`. A batch of valid envelopes
- * of known jobs takes the step's unlocked path (one write statement, its own transaction); any
- * other, one transaction. The caller acks every message after this returns (commit first, ack
+ * whose jobs are as they expect takes the step's unlocked path (one write statement, its own
+ * transaction); any other, one transaction. The caller acks every message after this returns (commit first, ack
  * after), or naks them all when it throws.
  */
 import type { Kysely } from 'kysely';
@@ -208,10 +208,11 @@ export async function applyInboxBatchTx(
 }
 
 /**
- * A batch of valid envelopes on the step's unlocked path: two statements instead of four (see
+ * A batch of valid envelopes on the step's unlocked path: one statement instead of four (see
  * `applyEventsOptimistic`). `null` when the batch holds an invalid envelope, or the path hands the
  * work back (an unknown job, or an envelope the machine rejects, is quarantined by the
- * transaction); nothing is written then.
+ * transaction; a job not as its envelope expects is decided on its locked row); nothing is
+ * written then.
  */
 async function applyUnlocked(pool: PgPool, items: readonly InboxItem[]): Promise<InboxOutcome[] | null> {
   const steps: StepItem[] = [];

@@ -4,8 +4,9 @@
  * the unlocked path (each of its statements is a transaction of its own) and `step`:
  * - {@link applyEvents}: a batch of events, its jobs locked in id order (the publisher, and the
  *   inbox's batches the unlocked path hands back);
- * - {@link applyEventsOptimistic}: a batch of events, its jobs read without a lock and written by
- *   the same statement, which locks and checks them first (the inbox);
+ * - {@link applyEventsOptimistic}: a batch of events decided for the states their jobs are
+ *   expected to be in, written by one statement, which locks and checks the jobs first (the
+ *   inbox);
  * - {@link applyPassedDeadlines}: the watchdog's due jobs, locked skipping locked rows;
  * - {@link applyRetries}: `RETRY_REQUESTED` for failed jobs, their jobs and files locked in job id
  *   order; it creates the next attempts, which no event path does (`jobs retry`);

@@ -1,19 +1,23 @@
 /**
- * The pure part of the step: deciding a batch's events against the rows it read, and turning the
- * decisions into the write statement's parameters. No I/O; the caller sends the writes.
+ * The pure part of the step: deciding a batch's events against the rows it read (or, on the
+ * unlocked path, for the states their jobs are expected to be in), and turning the decisions into
+ * the write statement's parameters. No I/O; the caller sends the writes.
  */
 import {
+  WRITE_CLOCK,
   decide,
+  decideExpected,
+  JOB_STATUSES,
   type JobDecision,
   type JobEffects,
   type JobEvent,
   type JobEventInput,
   type JobState,
+  type JobStatus,
 } from '../../machines/index.js';
 import { CONTEXT_COLUMNS, assignedColumns, rowToReadState, timeOf } from '../db/jobRow.js';
 import { arrayLiteral, type ArrayElement } from './arrayLiteral.js';
 import {
-  PARTS_PARAMETERS,
   WRITE_PARAMETERS,
   WRITE_PARTS,
   type StepRow,
@@ -49,7 +53,7 @@ export type StepOutcome =
 /**
  * One write statement's worth: its parameters ({@link WRITE_PARAMETERS}, then the batch's distinct
  * transition details, the count of jobs, whether the statement returns their new addresses, and
- * the reads it checks: none, on the locked paths; see {@link checkingReads}).
+ * the expectations it checks: none, on the locked paths; see {@link planExpected}).
  */
 export interface PlannedWrite {
   params: unknown[];
@@ -95,7 +99,7 @@ export interface BatchPlan {
 /** The effects of a run of decided events, as rows for the write statement. */
 interface Effects {
   objects: Map<string, { jobId: string } & JobEffects['registerResultObject']>;
-  /** By file id: each file's last change, with the job that made it. */
+  /** By file ({@link collectEffects}): each file's last change, with the job that made it. */
   files: Map<string, { job_id: string; status: string; error_code: string | null }>;
   transitions: TransitionRow[];
   /** Jobs an event was decided for in this run. */
@@ -106,15 +110,15 @@ interface Effects {
 
 interface TransitionRow {
   job_id: string;
-  from_status: string;
+  from_status: string | null;
   to_status: string;
   event: string;
   msg_id: string | null;
   detail: unknown;
 }
 
-/** The reads the locked paths' writes check: none, their rows are locked already. */
-const NO_READS = [null, null] as const;
+/** The expectations the locked paths' writes check: none, their rows are locked and read already. */
+const NO_EXPECTATIONS = [null, null, null] as const;
 
 /** Start planning a batch against the rows its read returned. */
 export function planBatch(rows: readonly StepRow[]): BatchPlan {
@@ -150,7 +154,7 @@ export function planBatch(rows: readonly StepRow[]): BatchPlan {
       const w = writeParams(chunk.effects, { written, current, at });
       if (!w) return null;
       if (laterChunks) for (const id of w.jobIds) unsettled.add(id);
-      return { ...w, params: [...w.params, laterChunks, ...NO_READS] };
+      return { ...w, params: [...w.params, laterChunks, ...NO_EXPECTATIONS] };
     },
     next(items) {
       const chunk = plan.decide(items);
@@ -174,13 +178,7 @@ function decideAll(
   now: Date | undefined,
   outcomes: StepOutcome[],
 ): Effects {
-  const fx: Effects = {
-    objects: new Map(),
-    files: new Map(),
-    transitions: [],
-    touched: new Set(),
-    effected: new Set(),
-  };
+  const fx = noEffects();
   for (const item of items) {
     const state = current.get(item.jobId);
     if (!state || !now) {
@@ -200,7 +198,6 @@ function decideAll(
     // `{ ...event, now }`, a clone of the event with a property added after, is read slower.
     const d = decide(state, { now, ...item.event } as JobEvent);
     current.set(item.jobId, { status: d.to, context: d.context });
-    fx.touched.add(item.jobId);
     outcomes.push({
       jobId: item.jobId,
       fileId: state.context.fileId,
@@ -212,33 +209,52 @@ function decideAll(
       effects: d.effects,
       reason: d.reason,
     });
-    for (const effect of d.effects) {
-      // The next attempt is an insert this path's write statement does not make.
-      if (effect.type === 'createAttempt')
-        throw new Error('RETRY_REQUESTED goes through applyRetries, not through the event paths');
-      if (effect.type !== 'noteNoChange') fx.effected.add(item.jobId);
-      if (effect.type === 'registerResultObject')
-        fx.objects.set(item.jobId, { jobId: item.jobId, ...effect.params });
-      else if (effect.type === 'setFileStatus') {
-        // The last change of a file within the batch wins, as it would one event at a time.
-        fx.files.set(state.context.fileId, {
-          job_id: item.jobId,
-          status: effect.params.status,
-          error_code: effect.params.errorCode,
-        });
-      } else if (effect.type === 'recordTransition') {
-        fx.transitions.push({
-          job_id: item.jobId,
-          from_status: d.from,
-          to_status: d.to,
-          event: effect.params.event,
-          msg_id: effect.params.msgId,
-          detail: effect.params.detail,
-        });
-      }
-    }
+    collectEffects(fx, item.jobId, state.context.fileId, d, d.from);
   }
   return fx;
+}
+
+function noEffects(): Effects {
+  return { objects: new Map(), files: new Map(), transitions: [], touched: new Set(), effected: new Set() };
+}
+
+/**
+ * Add one decision's effects for job `jobId` to `fx`. `fileKey` tells the job's file apart from
+ * the batch's other files (its id; the job's, where each job has a file of its own); the
+ * transition row's `from_status` is `from` (null: the status the write locks the job in).
+ */
+function collectEffects(
+  fx: Effects,
+  jobId: string,
+  fileKey: string,
+  d: JobDecision,
+  from: JobStatus | null,
+): void {
+  fx.touched.add(jobId);
+  for (const effect of d.effects) {
+    // The next attempt is an insert this path's write statement does not make.
+    if (effect.type === 'createAttempt')
+      throw new Error('RETRY_REQUESTED goes through applyRetries, not through the event paths');
+    if (effect.type !== 'noteNoChange') fx.effected.add(jobId);
+    if (effect.type === 'registerResultObject') fx.objects.set(jobId, { jobId, ...effect.params });
+    else if (effect.type === 'setFileStatus') {
+      // The last change of a file within the batch wins, as it would one event at a time.
+      fx.files.set(fileKey, {
+        job_id: jobId,
+        status: effect.params.status,
+        error_code: effect.params.errorCode,
+      });
+    } else if (effect.type === 'recordTransition') {
+      fx.transitions.push({
+        job_id: jobId,
+        from_status: from,
+        to_status: d.to,
+        event: effect.params.event,
+        msg_id: effect.params.msgId,
+        detail: effect.params.detail,
+      });
+    }
+  }
 }
 
 /** What {@link writeParams} compares with and where it finds the rows. */
@@ -246,8 +262,8 @@ interface WriteContext {
   /** Each job's state as last written; updated. */
   written: Map<string, JobState>;
   current: ReadonlyMap<string, JobState>;
-  /** Each job's address and version. */
-  at: ReadonlyMap<string, { address: string; version: string }>;
+  /** Each job's address and version (null for a job the write locks by id). */
+  at: ReadonlyMap<string, { address: string | null; version: string | null }>;
 }
 
 /** An empty array per column of `part`. */
@@ -261,9 +277,14 @@ function columnsOf<P extends WritePart>(part: P): Record<keyof (typeof WRITE_PAR
 let lastTime = NaN;
 let lastIso = '';
 
-/** A value as a typed array's element: times as ISO strings, documents as JSON. */
+/**
+ * A value as a typed array's element: times as ISO strings (the clock of an expected decision as
+ * `now`), documents as JSON.
+ */
 function element(v: unknown): ArrayElement {
   if (v === null || v === undefined) return null;
+  // PostgreSQL reads the time `now` as its transaction's clock.
+  if (v === WRITE_CLOCK) return 'now';
   if (typeof v === 'string' || typeof v === 'number') return v;
   if (v instanceof Date) {
     if (v.getTime() !== lastTime) {
@@ -297,7 +318,8 @@ const REPEATING = {
  * Each part's arrays as array literals of their types, in the order of {@link WRITE_PARAMETERS};
  * an array of nulls only as null, which the statement reads the same (its functions unnest the
  * arrays side by side and give a missing element as null) without PostgreSQL parsing an element.
- * Each part's first array names its rows and holds no null, so the rows are still counted.
+ * Each part has an array that holds no null (the objects' buckets, the jobs' statuses, the files'
+ * and transitions' jobs), so its rows are still counted.
  */
 function literalsOf(part: WritePart, columns: Record<string, ArrayElement[]>): Array<string | null> {
   const types = WRITE_PARAMETERS[part] as Record<string, string>;
@@ -402,26 +424,91 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
   return { params: [...params, documents, jobIds.length], jobIds };
 }
 
+/** An expected decision's job: found by id, not at an address it was read at. */
+const NOT_READ = { address: null, version: null } as const;
+
+/** The unlocked path's write, and the outcomes it makes once the write has returned its rows. */
+export interface ExpectedWrite {
+  params: unknown[];
+  /**
+   * One outcome per item, from the rows the write returned; null when the write found a job not as
+   * expected, and wrote nothing.
+   */
+  outcomes(rows: readonly WrittenRow[]): StepOutcome[] | null;
+}
+
 /**
- * The unlocked path's write: `write`'s parameters (or a write of nothing, when its decisions change
- * nothing) with `rows`, every job it read, to be locked and checked at the address and version
- * each was read at before anything is written.
+ * The unlocked path's plan: each item's expected decision (`decideExpected`), and the write that
+ * applies them all where every job still is as they assumed, or nothing. Null when an item has no
+ * expected decision, or names a job another item names too: only a decision on the job's row will
+ * do then (the locked path).
  */
-export function checkingReads(write: PlannedWrite | null, rows: readonly StepRow[]): unknown[] {
-  const params = write
-    ? write.params.slice(0, PARTS_PARAMETERS + 3)
-    : [...new Array<null>(PARTS_PARAMETERS + 1).fill(null), 0, false];
-  return [
-    ...params,
+export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
+  const written = new Map<string, JobState>();
+  const current = new Map<string, JobState>();
+  const at = new Map<string, { address: null; version: null }>();
+  const statuses = new Map<string, number>();
+  const decisions: JobDecision[] = [];
+  const fx = noEffects();
+  for (const item of items) {
+    if (current.has(item.jobId)) return null;
+    const expected = decideExpected(item.event);
+    if (!expected) return null;
+    const d = expected.decision;
+    written.set(item.jobId, expected.assumed);
+    current.set(item.jobId, { status: d.to, context: d.context });
+    at.set(item.jobId, NOT_READ);
+    statuses.set(item.jobId, statusBits(expected.statuses));
+    decisions.push(d);
+    collectEffects(fx, item.jobId, item.jobId, d, null);
+  }
+  const w = writeParams(fx, { written, current, at });
+  // An expected decision is applied: it records a transition, so each job has a row in the write.
+  if (!w || w.jobIds.length !== items.length)
+    throw new Error('an expected decision must write its job: it is applied');
+  const targets = w.jobIds.map((id) => current.get(id)!.context.targetService);
+  const params = [
+    ...w.params,
+    true,
+    arrayLiteral('uuid', w.jobIds),
     arrayLiteral(
-      'tid',
-      rows.map((r) => r.row_address),
+      'integer',
+      w.jobIds.map((id) => statuses.get(id)!),
     ),
-    arrayLiteral(
-      'xid',
-      rows.map((r) => r.version),
-    ),
+    arrayLiteral('text', targets, true),
   ];
+  return {
+    params,
+    outcomes(rows) {
+      const byId = new Map<string, WrittenRow>();
+      for (const r of rows) if (r.id !== null) byId.set(r.id, r);
+      if (byId.size === 0) return null;
+      return items.map((item, i) => {
+        const row = byId.get(item.jobId);
+        if (!row?.prior_status || !row.file_id)
+          throw new Error(`the write returned no row of job ${item.jobId}`);
+        const d = decisions[i]!;
+        return {
+          jobId: item.jobId,
+          fileId: row.file_id,
+          targetService: current.get(item.jobId)!.context.targetService,
+          event: item.event.type,
+          decision: d.decision,
+          from: row.prior_status,
+          to: d.to,
+          effects: d.effects,
+          reason: d.reason,
+        };
+      });
+    },
+  };
+}
+
+/** Statuses as the write's expectations give them: bit i for `JOB_STATUSES[i]`. */
+function statusBits(statuses: readonly JobStatus[]): number {
+  let bits = 0;
+  for (const s of statuses) bits |= 1 << JOB_STATUSES.indexOf(s);
+  return bits;
 }
 
 function byBucketAndKey(a: { bucket: string; key: string }, b: { bucket: string; key: string }): number {

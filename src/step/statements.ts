@@ -3,7 +3,7 @@
  * JSON documents), so a driver that prepares statements by name parses and plans each once per
  * connection; and the rows they read.
  */
-import { FILE_STATUS } from '../../machines/index.js';
+import { EXPECTED_ROW, FILE_STATUS, JOB_STATUSES, type JobStatus } from '../../machines/index.js';
 import {
   CONTEXT_COLUMNS,
   READ_JOB_COLUMNS,
@@ -85,22 +85,6 @@ export const LOCK = defineStatement(
   JOIN stored_file f ON f.id = j.file_id
   ORDER BY j.id
   FOR UPDATE OF j`,
-);
-
-/**
- * Step 1 of the unlocked path: the batch's jobs ($1, a uuid array), not locked, each with its
- * address and version — any later update changes them. The ids are read through a subquery, which
- * a plan for the actual parameters estimates as a generic plan does: otherwise a plan for one or
- * two ids looks cheaper than the generic plan, and PostgreSQL (outside a transaction that forces
- * generic plans) would plan the statement anew at every execution.
- */
-export const READ = defineStatement(
-  'step_read',
-  `
-  SELECT ${STEP_ROW_COLUMNS}
-  FROM unnest(ARRAY(SELECT unnest($1::uuid[]))) AS k(id)
-  JOIN recognition_job j ON j.id = k.id
-  JOIN stored_file f ON f.id = j.file_id`,
 );
 
 /** Which end of the due jobs (by reply deadline) the watchdog's batch is taken from. */
@@ -200,52 +184,66 @@ const UNNEST = unnestOf();
 /**
  * After the parts' arrays: the batch's distinct transition details (the documents the transition
  * rows name by place), the count of job rows the write must find, whether to return them, and the
- * unlocked path's reads to check (the address and version of every job it read; null on the
- * locked paths, whose rows are locked already).
+ * unlocked path's expectations, one element per job row in the same order (null on the locked
+ * paths, whose rows are locked and read already): each job's id, the statuses it may be in (bit i
+ * for `JOB_STATUSES[i]`) and the `target_service` it must have.
  */
-export const PARTS_PARAMETERS = Object.values(WRITE_PARAMETERS).reduce(
-  (n, p) => n + Object.keys(p).length,
-  0,
-);
+const PARTS_PARAMETERS = Object.values(WRITE_PARAMETERS).reduce((n, p) => n + Object.keys(p).length, 0);
 const DETAILS = `$${PARTS_PARAMETERS + 1}::jsonb[]`;
 const EXPECTED_JOBS = `$${PARTS_PARAMETERS + 2}`;
 const RETURN_JOBS = `$${PARTS_PARAMETERS + 3}`;
-const READ_ADDRESSES = `$${PARTS_PARAMETERS + 4}::tid[]`;
-const READ_VERSIONS = `$${PARTS_PARAMETERS + 5}::xid[]`;
+const EXPECTED_IDS = `$${PARTS_PARAMETERS + 4}::uuid[]`;
+const EXPECTED_STATUSES = `$${PARTS_PARAMETERS + 5}::integer[]`;
+const EXPECTED_TARGETS = `$${PARTS_PARAMETERS + 6}::text[]`;
+
+/**
+ * What step 0 checks of a job besides its status and `target_service` is what an expected decision
+ * assumes (`EXPECTED_ROW`: no result msg id, its file pointing at it), written into its SQL; this
+ * stops compiling when the assumptions change and the SQL has not.
+ */
+const CHECKED: { resultMsgId: null; fileIsCurrent: true } = EXPECTED_ROW;
+void CHECKED;
+
+/** The statuses in the order of the expectations' bits. */
+const STATUS_BITS = `'{${JOB_STATUSES.join(',')}}'::text[]`;
 
 /**
  * Step 3, the one write of every event path, one statement (data-modifying CTEs, which see one
  * snapshot and whose foreign keys are checked at its end), its parameters typed arrays (one
  * element per row, {@link WRITE_PARAMETERS}; an array of nulls may come as null, which the
  * functions that unnest them read the same):
- *   0. on the unlocked path, before anything else: lock every job it read, in id order as every
- *      locked path locks (so no two transactions wait for each other), waiting for a transaction
- *      holding one; each must still be at the address and version it was read at, or the
- *      statement aborts with a serialization failure. A decision that writes nothing stands only
- *      so: the publisher holds a job's lock while its message goes out, and the service's ack can
- *      arrive before `published` commits; a job still read as `pending` would have its ack
- *      ignored for good;
+ *   0. on the unlocked path, before anything else: lock every job it decided for, in id order as
+ *      every locked path locks (so no two transactions wait for each other), waiting for a
+ *      transaction holding one, and check each is as its expected decision assumed it: its status
+ *      one of the expected ones, its `target_service` the expected one, no result msg id, its file
+ *      pointing at it. If one is not, the statement writes nothing and returns no job; the caller
+ *      then takes the batch through the locked path;
  *   a. register the result objects (`s3_object`), one multi-row upsert;
  *   b. write each job's status and the columns the machine assigned it (the others stay as they
- *      are), at the address it was read at and only while it still has the version it was read
- *      at; a result registered in 3a is pointed at by its id;
+ *      are), at the address it was read or locked at and only while it still has that version; a
+ *      result registered in 3a is pointed at by its id; a time given as `now` is the database's
+ *      clock, and every time is written to the millisecond, as a JavaScript Date holds it;
  *   c. change the files that are still the jobs' current files, each file change naming its job by
  *      the job's place among the rows of 3b, which give the job's id and its file's id;
  *   d. append the transition log, in the order the events were applied, each row naming its job
- *      as a file change does, and its detail by the document's place in the batch's details.
- * A job that is not at its address and version any more (changed since it was read, possible
- * only on the unlocked path) makes the count of written jobs fall short, and the statement aborts
- * as a whole with a serialization failure (`recognition_job_versions_checked`, migration 0003).
- * Step 0 runs first: the upsert and the update wait for its check (a condition without columns,
- * which PostgreSQL evaluates once, before the first row).
- * When asked to, returns each written job's new address and version: a later chunk of the same
- * batch that changes the job again finds it there. Otherwise it returns one row of nulls, and a
- * batch of one chunk (every inbox batch) receives nothing it does not read.
+ *      as a file change does, its detail by the document's place in the batch's details, and its
+ *      `from_status`, when the element has none (an expected decision), as step 0 locked it.
+ * A job that step 0 locked in a version the statement's snapshot does not see (committed by
+ * another transaction while step 0 waited for it) is not found by 3b. The count of written jobs
+ * then falls short, and the statement aborts as a whole with a serialization failure
+ * (`recognition_job_versions_checked`, migration 0003); so does a locked path's job not at its
+ * address and version any more. Step 0 runs first: the upsert and the update wait for its check
+ * (a condition without columns, which PostgreSQL evaluates once, before the first row).
+ * When asked to, returns each written job's new address and version, with its file and the status
+ * step 0 locked it in: a later chunk of the same batch that changes the job again finds it there,
+ * and an expected decision learns its `from`. Otherwise it returns one row of nulls, and a batch
+ * of one chunk of the locked path receives nothing it does not read.
  *
- * How the jobs are found: the batch's addresses as an array make the planner fetch exactly those
- * rows (a Tid Scan) and hash them against the elements, whatever it guesses of the batch's and the
- * table's size. No condition on the row's id: that makes the planner expect one row out of the
- * join and join the result objects to it by a nested loop over every object for every job. The
+ * How the jobs are found: the batch's addresses (the ones read, and the ones step 0 locked) as an
+ * array make the planner fetch exactly those rows (a Tid Scan) and hash them against the
+ * elements, whatever it guesses of the batch's and the table's size. No condition on the row's
+ * id: that makes the planner expect one row out of the join and join the result objects to it by
+ * a nested loop over every object for every job. The
  * arrays of addresses and file ids are read through a subquery, which a plan for the actual
  * parameters estimates as a generic plan does: otherwise a plan for a batch of one or two looks
  * cheaper than the generic plan, and PostgreSQL plans the statement anew at every execution.
@@ -254,7 +252,11 @@ function writeSql(): string {
   const j = UNNEST.jobs;
   const assigned = (c: string) => {
     const bit = CONTEXT_COLUMNS.findIndex(([column]) => column === c);
-    return `CASE WHEN c.assigned & ${1 << bit} = 0 THEN j.${c} ELSE c.${c} END`;
+    const value =
+      (WRITTEN_JOB_COLUMNS as Record<string, string>)[c] === 'timestamptz'
+        ? `date_trunc('milliseconds', c.${c})`
+        : `c.${c}`;
+    return `CASE WHEN c.assigned & ${1 << bit} = 0 THEN j.${c} ELSE ${value} END`;
   };
   const set = Object.keys(WRITTEN_JOB_COLUMNS)
     .map((c) =>
@@ -267,17 +269,22 @@ function writeSql(): string {
     .join(',\n        ');
   return `
   WITH guard AS (
-    SELECT j.ctid, j.xmin FROM recognition_job AS j
-    WHERE j.ctid = ANY (ARRAY(SELECT unnest(${READ_ADDRESSES})))
+    SELECT e.place, j.ctid, j.xmin, j.status AS prior_status,
+           (e.statuses >> (array_position(${STATUS_BITS}, j.status) - 1)) & 1 = 1
+             AND j.target_service = e.target_service
+             AND j.result_msg_id IS NULL
+             AND f.current_recognition_job_id IS NOT DISTINCT FROM j.id AS expected
+    FROM unnest(${EXPECTED_IDS}, ${EXPECTED_STATUSES}, ${EXPECTED_TARGETS})
+      WITH ORDINALITY AS e(id, statuses, target_service, place)
+    JOIN recognition_job AS j ON j.id = e.id
+    JOIN stored_file AS f ON f.id = j.file_id
     ORDER BY j.id
-    FOR UPDATE
+    FOR UPDATE OF j
   ),
+  -- One row: 1 when every expectation holds (and on the locked paths, which send none), else null.
   guarded AS (
-    SELECT recognition_job_versions_checked(
-      (SELECT count(*) FROM guard AS g
-       JOIN unnest(${READ_ADDRESSES}, ${READ_VERSIONS}) AS r(ctid, version)
-         ON r.ctid = g.ctid AND r.version = g.xmin),
-      COALESCE(cardinality(${READ_ADDRESSES}), 0)) AS n
+    SELECT CASE WHEN (SELECT count(*) FILTER (WHERE expected) FROM guard)
+                     = COALESCE(cardinality(${EXPECTED_IDS}), 0) THEN 1 END AS n
   ),
   obj AS (
     INSERT INTO s3_object (bucket, key, bucket_role, created_by)
@@ -292,10 +299,14 @@ function writeSql(): string {
         ${set},
         updated_at = now()
     FROM ${j.from} WITH ORDINALITY AS c
+    LEFT JOIN guard AS g ON g.place = c.ordinality
     LEFT JOIN obj ON obj.bucket = c.result_bucket AND obj.key = c.result_key
-    WHERE j.ctid = c.ctid AND j.ctid = ANY (ARRAY(SELECT unnest($${j.first}::tid[]))) AND j.xmin = c.version
+    WHERE j.ctid = COALESCE(c.ctid, g.ctid)
+      AND j.ctid = ANY (ARRAY(SELECT unnest($${j.first}::tid[]) UNION ALL SELECT ctid FROM guard))
+      AND j.xmin = COALESCE(c.version, g.xmin)
       AND (SELECT n FROM guarded) IS NOT NULL
-    RETURNING j.id, j.file_id, c.ordinality AS place, j.ctid::text AS row_address, j.xmin::text AS version
+    RETURNING j.id, j.file_id, c.ordinality AS place, g.prior_status,
+              j.ctid::text AS row_address, j.xmin::text AS version
   ),
   file AS (
     -- The guard is repeated in SQL on purpose: only files still pointing at their jobs change.
@@ -310,25 +321,35 @@ function writeSql(): string {
   ),
   log AS (
     INSERT INTO recognition_job_transition (job_id, from_status, to_status, event, msg_id, detail)
-    SELECT w.id, t.from_status, t.to_status, t.event, t.msg_id, COALESCE((${DETAILS})[t.detail], '{}')
+    SELECT w.id, COALESCE(t.from_status, w.prior_status), t.to_status, t.event, t.msg_id, COALESCE((${DETAILS})[t.detail], '{}')
     FROM ${UNNEST.transitions.from} AS t
     JOIN job AS w ON w.place = t.job
     ORDER BY t.seq
   ),
   -- One row, so the check runs whether or not any job was written.
-  checked AS (SELECT recognition_job_versions_checked((SELECT count(*) FROM job), ${EXPECTED_JOBS}::integer) AS n)
+  -- A write that step 0 refused writes no job.
+  checked AS (
+    SELECT recognition_job_versions_checked((SELECT count(*) FROM job),
+      CASE WHEN (SELECT n FROM guarded) IS NULL THEN 0 ELSE ${EXPECTED_JOBS}::integer END) AS n
+  )
   -- Every data-modifying CTE runs to completion whether or not it is read.
-  SELECT job.id::text, job.row_address, job.version FROM checked LEFT JOIN job ON ${RETURN_JOBS}::boolean`;
+  SELECT job.id::text, job.row_address, job.version, job.file_id::text, job.prior_status
+  FROM checked LEFT JOIN job ON ${RETURN_JOBS}::boolean`;
 }
 
 /** Step 3's statement. */
 export const WRITE = defineStatement('step_write', writeSql());
 
-/** A job row step 3 wrote: where it stands now (null columns when the write changed no job). */
+/**
+ * A job row step 3 wrote: where it stands now, its file, and the status step 0 locked it in (null
+ * for a job the write did not lock there); null columns when the write changed no job.
+ */
 export interface WrittenRow {
   id: string | null;
   row_address: string | null;
   version: string | null;
+  file_id: string | null;
+  prior_status: JobStatus | null;
 }
 
 /** A job and its file, both locked for a retry, with the job its file points at now. */

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
-import { checkingReads, planBatch, type StepItem } from '../../src/step/plan.js';
+import { planBatch, planExpected, type StepItem } from '../../src/step/plan.js';
 import { CONTEXT_COLUMNS } from '../../src/db/jobRow.js';
 import { WRITE_PARAMETERS, WRITE_PARTS, type StepRow, type WritePart } from '../../src/step/statements.js';
 
@@ -86,20 +86,21 @@ function parsed(params: unknown[]): {
   details: unknown[] | null;
   count: unknown;
   returnsJobs: unknown;
-  readAddresses: unknown;
-  readVersions: unknown;
+  expectedIds: unknown;
+  expectedStatuses: unknown;
+  expectedTargets: unknown;
 } {
   let n = 0;
   const out: Record<string, Rows> = {};
   for (const part of WRITE_PARTS) {
     const columns = Object.keys(WRITE_PARAMETERS[part]);
     const literals = columns.map(() => params[n++] as string | null);
-    // An array of nulls goes as null; the part's first array (never null) counts its rows.
-    const rows = elementsOf(literals[0] ?? '{}').length;
+    // An array of nulls goes as null; the longest array counts the part's rows, as unnest does.
+    const rows = Math.max(...literals.map((l) => elementsOf(l ?? '{}').length));
     const arrays = literals.map((l) => (l === null ? Array<null>(rows).fill(null) : elementsOf(l)));
     out[part] = arrays[0]!.map((_, i) => Object.fromEntries(columns.map((c, k) => [c, arrays[k]![i]])));
   }
-  expect(params).toHaveLength(n + 5);
+  expect(params).toHaveLength(n + 6);
   const details = params[n] as string | null;
   return {
     objects: out['objects']!,
@@ -109,8 +110,9 @@ function parsed(params: unknown[]): {
     details: details === null ? null : elementsOf(details).map((d) => JSON.parse(d!) as unknown),
     count: params[n + 1],
     returnsJobs: params[n + 2],
-    readAddresses: params[n + 3],
-    readVersions: params[n + 4],
+    expectedIds: params[n + 3],
+    expectedStatuses: params[n + 4],
+    expectedTargets: params[n + 5],
   };
 }
 
@@ -206,7 +208,11 @@ describe('planBatch', () => {
     // The batch's only chunk: the statement need not return where the job stands now.
     expect(parsed(write!.params).returnsJobs).toBe(false);
     // The locked paths' rows are locked already: no reads to check.
-    expect(parsed(write!.params)).toMatchObject({ readAddresses: null, readVersions: null });
+    expect(parsed(write!.params)).toMatchObject({
+      expectedIds: null,
+      expectedStatuses: null,
+      expectedTargets: null,
+    });
   });
 
   it("the watchdog's rows: each job at its address and version, its file by id", () => {
@@ -315,8 +321,8 @@ describe('planBatch', () => {
     expect(plan.waitsForMoved(third)).toBe(true);
     expect(() => plan.write(third)).toThrow(/moved/);
     plan.moved([
-      { id: a.id, row_address: '(9,1)', version: '900' },
-      { id: b.id, row_address: '(9,2)', version: '900' },
+      { id: a.id, row_address: '(9,1)', version: '900', file_id: a.file_id, prior_status: null },
+      { id: b.id, row_address: '(9,2)', version: '900', file_id: b.file_id, prior_status: null },
     ]);
     expect(plan.waitsForMoved(third)).toBe(false);
     const { jobs, files, returnsJobs } = parsed(plan.write(third)!.params);
@@ -366,33 +372,81 @@ describe('planBatch', () => {
   });
 });
 
-describe('checkingReads (the unlocked path)', () => {
-  it('adds the address and version of every job read to the write, which is otherwise unchanged', () => {
-    const rows = [publishedRow(1), publishedRow(2, { status: 'processing' })];
-    const { write } = planBatch(rows).next([{ jobId: rows[0]!.id, event: ack(rows[0]!.id) }]);
-    const checked = parsed(checkingReads(write, rows));
-    const plain = parsed(write!.params);
-    expect({ ...checked, readAddresses: null, readVersions: null }).toEqual(plain);
-    // Both jobs, the one written and the one only read.
-    expect(checked.readAddresses).toBe(`{${rows.map((r) => `"${r.row_address}"`).join(',')}}`);
-    expect(checked.readVersions).toBe(`{${rows.map((r) => r.version).join(',')}}`);
+describe('planExpected (the unlocked path)', () => {
+  /** What the locked path's write holds for `rows`, as the expected write must hold it. */
+  const lockedWrite = (rows: StepRow[], items: StepItem[]) =>
+    parsed(planBatch(rows).next(items).write!.params);
+
+  it("plans the locked path's write for the rows it expects, found by id, with its clock and the statuses it expects", () => {
+    const rows = [publishedRow(1), publishedRow(2)];
+    const items = [
+      { jobId: rows[0]!.id, event: done(rows[0]!.id) },
+      { jobId: rows[1]!.id, event: ack(rows[1]!.id) },
+    ];
+    const planned = parsed(planExpected(items)!.params);
+    const locked = lockedWrite(rows, items);
+    // The same rows, but each job found by its id (no address or version), its times the
+    // database's clock at the write (`now`), and its transitions' `from_status` the status the
+    // write locks it in.
+    const asExpected = (r: Record<string, unknown>) => {
+      const out: Record<string, unknown> = { ...r, ctid: null, version: null };
+      for (const k of ['finished_at', 'started_at']) if (out[k] !== null) out[k] = 'now';
+      return out;
+    };
+    expect(planned.jobs).toEqual(locked.jobs.map(asExpected));
+    expect(planned.objects).toEqual(locked.objects);
+    expect(planned.files).toEqual(locked.files);
+    expect(planned.details).toEqual(locked.details);
+    expect(planned.transitions).toEqual(locked.transitions.map((t) => ({ ...t, from_status: null })));
+    expect(planned).toMatchObject({ count: 2, returnsJobs: true });
+    expect(planned.expectedIds).toBe(`{${rows.map((r) => r.id).join(',')}}`);
+    // A result is the same in pending, published and processing (bits 0–2); an ack only in published.
+    expect(planned.expectedStatuses).toBe('{7,2}');
+    expect(planned.expectedTargets).toBe(`{"${service.name}","${service.name}"}`);
   });
 
-  it('a batch that changes nothing still checks its reads, writing nothing', () => {
-    const rows = [publishedRow(1, { status: 'processing' })];
-    const { write } = planBatch(rows).next([{ jobId: rows[0]!.id, event: ack(rows[0]!.id) }]);
-    expect(write).toBeNull();
-    const checked = parsed(checkingReads(null, rows));
-    expect(checked).toMatchObject({
-      objects: [],
-      jobs: [],
-      files: [],
-      transitions: [],
-      details: null,
-      count: 0,
-      returnsJobs: false,
-    });
-    expect(checked.readAddresses).toBe(`{"${rows[0]!.row_address}"}`);
-    expect(checked.readVersions).toBe(`{${rows[0]!.version}}`);
+  it("makes its outcomes from the rows the write returns: each job's file and the status it was locked in", () => {
+    const [a, b] = [publishedRow(1), publishedRow(2)];
+    const plan = planExpected([
+      { jobId: a.id, event: done(a.id) },
+      { jobId: b.id, event: failed(b.id) },
+    ])!;
+    const outcomes = plan.outcomes([
+      { id: b.id, row_address: null, version: null, file_id: b.file_id, prior_status: 'pending' },
+      { id: a.id, row_address: null, version: null, file_id: a.file_id, prior_status: 'processing' },
+    ]);
+    expect(outcomes).toMatchObject([
+      {
+        jobId: a.id,
+        decision: 'applied',
+        from: 'processing',
+        to: 'done',
+        fileId: a.file_id,
+        targetService: service.name,
+      },
+      {
+        jobId: b.id,
+        decision: 'applied',
+        from: 'pending',
+        to: 'error',
+        fileId: b.file_id,
+        targetService: service.name,
+      },
+    ]);
+    // A write that found a job not as expected wrote nothing and returns no job.
+    expect(
+      plan.outcomes([{ id: null, row_address: null, version: null, file_id: null, prior_status: null }]),
+    ).toBeNull();
+  });
+
+  it('plans nothing for two events of one job, or an event without an expected decision', () => {
+    const row = publishedRow(1);
+    expect(
+      planExpected([
+        { jobId: row.id, event: ack(row.id) },
+        { jobId: row.id, event: done(row.id) },
+      ]),
+    ).toBeNull();
+    expect(planExpected([{ jobId: row.id, event: { type: 'DEADLINE_PASSED' } }])).toBeNull();
   });
 });

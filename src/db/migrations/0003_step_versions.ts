@@ -1,9 +1,9 @@
 /**
  * The check that makes the step's unlocked fast path atomic: its write statement updates each job
- * only if the row is still the version it read (`xmin`), and calls this function with how many it
- * updated against how many it meant to. Any difference raises a serialization failure (40001),
- * which aborts the whole statement — objects, job, file and transition alike — so the step reads
- * again and decides anew. See `applyEventsOptimistic` in src/step/.
+ * only if the row is still the version it locked or read (`xmin`), and calls this function with
+ * how many it updated against how many it meant to. Any difference raises a serialization failure
+ * (40001), which aborts the whole statement — objects, job, file and transition alike — so the
+ * step sends it again. See `applyEventsOptimistic` in src/step/.
  */
 import { sql, type Kysely } from 'kysely';
 

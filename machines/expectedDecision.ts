@@ -1,0 +1,265 @@
+/**
+ * Deciding an ack or a result without reading its job: the machine's decision for the state the
+ * job is expected to be in, and the statuses in which the machine decides the same. The step
+ * writes such a decision only where the row still matches what it assumed, and takes every other
+ * job through a locked read.
+ *
+ * An expected decision assumes of the job, besides its status ({@link EXPECTED_ROW}):
+ * - its `target_service` is the envelope's `service.name` (the envelope is not rejected);
+ * - it has no result msg id yet (the envelope is not a duplicate of an applied result);
+ * - its file still points at it (the file's status follows the job).
+ * Every other key the machine reads (the job's and file's ids, the attempt, the publish attempts,
+ * the reply deadline) and the clock are placeholders; an expected decision is taken only for kinds
+ * of envelope whose decision does not depend on them.
+ *
+ * Derived at start-up from the machine alone: each kind of envelope (an ack, a result of each
+ * status) is decided in every status, and the statuses where it is applied with the same decision
+ * (its `from` aside) are the kind's. A kind whose decision changes with a placeholder has no
+ * expected decision: its envelopes take the locked read. Pure.
+ */
+import { decide, type JobDecision, type JobState } from './decide.js';
+import { CONTEXT_THE_MACHINE_READS } from './recognitionJob.machine.js';
+import type {
+  EnvelopeProcessingEvent,
+  EnvelopeResultEvent,
+  JobContext,
+  JobEvent,
+  JobEventInput,
+} from './recognitionJob.types.js';
+import { JOB_STATUSES, type JobStatus } from './statuses.js';
+
+/**
+ * The clock of an expected decision: the database's, at the moment of the write, unknown here. A
+ * time the machine assigns is this very object, which the write turns into the database's clock;
+ * an invalid Date, so that anything that computes with it fails loudly instead of writing a time.
+ */
+export const WRITE_CLOCK: Date = new Date(NaN);
+
+/** What an expected decision assumes of the job's row besides its status (see the module's doc). */
+export const EXPECTED_ROW = { resultMsgId: null, fileIsCurrent: true } as const;
+
+/** An event that has an expected decision: one that names the service it comes from. */
+type ExpectableEvent = EnvelopeProcessingEvent | EnvelopeResultEvent;
+type ExpectableInput = Omit<EnvelopeProcessingEvent, 'now'> | Omit<EnvelopeResultEvent, 'now'>;
+
+/** An expected decision: the machine's, in each of `statuses` (`decision.from` is the first). */
+export interface ExpectedDecision {
+  statuses: readonly JobStatus[];
+  /** The job as the decision assumed it, in the first of `statuses`. */
+  assumed: JobState;
+  decision: JobDecision;
+}
+
+/** The keys an expected decision does not know, with the values it gives them. */
+interface Placeholders {
+  jobId: string;
+  fileId: string;
+  attempt: number;
+  publishAttempts: number;
+  replyDeadline: Date | null;
+}
+const PLACEHOLDERS: Placeholders = {
+  jobId: '',
+  fileId: '',
+  attempt: 1,
+  publishAttempts: 0,
+  replyDeadline: null,
+};
+
+/** The keys the machine reads that an expected decision knows: the ones it assumes or varies. */
+const KNOWN_KEYS: ReadonlySet<string> = new Set([
+  'targetService',
+  ...Object.keys(EXPECTED_ROW),
+  ...Object.keys(PLACEHOLDERS),
+]);
+
+/**
+ * The job an expected decision assumes: every key of the context present, the ones the machine
+ * does not read undefined (as a job hydrated from the columns a decision depends on has them).
+ */
+function assumedJob(status: JobStatus, event: ExpectableInput, p: Placeholders = PLACEHOLDERS): JobState {
+  const context = {
+    jobId: p.jobId,
+    fileId: p.fileId,
+    attempt: p.attempt,
+    targetService: event.service.name,
+    fileIsCurrent: EXPECTED_ROW.fileIsCurrent,
+    serviceName: undefined,
+    serviceVersion: undefined,
+    publishAttempts: p.publishAttempts,
+    nextPublishAt: undefined,
+    publishedAt: undefined,
+    replyDeadline: p.replyDeadline,
+    startedAt: undefined,
+    finishedAt: undefined,
+    metrics: undefined,
+    errorCode: undefined,
+    errorMessage: undefined,
+    resultSchemaVersion: undefined,
+    resultS3ObjectId: undefined,
+    resultMsgId: EXPECTED_ROW.resultMsgId,
+  };
+  return { status, context: context as unknown as JobContext };
+}
+
+function isExpectable(event: JobEventInput): event is ExpectableInput {
+  return event.type === 'ENVELOPE_PROCESSING' || event.type === 'ENVELOPE_RESULT';
+}
+
+/** The kind of an envelope: what, besides the assumptions, the machine's guards tell apart. */
+function kindOf(event: ExpectableInput): string {
+  return event.type === 'ENVELOPE_RESULT' ? `${event.type}:${event.status}` : event.type;
+}
+
+/** One envelope of each kind, as a service sends them, optional fields filled. */
+const SERVICE = { name: 'a-service', version: '1.0.0' };
+const KIND_SAMPLES: readonly ExpectableInput[] = [
+  { type: 'ENVELOPE_PROCESSING', msgId: 'ack-1', service: SERVICE },
+  ...(['done', 'needs_check'] as const).map((status): ExpectableInput => ({
+    type: 'ENVELOPE_RESULT',
+    msgId: `result-${status}`,
+    status,
+    service: SERVICE,
+    resultS3: { bucket: 'results', key: `${status}/result.json` },
+    resultSchemaVersion: '1.0',
+    metrics: { pages: 1 },
+  })),
+  {
+    type: 'ENVELOPE_RESULT',
+    msgId: 'result-error',
+    status: 'error',
+    service: SERVICE,
+    error: { code: 'UNSUPPORTED_FORMAT', message: 'not supported' },
+  },
+];
+
+/** Other values of the placeholders, and another clock: a kind's decision must not change with them. */
+const OTHER_PLACEHOLDERS: readonly Placeholders[] = [
+  { jobId: 'job-b', fileId: 'file-b', attempt: 3, publishAttempts: 4, replyDeadline: new Date(0) },
+  { jobId: 'job-c', fileId: 'file-c', attempt: 2, publishAttempts: 1, replyDeadline: new Date(8.64e15) },
+];
+const OTHER_CLOCK = new Date(1_000_000);
+
+/**
+ * `d` without the placeholders in its context, when it kept them as they were (the machine never
+ * assigns them); undefined when it changed one.
+ */
+function placeholdersKept(d: JobDecision, p: Placeholders): JobDecision | undefined {
+  const context: Record<string, unknown> = { ...d.context };
+  for (const key of Object.keys(p) as Array<keyof Placeholders>) {
+    if (context[key] !== p[key]) return undefined;
+    delete context[key];
+  }
+  return { ...d, context: context as unknown as JobDecision['context'] };
+}
+
+/** Whether `value` holds {@link WRITE_CLOCK} anywhere. */
+function carriesClock(value: unknown): boolean {
+  if (value === WRITE_CLOCK) return true;
+  if (value === null || typeof value !== 'object' || value instanceof Date) return false;
+  return Object.values(value).some(carriesClock);
+}
+
+function timed(event: ExpectableInput, now: Date): ExpectableEvent {
+  return { now, ...event } as ExpectableEvent;
+}
+
+/**
+ * Whether two decisions are the same but for `from`: deep equality, where `clockA` in `a` stands
+ * for `clockB` in `b` (the same object, not only the same time).
+ */
+export function sameDecision(
+  a: JobDecision,
+  b: JobDecision,
+  clockA = WRITE_CLOCK,
+  clockB = WRITE_CLOCK,
+): boolean {
+  const same = (x: unknown, y: unknown): boolean => {
+    if (x === clockA || y === clockB) return x === clockA && y === clockB;
+    if (x instanceof Date || y instanceof Date)
+      return x instanceof Date && y instanceof Date && Object.is(x.getTime(), y.getTime());
+    if (x === null || y === null || typeof x !== 'object' || typeof y !== 'object') return Object.is(x, y);
+    if (Array.isArray(x) !== Array.isArray(y)) return false;
+    const keys = Object.keys(x);
+    if (keys.length !== Object.keys(y).length) return false;
+    return keys.every(
+      (k) =>
+        Object.hasOwn(y, k) && same((x as Record<string, unknown>)[k], (y as Record<string, unknown>)[k]),
+    );
+  };
+  return same({ ...a, from: null }, { ...b, from: null });
+}
+
+/**
+ * The statuses of one kind (in the order of {@link JOB_STATUSES}), or why it has none: the
+ * statuses where the sample is applied with the first such status's decision, each of them
+ * decided the same with other placeholders and another clock.
+ */
+function statusesOf(
+  sample: ExpectableInput,
+  decide: Decide,
+  reads: readonly string[],
+): readonly JobStatus[] | string {
+  const unknown = reads.filter((key) => !KNOWN_KEYS.has(key));
+  if (unknown.length > 0)
+    return `the machine reads ${unknown.join(', ')}, which it neither assumes nor varies`;
+  const decided = JOB_STATUSES.map((status) => ({
+    status,
+    d: decide(assumedJob(status, sample), timed(sample, WRITE_CLOCK) as JobEvent),
+  })).filter(({ d }) => d.decision === 'applied');
+  if (decided.length === 0) return 'applied in no status';
+  const first = decided[0]!.d;
+  // The write turns the clock into the database's only where it is a column's value.
+  if (carriesClock(first.effects)) return 'its effects carry the clock';
+  const statuses = decided.filter(({ d }) => sameDecision(d, first)).map(({ status }) => status);
+  for (const status of statuses) {
+    const expected = placeholdersKept(
+      decide(assumedJob(status, sample), timed(sample, WRITE_CLOCK) as JobEvent),
+      PLACEHOLDERS,
+    );
+    for (const p of OTHER_PLACEHOLDERS) {
+      const other = placeholdersKept(
+        decide(assumedJob(status, sample, p), timed(sample, OTHER_CLOCK) as JobEvent),
+        p,
+      );
+      if (!expected || !other || !sameDecision(expected, other, WRITE_CLOCK, OTHER_CLOCK))
+        return `the decision in ${status} depends on a key it does not assume`;
+    }
+  }
+  return statuses;
+}
+
+/** How a job's event is decided: `decide` (the tests also give it other machines' decisions). */
+export type Decide = (job: JobState, event: JobEvent) => JobDecision;
+
+/**
+ * Each kind of envelope with its statuses, or why it has none, as `decideWith` decides them, for a
+ * machine that reads the context keys `reads`.
+ */
+export function deriveExpectedKinds(
+  decideWith: Decide = decide,
+  reads: readonly string[] = CONTEXT_THE_MACHINE_READS,
+): Map<string, readonly JobStatus[] | string> {
+  return new Map(KIND_SAMPLES.map((sample) => [kindOf(sample), statusesOf(sample, decideWith, reads)]));
+}
+
+/** Each kind's statuses, or why it has none: derived once, at start-up. */
+const KINDS: ReadonlyMap<string, readonly JobStatus[] | string> = deriveExpectedKinds();
+
+/** Each kind of envelope with its statuses, or why it has none (for the start-up log and tests). */
+export function expectedDecisionKinds(): ReadonlyMap<string, readonly JobStatus[] | string> {
+  return KINDS;
+}
+
+/**
+ * The expected decision of `event`, or undefined when it has none (not an ack or a result, or a
+ * kind without one): then only a decision on the job's row will do.
+ */
+export function decideExpected(event: JobEventInput): ExpectedDecision | undefined {
+  if (!isExpectable(event)) return undefined;
+  const statuses = KINDS.get(kindOf(event));
+  if (statuses === undefined || typeof statuses === 'string') return undefined;
+  const assumed = assumedJob(statuses[0]!, event);
+  // The clock first, then the event's fields, as the step builds every event it decides.
+  return { statuses, assumed, decision: decide(assumed, { now: WRITE_CLOCK, ...event } as JobEvent) };
+}
