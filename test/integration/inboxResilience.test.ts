@@ -237,15 +237,27 @@ describe('SIGKILL while 2 000 envelopes are in flight', () => {
     });
   }
 
-  async function publishAll(conn: NatsConnection, jobs: Array<{ jobId: string; fileId: string }>) {
+  /**
+   * Acks then results, job by job, as services do; results also carry metrics. With `pace`, the
+   * jobs go in groups of `pace.jobs`, `pace.pauseMs` apart: the stream then lasts long enough for
+   * a process to be killed while it is still arriving, however fast the process applies it.
+   */
+  async function publishAll(
+    conn: NatsConnection,
+    jobs: Array<{ jobId: string; fileId: string }>,
+    pace?: { jobs: number; pauseMs: number },
+  ) {
     const svc = createServiceClient(conn);
-    // Acks then results, job by job, as services do; results also carry metrics.
-    await Promise.all(
-      jobs.map(async (j) => {
-        await svc.ack(j);
-        await svc.done(j);
-      }),
-    );
+    const size = pace?.jobs ?? jobs.length;
+    for (let i = 0; i < jobs.length; i += size) {
+      if (i > 0 && pace) await new Promise((r) => setTimeout(r, pace.pauseMs));
+      await Promise.all(
+        jobs.slice(i, i + size).map(async (j) => {
+          await svc.ack(j);
+          await svc.done(j);
+        }),
+      );
+    }
   }
 
   it('after a restart the final rows equal those of an undisturbed run', async () => {
@@ -290,8 +302,8 @@ describe('SIGKILL while 2 000 envelopes are in flight', () => {
         () => otherJsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER),
         'the process to provision core-inbox',
       );
-      // Publish while the process applies, and kill it in the middle.
-      const publishing = publishAll(otherNc, jobs);
+      // Publish while the process applies (over half a second at least), and kill it in the middle.
+      const publishing = publishAll(otherNc, jobs, { jobs: 50, pauseMs: 30 });
       await waitFor(
         async () => {
           const n = await killedDb.db
