@@ -14,8 +14,10 @@
  *
  * Derived at start-up from the machine alone: each kind of envelope (an ack, a result of each
  * status) is decided in every status, and the statuses where it is applied with the same decision
- * (its `from` aside) are the kind's. A kind whose decision changes with a placeholder has no
- * expected decision: its envelopes take the locked read. Pure.
+ * (its `from` aside) are the kind's. A kind whose decision changes with a placeholder, or carries
+ * the clock in an effect, has no expected decision, and no kind has one while the machine reads a
+ * context key that is neither assumed nor a placeholder: their envelopes take the locked read.
+ * Pure.
  */
 import { decide, type JobDecision, type JobState } from './decide.js';
 import { CONTEXT_THE_MACHINE_READS } from './recognitionJob.machine.js';
@@ -31,7 +33,8 @@ import { JOB_STATUSES, type JobStatus } from './statuses.js';
 /**
  * The clock of an expected decision: the database's, at the moment of the write, unknown here. A
  * time the machine assigns is this very object, which the write turns into the database's clock;
- * an invalid Date, so that anything that computes with it fails loudly instead of writing a time.
+ * an invalid Date, so that a time computed from it has no ISO form and fails the write instead of
+ * being written.
  */
 export const WRITE_CLOCK: Date = new Date(NaN);
 
