@@ -7,7 +7,7 @@
  */
 import { createActor, type AnyActorScope } from 'xstate';
 import { compileMachine, type ExecutedAction, type Step } from './compileMachine.js';
-import { recognitionJobMachine } from './recognitionJob.machine.js';
+import { CONTEXT_THE_MACHINE_READS, recognitionJobMachine } from './recognitionJob.machine.js';
 import { JOB_STATUSES, type JobStatus } from './statuses.js';
 import {
   JOB_EFFECT_TYPES,
@@ -34,6 +34,46 @@ export interface JobDecision {
 export interface JobState {
   status: JobStatus;
   context: JobContext;
+}
+
+/** The values of the context keys the machine reads (`CONTEXT_THE_MACHINE_READS`). */
+export type ReadValues = Pick<JobContext, (typeof CONTEXT_THE_MACHINE_READS)[number]>;
+
+/** A context of the keys the machine reads: those keys' values, every other key undefined. */
+type ReadContext = {
+  [K in keyof JobContext]: K extends (typeof CONTEXT_THE_MACHINE_READS)[number] ? JobContext[K] : undefined;
+};
+
+/**
+ * A context with the values of the keys the machine reads, and every other key undefined (the
+ * `satisfies` makes it name each key as one or the other): what a decision depends on. After a
+ * decision, a key with a value that was undefined is one the machine assigned. Every key is
+ * present so that every context has one shape, the one the machine's assignments copy and
+ * overwrite.
+ */
+export function contextOfReadKeys(v: ReadValues): JobContext {
+  const context = {
+    jobId: v.jobId,
+    fileId: v.fileId,
+    attempt: v.attempt,
+    targetService: v.targetService,
+    fileIsCurrent: v.fileIsCurrent,
+    serviceName: undefined,
+    serviceVersion: undefined,
+    publishAttempts: v.publishAttempts,
+    nextPublishAt: undefined,
+    publishedAt: undefined,
+    replyDeadline: v.replyDeadline,
+    startedAt: undefined,
+    finishedAt: undefined,
+    metrics: undefined,
+    errorCode: undefined,
+    errorMessage: undefined,
+    resultSchemaVersion: undefined,
+    resultS3ObjectId: undefined,
+    resultMsgId: v.resultMsgId,
+  } satisfies ReadContext;
+  return context as unknown as JobContext;
 }
 
 /**

@@ -19,12 +19,11 @@
  * context key that is neither assumed nor a placeholder: their envelopes take the locked read.
  * Pure.
  */
-import { decide, type JobDecision, type JobState } from './decide.js';
+import { contextOfReadKeys, decide, type JobDecision, type JobState } from './decide.js';
 import { CONTEXT_THE_MACHINE_READS } from './recognitionJob.machine.js';
 import type {
   EnvelopeProcessingEvent,
   EnvelopeResultEvent,
-  JobContext,
   JobEvent,
   JobEventInput,
 } from './recognitionJob.types.js';
@@ -81,28 +80,13 @@ const KNOWN_KEYS: ReadonlySet<string> = new Set([
  * does not read undefined (as a job hydrated from the columns a decision depends on has them).
  */
 function assumedJob(status: JobStatus, event: ExpectableInput, p: Placeholders = PLACEHOLDERS): JobState {
-  const context = {
-    jobId: p.jobId,
-    fileId: p.fileId,
-    attempt: p.attempt,
+  const context = contextOfReadKeys({
+    ...p,
     targetService: event.service.name,
     fileIsCurrent: EXPECTED_ROW.fileIsCurrent,
-    serviceName: undefined,
-    serviceVersion: undefined,
-    publishAttempts: p.publishAttempts,
-    nextPublishAt: undefined,
-    publishedAt: undefined,
-    replyDeadline: p.replyDeadline,
-    startedAt: undefined,
-    finishedAt: undefined,
-    metrics: undefined,
-    errorCode: undefined,
-    errorMessage: undefined,
-    resultSchemaVersion: undefined,
-    resultS3ObjectId: undefined,
     resultMsgId: EXPECTED_ROW.resultMsgId,
-  };
-  return { status, context: context as unknown as JobContext };
+  });
+  return { status, context };
 }
 
 function isExpectable(event: JobEventInput): event is ExpectableInput {

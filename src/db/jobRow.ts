@@ -2,7 +2,12 @@
  * The job row is the machine's state: `status` is the state value, the other columns are the
  * context. This is the one mapping between the two, in both directions.
  */
-import { CONTEXT_THE_MACHINE_READS, type JobContext, type JobState } from '../../machines/index.js';
+import {
+  CONTEXT_THE_MACHINE_READS,
+  contextOfReadKeys,
+  type JobContext,
+  type JobState,
+} from '../../machines/index.js';
 import type { JobRow } from './schema.js';
 
 /** Columns the machine may change, with the context key each comes from. */
@@ -110,41 +115,23 @@ export const READ_JOB_COLUMNS: ReadonlyArray<keyof ReadJobRow> = [
   ...READ_CONTEXT_COLUMNS.map(([column]) => column),
 ];
 
-/** A context hydrated from a {@link ReadJobRow}: the keys the machine reads, the others undefined. */
-type ReadContext = {
-  [K in keyof JobContext]: K extends (typeof CONTEXT_THE_MACHINE_READS)[number] ? JobContext[K] : undefined;
-};
-
 /**
- * Hydration input from the columns a decision depends on: a context with the values of the keys
- * the machine reads, and every other key undefined (the `satisfies` makes it name each key as
- * one or the other). After a decision, a key with a value that was undefined is one the machine
- * assigned ({@link assignedColumns}). Every key is present so that every context has one shape,
- * the one the machine's assignments copy and overwrite.
+ * Hydration input from the columns a decision depends on: the machine's context of the keys it
+ * reads (`contextOfReadKeys`), every other key undefined. After a decision, a key with a value
+ * that was undefined is one the machine assigned ({@link assignedColumns}).
  */
 export function rowToReadState(row: ReadJobRow, fileIsCurrent: boolean): JobState {
-  const context = {
+  const context = contextOfReadKeys({
     jobId: row.id,
     fileId: row.file_id,
     attempt: row.attempt,
     targetService: row.target_service,
     fileIsCurrent,
-    serviceName: undefined,
-    serviceVersion: undefined,
     publishAttempts: row.publish_attempts,
-    nextPublishAt: undefined,
-    publishedAt: undefined,
     replyDeadline: timeOf(row.reply_deadline),
-    startedAt: undefined,
-    finishedAt: undefined,
-    metrics: undefined,
-    errorCode: undefined,
-    errorMessage: undefined,
-    resultSchemaVersion: undefined,
-    resultS3ObjectId: undefined,
     resultMsgId: row.result_msg_id,
-  } satisfies ReadContext;
-  return { status: row.status, context: context as unknown as JobContext };
+  });
+  return { status: row.status, context };
 }
 
 function same(a: unknown, b: unknown): boolean {
