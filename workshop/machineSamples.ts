@@ -17,6 +17,7 @@
 import {
   CORE_ERROR_CODE,
   JOB_EVENT_TYPES,
+  RESULT_STATUSES,
   type JobContext,
   type JobEvent,
   type JobEventType,
@@ -304,4 +305,51 @@ export function eventVariant(name: EventVariantName, now: Date = NOW): EventVari
 /** The distinct events of the variants, in their order: the alphabet of the model-based paths. */
 export function sampleEvents(now: Date = NOW): JobEvent[] {
   return [...new Set(eventVariants(now).map((v) => v.event))];
+}
+
+/**
+ * Per event type, every variant the guards and actions tell apart: the service against
+ * `target_service` (isFromAnotherService), the reported status (reportsDone, reportsNeedsCheck,
+ * reportsError), and what the actions branch on (a result object or not, an error or not, an ack
+ * msg id or none, a retry's service or the job's). The result's msg id is `DONE_MSG_ID`, so the
+ * context's `resultMsgId` makes it the same message or another.
+ */
+export function guardEventsOfType(type: JobEventType, now: Date = NOW): JobEvent[] {
+  const e = sampleEventsByKind(now);
+  const services = [{ ...SERVICE }, { ...OTHER_SERVICE }];
+  switch (type) {
+    case 'PUBLISHED':
+      return [e.published];
+    case 'PUBLISH_FAILED':
+      return [e.publishFailed];
+    case 'DELIVERY_EXHAUSTED':
+      return [e.deliveryExhausted];
+    case 'ENVELOPE_PROCESSING':
+      return services.flatMap((service) => [
+        { ...e.ack, service },
+        { ...e.ack, service, msgId: null },
+      ]);
+    case 'ENVELOPE_RESULT':
+      return services.flatMap((service) =>
+        RESULT_STATUSES.flatMap((status) =>
+          [true, false].flatMap((withS3) =>
+            [true, false].map((withError): JobEvent => ({
+              type: 'ENVELOPE_RESULT',
+              now,
+              msgId: DONE_MSG_ID,
+              status,
+              service,
+              ...(withS3 ? { resultS3: { bucket: 'results', key: 'r.json' } } : {}),
+              ...(withError ? { error: { code: 'E_PARSE', message: 'broken' } } : {}),
+              metrics: { pages: 1 },
+              resultSchemaVersion: '2.1',
+            })),
+          ),
+        ),
+      );
+    case 'DEADLINE_PASSED':
+      return [{ type: 'DEADLINE_PASSED', now }];
+    case 'RETRY_REQUESTED':
+      return [e.retryRequested, { ...e.retryRequested, targetService: OTHER_SERVICE.name }];
+  }
 }

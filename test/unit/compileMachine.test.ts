@@ -47,6 +47,7 @@ import {
   PUBLISH_RETRY_POLICY,
   SERVICE,
   contextIn,
+  guardEventsOfType,
   sampleEventsByKind,
 } from '../../workshop/machineSamples.js';
 
@@ -123,53 +124,6 @@ const CONTEXT_INPUTS = {
   replyDeadline: [null, at(-MINUTE), NOW, at(MINUTE)],
 } as const;
 
-/**
- * Per event type, every variant the guards and actions tell apart: the service against
- * `target_service` (isFromAnotherService), the reported status (reportsDone, reportsNeedsCheck,
- * reportsError), and what the actions branch on (a result object or not, an error or not, an ack
- * msg id or none, a retry's service or the job's). The result's msg id is `DONE_MSG_ID`, so the
- * context's `resultMsgId` makes it the same message or another.
- */
-function eventsOfType(type: JobEvent['type']): JobEvent[] {
-  const e = sampleEventsByKind(NOW);
-  const services = [{ ...SERVICE }, { ...OTHER_SERVICE }];
-  switch (type) {
-    case 'PUBLISHED':
-      return [e.published];
-    case 'PUBLISH_FAILED':
-      return [e.publishFailed];
-    case 'DELIVERY_EXHAUSTED':
-      return [e.deliveryExhausted];
-    case 'ENVELOPE_PROCESSING':
-      return services.flatMap((service) => [
-        { ...e.ack, service },
-        { ...e.ack, service, msgId: null },
-      ]);
-    case 'ENVELOPE_RESULT':
-      return services.flatMap((service) =>
-        RESULT_STATUSES.flatMap((status) =>
-          [true, false].flatMap((withS3) =>
-            [true, false].map((withError): JobEvent => ({
-              type: 'ENVELOPE_RESULT',
-              now: NOW,
-              msgId: DONE_MSG_ID,
-              status,
-              service,
-              ...(withS3 ? { resultS3: { bucket: 'results', key: 'r.json' } } : {}),
-              ...(withError ? { error: { code: 'E_PARSE', message: 'broken' } } : {}),
-              metrics: { pages: 1 },
-              resultSchemaVersion: '2.1',
-            })),
-          ),
-        ),
-      );
-    case 'DEADLINE_PASSED':
-      return [{ type: 'DEADLINE_PASSED', now: NOW }];
-    case 'RETRY_REQUESTED':
-      return [e.retryRequested, { ...e.retryRequested, targetService: OTHER_SERVICE.name }];
-  }
-}
-
 /** Every combination of the context inputs, over the status's sample context. */
 function contextsFor(status: (typeof JOB_STATUSES)[number]): JobContext[] {
   const contexts: JobContext[] = [];
@@ -193,7 +147,7 @@ describe('compiled and xstate decisions are equal', () => {
     let cases = 0;
     for (const status of JOB_STATUSES) {
       for (const type of JOB_EVENT_TYPES) {
-        for (const event of eventsOfType(type)) {
+        for (const event of guardEventsOfType(type)) {
           for (const context of contextsFor(status)) {
             cases++;
             pairs.add(`${status} × ${type}`);

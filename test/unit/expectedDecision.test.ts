@@ -25,7 +25,7 @@ import {
   type JobStatus,
 } from '../../machines/index.js';
 import { CONTEXT_COLUMNS, assignedColumns } from '../../src/db/jobRow.js';
-import { DONE_MSG_ID, NOW, OTHER_SERVICE, SERVICE, contextIn } from '../../workshop/machineSamples.js';
+import { DONE_MSG_ID, NOW, SERVICE, contextIn, guardEventsOfType } from '../../workshop/machineSamples.js';
 
 const MINUTE = 60_000;
 const at = (ms: number) => new Date(NOW.getTime() + ms);
@@ -37,27 +37,11 @@ function readContext(context: JobContext): JobContext {
   return read as JobContext;
 }
 
-/** Every ack and result the guards and actions tell apart. */
+/** Every ack and result the guards and actions tell apart, without their clock. */
 function envelopes(): JobEventInput[] {
-  const services = [{ ...SERVICE }, { ...OTHER_SERVICE }];
-  return services.flatMap((service) => [
-    { type: 'ENVELOPE_PROCESSING', msgId: 'ack:1', service },
-    { type: 'ENVELOPE_PROCESSING', msgId: null, service },
-    ...RESULT_STATUSES.flatMap((status) =>
-      [true, false].flatMap((withS3) =>
-        [true, false].map((withError): JobEventInput => ({
-          type: 'ENVELOPE_RESULT',
-          msgId: DONE_MSG_ID,
-          status,
-          service,
-          ...(withS3 ? { resultS3: { bucket: 'results', key: 'r.json' } } : {}),
-          ...(withError ? { error: { code: 'E_PARSE', message: 'broken' } } : {}),
-          metrics: { pages: 1 },
-          resultSchemaVersion: '2.1',
-        })),
-      ),
-    ),
-  ]);
+  return (['ENVELOPE_PROCESSING', 'ENVELOPE_RESULT'] as const).flatMap((type) =>
+    guardEventsOfType(type).map(({ now: _now, ...input }) => input as JobEventInput),
+  );
 }
 
 /** Every value of what the guards read, with the keys an expected decision does not know varied too. */
