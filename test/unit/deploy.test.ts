@@ -345,7 +345,8 @@ describe('secrets', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  });
+    // Thirty runs of the script take seconds alone, and longer beside the integration tests.
+  }, 30_000);
 
   it('compose: PostgreSQL is set up with roles.sql once, and narrowed after each migrate', () => {
     const postgres = compose.services.postgres!;
