@@ -184,7 +184,7 @@ export function sameDecision(
  */
 function statusesOf(
   sample: ExpectableInput,
-  decide: Decide,
+  decideWith: Decide,
   reads: readonly string[],
 ): readonly JobStatus[] | string {
   const unknown = reads.filter((key) => !KNOWN_KEYS.has(key));
@@ -192,28 +192,25 @@ function statusesOf(
     return `the machine reads ${unknown.join(', ')}, which it neither assumes nor varies`;
   const decided = JOB_STATUSES.map((status) => ({
     status,
-    d: decide(assumedJob(status, sample), timed(sample, WRITE_CLOCK) as JobEvent),
+    d: decideWith(assumedJob(status, sample), timed(sample, WRITE_CLOCK) as JobEvent),
   })).filter(({ d }) => d.decision === 'applied');
   if (decided.length === 0) return 'applied in no status';
   const first = decided[0]!.d;
   // The write turns the clock into the database's only where it is a column's value.
   if (carriesClock(first.effects)) return 'its effects carry the clock';
-  const statuses = decided.filter(({ d }) => sameDecision(d, first)).map(({ status }) => status);
-  for (const status of statuses) {
-    const expected = placeholdersKept(
-      decide(assumedJob(status, sample), timed(sample, WRITE_CLOCK) as JobEvent),
-      PLACEHOLDERS,
-    );
+  const same = decided.filter(({ d }) => sameDecision(d, first));
+  for (const { status, d } of same) {
+    const expected = placeholdersKept(d, PLACEHOLDERS);
     for (const p of OTHER_PLACEHOLDERS) {
       const other = placeholdersKept(
-        decide(assumedJob(status, sample, p), timed(sample, OTHER_CLOCK) as JobEvent),
+        decideWith(assumedJob(status, sample, p), timed(sample, OTHER_CLOCK) as JobEvent),
         p,
       );
       if (!expected || !other || !sameDecision(expected, other, WRITE_CLOCK, OTHER_CLOCK))
         return `the decision in ${status} depends on a key it does not assume`;
     }
   }
-  return statuses;
+  return same.map(({ status }) => status);
 }
 
 /** How a job's event is decided: `decide` (the tests also give it other machines' decisions). */

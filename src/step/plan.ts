@@ -447,8 +447,10 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
   const written = new Map<string, JobState>();
   const current = new Map<string, JobState>();
   const at = new Map<string, { address: null; version: null }>();
-  const statuses = new Map<string, number>();
+  // Per item, in order: its decision, the statuses it expects (as bits) and the service.
   const decisions: JobDecision[] = [];
+  const statuses: number[] = [];
+  const targets: string[] = [];
   const fx = noEffects();
   for (const item of items) {
     if (current.has(item.jobId)) return null;
@@ -458,23 +460,21 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
     written.set(item.jobId, expected.assumed);
     current.set(item.jobId, { status: d.to, context: d.context });
     at.set(item.jobId, NOT_READ);
-    statuses.set(item.jobId, statusBits(expected.statuses));
     decisions.push(d);
+    statuses.push(statusBits(expected.statuses));
+    targets.push(expected.assumed.context.targetService);
     collectEffects(fx, item.jobId, item.jobId, d, null);
   }
   const w = writeParams(fx, { written, current, at });
-  // An expected decision is applied: it records a transition, so each job has a row in the write.
+  // An expected decision is applied: it records a transition, so each job has a row in the write,
+  // in the order of the items (the expectations' order).
   if (!w || w.jobIds.length !== items.length)
     throw new Error('an expected decision must write its job: it is applied');
-  const targets = w.jobIds.map((id) => current.get(id)!.context.targetService);
   const params = [
     ...w.params,
     true,
     arrayLiteral('uuid', w.jobIds),
-    arrayLiteral(
-      'integer',
-      w.jobIds.map((id) => statuses.get(id)!),
-    ),
+    arrayLiteral('integer', statuses),
     arrayLiteral('text', targets, true),
   ];
   return {
@@ -491,7 +491,7 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
         return {
           jobId: item.jobId,
           fileId: row.file_id,
-          targetService: current.get(item.jobId)!.context.targetService,
+          targetService: targets[i]!,
           event: item.event.type,
           decision: d.decision,
           from: row.prior_status,
