@@ -1,6 +1,7 @@
 /**
  * Prometheus metrics (prom-client). One registry per daemon so tests can run several in one
- * process. Names are documented in docs/operations.md ("Metrics"); do not rename them lightly.
+ * process; prom-client's process metrics are collected once per process and included in each.
+ * Names are documented in docs/operations.md ("Metrics"); do not rename them lightly.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { CORE_ERROR_CODE, QUARANTINE_REASONS } from '../machines/index.js';
@@ -73,6 +74,21 @@ function readOnScrape<T, L extends string>(
 }
 
 /**
+ * prom-client's process metrics (CPU, memory, handles, event-loop lag, GC), collected once per
+ * process: they describe the process, not a daemon, and their collectors (a GC observer, an
+ * event-loop delay histogram) run until the process exits. A daemon's registry includes them by
+ * reference, so nothing global refers to a daemon and a stopped one is garbage.
+ */
+let processMetrics: Registry | undefined;
+function processRegistry(): Registry {
+  if (!processMetrics) {
+    processMetrics = new Registry();
+    collectDefaultMetrics({ register: processMetrics, prefix: 'recognition_core_' });
+  }
+  return processMetrics;
+}
+
+/**
  * Create the registry and every metric; `sources` feed the gauges that are read on scrape.
  * Every counter series with a known label value starts at 0: Prometheus's `increase()` and
  * `rate()` need a sample before the first event, or the first quarantine (dead letter, retry)
@@ -84,11 +100,10 @@ export function createMetrics(
   sources: MetricsSources = {},
   { defaultMetrics = true }: { defaultMetrics?: boolean | undefined } = {},
 ): Metrics {
-  const registry = new Registry();
-  if (defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'recognition_core_' });
-  const registers = [registry];
+  const own = new Registry();
+  const registers = [own];
   const metrics: Metrics = {
-    registry,
+    registry: own,
     envelopes: new Counter({
       name: 'recognition_inbox_envelopes_total',
       help: 'Envelopes handled by the inbox, by outcome (applied, duplicate, ignored, late, unknown_job, quarantined, retried)',
@@ -210,6 +225,7 @@ export function createMetrics(
   for (const reason of QUARANTINE_REASONS) metrics.quarantine.inc({ reason }, 0);
   for (const result of PUBLISHER_RESULTS) metrics.publisherResults.inc({ result }, 0);
   for (const reason of DEAD_LETTER_REASONS) metrics.deadLetters.inc({ reason }, 0);
+  if (defaultMetrics) metrics.registry = Registry.merge([processRegistry(), own]);
   return metrics;
 }
 
