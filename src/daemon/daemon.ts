@@ -80,8 +80,12 @@ async function dbReachable(db: Db): Promise<boolean> {
  *   1. open the pool; the database must answer and carry every migration of this build (else
  *      refuse); migrations it carries that this build does not know are logged and counted;
  *   2. connect to NATS; create or update the streams and core-inbox (unless NATS_PROVISION=false);
- *   3. start the loops;
- *   4. serve /healthz, /readyz, /metrics.
+ *   3. start the watchdog, the publisher, the dead-letter consumer and retention;
+ *   4. serve /healthz, /readyz, /metrics;
+ *   5. start the inbox, last: a start that fails has taken no envelope (they would wait out the
+ *      ack wait before another instance got them), and the first envelopes of a backlog do not
+ *      share the process's one thread with the start-up of everything else.
+ * A step that fails stops what the earlier ones started.
  */
 export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const { config: cfg, logger } = opts;
@@ -103,6 +107,10 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   });
   let nats: Nats | undefined;
   let commitProbe: CommitProbe | undefined;
+  let http: HttpServer | undefined;
+  let inbox: Inbox | undefined;
+  /** The loops started so far: a start that fails later stops them again. */
+  const started: Array<{ stop(): Promise<void> }> = [];
   try {
     const migrations = await migrationStatus(db.db).catch((err: unknown) => {
       throw new Error(`PostgreSQL (DATABASE_URL) is not usable: ${(err as Error).message}`, { cause: err });
@@ -137,8 +145,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       : undefined;
     await provision?.();
     const js = jetstream(nats.nc);
-    // The checks of /readyz, also exported as `recognition_ready{check}`; the consumer's is added
-    // once the inbox runs.
+    // The checks of /readyz, also exported as `recognition_ready{check}`; the commit probe's and
+    // the consumer's are added below.
     const n = nats;
     const checks: ReadinessChecks = {
       database: () => dbReachable(db),
@@ -175,8 +183,71 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
 
     metrics.unknownMigrations.set(unknown.length);
 
-    // 3. Loops.
-    const inbox = loops.inbox
+    // 3. Loops, but the inbox (5).
+    const watchdog = loops.watchdog
+      ? createWatchdog({
+          db: db.db,
+          pool: db.pool,
+          logger,
+          metrics,
+          intervalMs: cfg.WATCHDOG_INTERVAL_MS,
+          batchSize: cfg.WATCHDOG_BATCH_SIZE,
+          concurrency: cfg.WATCHDOG_CONCURRENCY,
+        })
+      : undefined;
+    watchdog?.start();
+    if (watchdog) started.push(watchdog);
+    const publisher = loops.publisher
+      ? createPublisher({
+          db: db.db,
+          pool: db.pool,
+          js,
+          isConnected: nats.isConnected,
+          onReconnect: nats.onReconnect,
+          provision,
+          logger,
+          metrics,
+          config: cfg,
+          names,
+        })
+      : undefined;
+    await publisher?.start();
+    if (publisher) started.push(publisher);
+    // NATS is red too while the publisher waits out an outage the connection does not show
+    // (a frozen server, JetStream unavailable).
+    if (publisher) checks.nats = () => n.isConnected() && publisher.isNatsAvailable();
+    const deadLetters = loops.deadLetters
+      ? createDeadLetters({ db: db.db, nc: nats.nc, jsm, logger, metrics, stream: names.jobsStream })
+      : undefined;
+    await deadLetters?.start();
+    if (deadLetters) started.push(deadLetters);
+    const retention =
+      loops.retention && cfg.RETENTION_INTERVAL_MS > 0
+        ? createRetention({
+            db: db.db,
+            logger,
+            metrics,
+            settings: retentionSettings(cfg),
+            intervalMs: cfg.RETENTION_INTERVAL_MS,
+          })
+        : undefined;
+    retention?.start();
+    if (retention) started.push(retention);
+
+    // 4. HTTP. /readyz's consumer check is red until the inbox is bound.
+    if (loops.inbox) checks.consumer = () => inbox?.isBound() ?? false;
+    http = loops.http
+      ? await startHttpServer({
+          host: cfg.HTTP_HOST,
+          port: cfg.HTTP_PORT,
+          logger,
+          registry: metrics.registry,
+          readiness: checks,
+          routes: (opts.routes ?? createStatechartRoutes)({ db, metrics }),
+        })
+      : undefined;
+    // 5. The inbox, last.
+    inbox = loops.inbox
       ? await startInbox({
           db: db.db,
           pool: db.pool,
@@ -194,65 +265,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           afterCommit: opts.afterInboxCommit,
         })
       : undefined;
-    if (inbox) checks.consumer = () => inbox.isBound();
 
-    const watchdog = loops.watchdog
-      ? createWatchdog({
-          db: db.db,
-          pool: db.pool,
-          logger,
-          metrics,
-          intervalMs: cfg.WATCHDOG_INTERVAL_MS,
-          batchSize: cfg.WATCHDOG_BATCH_SIZE,
-          concurrency: cfg.WATCHDOG_CONCURRENCY,
-        })
-      : undefined;
-    watchdog?.start();
-    const publisher = loops.publisher
-      ? createPublisher({
-          db: db.db,
-          pool: db.pool,
-          js,
-          isConnected: nats.isConnected,
-          onReconnect: nats.onReconnect,
-          provision,
-          logger,
-          metrics,
-          config: cfg,
-          names,
-        })
-      : undefined;
-    await publisher?.start();
-    // NATS is red too while the publisher waits out an outage the connection does not show
-    // (a frozen server, JetStream unavailable).
-    if (publisher) checks.nats = () => n.isConnected() && publisher.isNatsAvailable();
-    const deadLetters = loops.deadLetters
-      ? createDeadLetters({ db: db.db, nc: nats.nc, jsm, logger, metrics, stream: names.jobsStream })
-      : undefined;
-    await deadLetters?.start();
-    const retention =
-      loops.retention && cfg.RETENTION_INTERVAL_MS > 0
-        ? createRetention({
-            db: db.db,
-            logger,
-            metrics,
-            settings: retentionSettings(cfg),
-            intervalMs: cfg.RETENTION_INTERVAL_MS,
-          })
-        : undefined;
-    retention?.start();
-
-    // 4. HTTP.
-    const http = loops.http
-      ? await startHttpServer({
-          host: cfg.HTTP_HOST,
-          port: cfg.HTTP_PORT,
-          logger,
-          registry: metrics.registry,
-          readiness: checks,
-          routes: (opts.routes ?? createStatechartRoutes)({ db, metrics }),
-        })
-      : undefined;
     // Which way decisions are made: the machine's compiled table, or xstate and why (decide.ts).
     const decisions = decisionPath();
     // A kind of envelope without an expected decision takes the inbox's locked path every time.
@@ -305,6 +318,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       },
     };
   } catch (err) {
+    await Promise.allSettled(started.map((loop) => loop.stop()));
+    await http?.close().catch(() => undefined);
     await commitProbe?.stop();
     await nats?.nc.close().catch(() => undefined);
     await db.close().catch(() => undefined);
