@@ -80,8 +80,13 @@ const KNOWN_KEYS: ReadonlySet<string> = new Set([
  * does not read undefined (as a job hydrated from the columns a decision depends on has them).
  */
 function assumedJob(status: JobStatus, event: ExpectableInput, p: Placeholders = PLACEHOLDERS): JobState {
+  // Each key written out: a spread of the placeholders is a generic object copy on every envelope.
   const context = contextOfReadKeys({
-    ...p,
+    jobId: p.jobId,
+    fileId: p.fileId,
+    attempt: p.attempt,
+    publishAttempts: p.publishAttempts,
+    replyDeadline: p.replyDeadline,
     targetService: event.service.name,
     fileIsCurrent: EXPECTED_ROW.fileIsCurrent,
     resultMsgId: EXPECTED_ROW.resultMsgId,
