@@ -99,8 +99,14 @@ function isExpectable(event: JobEventInput): event is ExpectableInput {
 }
 
 /** The kind of an envelope: what, besides the assumptions, the machine's guards tell apart. */
+/** The kind of each result status, made once: no string is built per envelope. */
+const RESULT_KINDS = new Map<string, string>();
+
 function kindOf(event: ExpectableInput): string {
-  return event.type === 'ENVELOPE_RESULT' ? `${event.type}:${event.status}` : event.type;
+  if (event.type !== 'ENVELOPE_RESULT') return event.type;
+  let kind = RESULT_KINDS.get(event.status);
+  if (kind === undefined) RESULT_KINDS.set(event.status, (kind = `${event.type}:${event.status}`));
+  return kind;
 }
 
 /** One envelope of each kind, as a service sends them, optional fields filled. */
@@ -240,15 +246,37 @@ export function expectedDecisionKinds(): ReadonlyMap<string, readonly JobStatus[
   return KINDS;
 }
 
+/** The assumed jobs made so far, by kind and service. */
+const ASSUMED = new Map<string, Map<string, JobState>>();
+/** Services whose assumed jobs are kept, per kind: a service's name is whatever an envelope says. */
+const ASSUMED_SERVICES_MAX = 64;
+
+/**
+ * The assumed job of a kind's envelope, one per kind and service (frozen): it depends on nothing
+ * else, and a decision makes a context of its own, so every envelope of a service shares it.
+ */
+function sharedAssumedJob(kind: string, status: JobStatus, event: ExpectableInput): JobState {
+  let byService = ASSUMED.get(kind);
+  if (byService === undefined) ASSUMED.set(kind, (byService = new Map()));
+  let job = byService.get(event.service.name);
+  if (job === undefined) {
+    const made = assumedJob(status, event);
+    job = Object.freeze({ status: made.status, context: Object.freeze(made.context) });
+    if (byService.size < ASSUMED_SERVICES_MAX) byService.set(event.service.name, job);
+  }
+  return job;
+}
+
 /**
  * The expected decision of `event`, or undefined when it has none (not an ack or a result, or a
  * kind without one): then only a decision on the job's row will do.
  */
 export function decideExpected(event: JobEventInput): ExpectedDecision | undefined {
   if (!isExpectable(event)) return undefined;
-  const statuses = KINDS.get(kindOf(event));
+  const kind = kindOf(event);
+  const statuses = KINDS.get(kind);
   if (statuses === undefined || typeof statuses === 'string') return undefined;
-  const assumed = assumedJob(statuses[0]!, event);
+  const assumed = sharedAssumedJob(kind, statuses[0]!, event);
   // The clock first, then the event's fields, as the step builds every event it decides.
   return { statuses, assumed, decision: decide(assumed, { now: WRITE_CLOCK, ...event } as JobEvent) };
 }
