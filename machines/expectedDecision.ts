@@ -98,10 +98,10 @@ function isExpectable(event: JobEventInput): event is ExpectableInput {
   return event.type === 'ENVELOPE_PROCESSING' || event.type === 'ENVELOPE_RESULT';
 }
 
-/** The kind of an envelope: what, besides the assumptions, the machine's guards tell apart. */
 /** The kind of each result status, made once: no string is built per envelope. */
 const RESULT_KINDS = new Map<string, string>();
 
+/** The kind of an envelope: what, besides the assumptions, the machine's guards tell apart. */
 function kindOf(event: ExpectableInput): string {
   if (event.type !== 'ENVELOPE_RESULT') return event.type;
   let kind = RESULT_KINDS.get(event.status);

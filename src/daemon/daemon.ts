@@ -183,7 +183,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
 
     metrics.unknownMigrations.set(unknown.length);
 
-    // 3. Loops, but the inbox (5).
+    // 3. The loops, but the inbox: it starts last (5).
     const watchdog = loops.watchdog
       ? createWatchdog({
           db: db.db,
