@@ -260,8 +260,9 @@ function sharedAssumedJob(kind: string, status: JobStatus, event: ExpectableInpu
   if (byService === undefined) ASSUMED.set(kind, (byService = new Map()));
   let job = byService.get(event.service.name);
   if (job === undefined) {
-    const made = assumedJob(status, event);
-    job = Object.freeze({ status: made.status, context: Object.freeze(made.context) });
+    job = assumedJob(status, event);
+    Object.freeze(job.context);
+    Object.freeze(job);
     if (byService.size < ASSUMED_SERVICES_MAX) byService.set(event.service.name, job);
   }
   return job;

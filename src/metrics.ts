@@ -76,7 +76,7 @@ function readOnScrape<T, L extends string>(
 /**
  * prom-client's process metrics (CPU, memory, handles, event-loop lag, GC), collected once per
  * process: they describe the process, not a daemon, and their collectors (a GC observer, an
- * event-loop delay histogram) run until the process exits. A daemon's registry includes them by
+ * event-loop delay histogram) run until the process exits. A daemon's registry holds them by
  * reference, so nothing global refers to a daemon and a stopped one is garbage.
  */
 let processMetrics: Registry | undefined;
@@ -100,10 +100,11 @@ export function createMetrics(
   sources: MetricsSources = {},
   { defaultMetrics = true }: { defaultMetrics?: boolean | undefined } = {},
 ): Metrics {
-  const own = new Registry();
-  const registers = [own];
+  // A registry of its own that starts with the process's metrics (the same objects).
+  const registry = defaultMetrics ? Registry.merge([processRegistry()]) : new Registry();
+  const registers = [registry];
   const metrics: Metrics = {
-    registry: own,
+    registry,
     envelopes: new Counter({
       name: 'recognition_inbox_envelopes_total',
       help: 'Envelopes handled by the inbox, by outcome (applied, duplicate, ignored, late, unknown_job, quarantined, retried)',
@@ -225,7 +226,6 @@ export function createMetrics(
   for (const reason of QUARANTINE_REASONS) metrics.quarantine.inc({ reason }, 0);
   for (const result of PUBLISHER_RESULTS) metrics.publisherResults.inc({ result }, 0);
   for (const reason of DEAD_LETTER_REASONS) metrics.deadLetters.inc({ reason }, 0);
-  if (defaultMetrics) metrics.registry = Registry.merge([processRegistry(), own]);
   return metrics;
 }
 

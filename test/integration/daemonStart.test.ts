@@ -7,7 +7,7 @@ import { createServer, type Server } from 'node:net';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { afterAll, describe, expect, it } from 'vitest';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
-import { insertJob, type JobFixture } from '../helpers/fixtures.js';
+import { insertJob } from '../helpers/fixtures.js';
 import { waitFor } from '../helpers/testDaemon.js';
 import { useHarness } from '../helpers/harness.js';
 
@@ -26,12 +26,11 @@ async function takenPort(): Promise<number> {
 
 describe('a daemon whose start fails', () => {
   const N = 20;
-  let jobs: JobFixture[] = [];
 
   it('has taken no envelope, and a later start applies them all', async () => {
     // A first daemon without loops provisions the streams and core-inbox.
     await (await t.startDaemon({ loops: { inbox: false, http: false } })).stop();
-    jobs = await Promise.all(Array.from({ length: N }, () => insertJob(t.db, { status: 'published' })));
+    const jobs = await Promise.all(Array.from({ length: N }, () => insertJob(t.db, { status: 'published' })));
     for (const j of jobs) await t.svc.done(j);
 
     const port = await takenPort();
