@@ -118,7 +118,9 @@ describe('SIGTERM with 2 000 envelopes in flight', () => {
 
     // 3. Started again, it applies the rest.
     const second = startCli();
-    await second.waitForLog((l) => l.event === 'started');
+    // Envelopes the server sent to the first one's last pull after it stopped reading are unacked:
+    // the second first lets them come back (at most the ack wait, 30 s) and only then starts.
+    await second.waitForLog((l) => l.event === 'started', 45_000);
     await waitFor(async () => (await doneCount()) === N, `${N} jobs done`, 90_000);
     const jsm = await jetstreamManager(t.nc);
     await waitFor(async () => {
