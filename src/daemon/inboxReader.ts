@@ -88,6 +88,8 @@ export function missingResource(err: unknown): 'stream' | 'consumer' | undefined
 
 /** Never wait longer than this at start for a dead instance's envelopes (ack wait is the bound). */
 const MAX_ORPHAN_WAIT_MS = 60_000;
+/** How often the wait for a dead instance's envelopes looks whether they are still unacked. */
+const ORPHAN_LOOK_EVERY_MS = 1_000;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -99,10 +101,15 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
  * redeliveries before new messages, and every job's envelopes are applied in stream order.
  * (With other instances alive they take those redeliveries, and the machine copes with the
  * reordering: a result before its ack is applied, the ack after it is ignored.)
+ * The wait looks again every second and ends early once nothing is unacked (the acks of an
+ * instance that stopped were still on their way) or another instance pulls (it was alive, between
+ * two pulls): then no envelope is left to come back first.
  */
 async function letOrphansComeFirst(consumer: Consumer, ackWaitMs: number, log: Logger): Promise<void> {
+  const gone = (i: { num_ack_pending: number; num_waiting: number }) =>
+    i.num_ack_pending === 0 || i.num_waiting > 0;
   const info = await consumer.info();
-  if (info.num_ack_pending === 0 || info.num_waiting > 0) return;
+  if (gone(info)) return;
   // The server sends an RFC 3339 time here, though the client's type says nanoseconds.
   const raw = info.delivered.last_active as unknown;
   const parsed = typeof raw === 'string' ? Date.parse(raw) : NaN;
@@ -113,7 +120,19 @@ async function letOrphansComeFirst(consumer: Consumer, ackWaitMs: number, log: L
     { event: 'orphans_wait', ack_pending: info.num_ack_pending, wait_ms: waitMs },
     'unacked envelopes of a stopped instance: letting them be redelivered first, so each job stays in order',
   );
-  await sleep(waitMs);
+  const started = Date.now();
+  for (let left = waitMs; left > 0; left = started + waitMs - Date.now()) {
+    await sleep(Math.min(left, ORPHAN_LOOK_EVERY_MS));
+    // A look that fails (NATS busy or reconnecting) changes nothing: the wait goes on.
+    const now = await consumer.info().catch(() => undefined);
+    if (now && gone(now)) {
+      log.info(
+        { event: 'orphans_gone', ack_pending: now.num_ack_pending, waited_ms: Date.now() - started },
+        'no unacked envelope of a stopped instance is left to come first: consuming',
+      );
+      return;
+    }
+  }
 }
 
 /**

@@ -21,6 +21,8 @@ export interface TestDaemonOptions {
   loops?: DaemonOptions['loops'];
   beforeInboxBatch?: DaemonOptions['beforeInboxBatch'];
   afterInboxCommit?: DaemonOptions['afterInboxCommit'];
+  /** Where the daemon logs: a sink of the test's own, to read while the start is still running. */
+  logs?: LogSink;
 }
 
 export async function startTestDaemon(opts: TestDaemonOptions): Promise<TestDaemon> {
@@ -32,7 +34,7 @@ export async function startTestDaemon(opts: TestDaemonOptions): Promise<TestDaem
     LOG_LEVEL: 'debug',
     ...opts.env,
   });
-  const logs = createLogSink();
+  const logs = opts.logs ?? createLogSink();
   const daemon = await startDaemon({
     config,
     logger: logs.logger,

@@ -118,8 +118,9 @@ describe('SIGTERM with 2 000 envelopes in flight', () => {
 
     // 3. Started again, it applies the rest.
     const second = startCli();
-    // Envelopes the server sent to the first one's last pull after it stopped reading are unacked:
-    // the second first lets them come back (at most the ack wait, 30 s) and only then starts.
+    // Envelopes of the first one that core-inbox still counts unacked (acks on their way, or
+    // deliveries to its last pull) are waited for first: until none is left, at most the ack wait
+    // (30 s).
     await second.waitForLog((l) => l.event === 'started', 45_000);
     await waitFor(async () => (await doneCount()) === N, `${N} jobs done`, 90_000);
     const jsm = await jetstreamManager(t.nc);
