@@ -1,8 +1,10 @@
 /**
  * `npm run bench:profile`: where the node CPU of the inbox and of its ceiling goes, by part, and
  * the inbox's excess over the ceiling part by part. Each drains `--envelopes` results `--rounds`
- * times, the last under V8's sampling profiler; the shares are scaled to the median node CPU per
- * envelope of the other rounds. A busy sample counts for the nearest frame on its stack that
+ * times, the last under V8's sampling profiler. The profiler samples the main thread: the shares
+ * are scaled to the main thread's median CPU per envelope of the other rounds, and the process's
+ * other threads (V8's collection helpers and compiler) are a row of their own, the rest of the
+ * process's CPU in the same windows. A busy sample counts for the nearest frame on its stack that
  * belongs to a part. `--keep DIR` keeps the `.cpuprofile` files (Chrome's DevTools open them);
  * `--log-level info` runs the inbox at info, a line per applied envelope.
  *
@@ -21,7 +23,7 @@ import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
 import { applyEventsOptimistic, pgStepSql, type Statement, type StepSql } from '../src/step/index.js';
 import { WRITE } from '../src/step/statements.js';
 import { doneEnvelope, resultHeaders, seedPublishedJobs, type BenchJob } from '../workshop/benchFixtures.js';
-import { processCpuMs } from '../workshop/processStats.js';
+import { processCpuMs, threadCpuMs } from '../workshop/processStats.js';
 import {
   measureCeiling,
   measureInbox,
@@ -64,11 +66,26 @@ export const PARTS: ReadonlyArray<[part: string, matches: (url: string, fn: stri
 ];
 const GC = 'garbage collection';
 const RUNTIME = 'Node runtime (promises, timers, sockets)';
-/** One consumer's node CPU per envelope and its shares by part. */
+/**
+ * The process's other threads, which the sampling profiler does not see: V8's helpers (parallel
+ * young-generation collection, concurrent marking and sweeping, optimising compilation) and
+ * libuv's pool.
+ */
+const BACKGROUND = "V8's background threads (collection helpers, compiler)";
+/**
+ * One consumer's node CPU per envelope: all of it, its main thread's (which the profile's shares
+ * split by part) and the shares.
+ */
 interface Column {
   name: string;
   nodeUs: number;
+  mainUs: number;
   shares: Map<string, number>;
+}
+
+/** This process's CPU, all threads and the main thread's, in ms. */
+function ownCpuMs(): { all: number; main: number } {
+  return { all: processCpuMs(process.pid) ?? NaN, main: threadCpuMs(process.pid, process.pid) ?? NaN };
 }
 
 /** Each part's share of the profile's busy samples. */
@@ -92,6 +109,8 @@ export function attribute(profile: CpuProfile): Map<string, number> {
   }
   return new Map([...counts].map(([k, v]) => [k, v / busy]));
 }
+
+const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
 
 const positiveInteger = (v: string) => {
   const n = Number(v);
@@ -214,8 +233,20 @@ async function main(): Promise<void> {
   let statements: Awaited<ReturnType<typeof statementCpu>>;
   try {
     for (const [name, run] of consumers) {
-      const unprofiled: number[] = [];
-      for (let i = 1; i < args.rounds; i++) unprofiled.push((await run()).cpu.nodeUs ?? NaN);
+      // Per envelope, the process's CPU and its main thread's, over the timed window of each drain.
+      const all: number[] = [];
+      const main: number[] = [];
+      for (let i = 1; i < args.rounds; i++) {
+        let before = ownCpuMs();
+        await run({
+          started: async () => void (before = ownCpuMs()),
+          ended: async () => {
+            const after = ownCpuMs();
+            all.push(((after.all - before.all) * 1000) / args.envelopes);
+            main.push(((after.main - before.main) * 1000) / args.envelopes);
+          },
+        });
+      }
       let profile: CpuProfile | undefined;
       await run({
         started: () => session.post('Profiler.start'),
@@ -227,18 +258,25 @@ async function main(): Promise<void> {
         mkdirSync(args.keep, { recursive: true });
         writeFileSync(join(args.keep, `${name.replace(/ /g, '-')}.cpuprofile`), JSON.stringify(profile));
       }
-      const nodeUs = [...unprofiled].sort((a, b) => a - b)[Math.floor((unprofiled.length - 1) / 2)]!;
-      columns.push({ name, nodeUs, shares: attribute(profile!) });
-      process.stderr.write(`${name}: node ${nodeUs.toFixed(0)} µs per envelope\n`);
+      const column = { name, nodeUs: median(all), mainUs: median(main), shares: attribute(profile!) };
+      columns.push(column);
+      process.stderr.write(
+        `${name}: node ${column.nodeUs.toFixed(0)} µs per envelope, ${column.mainUs.toFixed(0)} of them on the main thread\n`,
+      );
     }
     statements = await statementCpu(env, args.statementBatches, args.statementSize);
   } finally {
     session.disconnect();
     await env.close();
   }
-  const parts = [...PARTS.map(([p]) => p), GC, RUNTIME].filter((p) => columns.some((c) => c.shares.has(p)));
+  const parts = [...PARTS.map(([p]) => p), GC, RUNTIME]
+    .filter((p) => columns.some((c) => c.shares.has(p)))
+    .concat(BACKGROUND);
   const [inbox, ceiling] = columns as [Column, Column];
-  const us = (c: Column, part: string) => (c.shares.get(part) ?? 0) * c.nodeUs;
+  // The profile samples the main thread: its shares split the main thread's CPU, and the rest of
+  // the process's CPU is its background threads'.
+  const us = (c: Column, part: string) =>
+    part === BACKGROUND ? c.nodeUs - c.mainUs : (c.shares.get(part) ?? 0) * c.mainUs;
   // The last column is the inbox's excess over the ceiling, part by part: it sums to the total's.
   const cells = (p: string) =>
     [us(inbox, p), us(ceiling, p), us(inbox, p) - us(ceiling, p)].map((v) => v.toFixed(1));
