@@ -17,10 +17,12 @@ import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js
 import { envelopeToJobEvent, serviceMismatchDetails } from '../messages/envelopeToJobEvent.js';
 import {
   applyEvents,
-  applyEventsOptimistic,
   defineStatement,
   pgStepSql,
+  planOptimistic,
   stepSqlOf,
+  writeOptimistic,
+  type ExpectedWrite,
   type StepItem,
   type StepOutcome,
   type StepTransaction,
@@ -215,6 +217,21 @@ export async function applyInboxBatchTx(
  * written then.
  */
 async function applyUnlocked(pool: PgPool, items: readonly InboxItem[]): Promise<InboxOutcome[] | null> {
+  const planned = planUnlocked(items);
+  if (!planned) return null;
+  const { plan, msgIds } = planned;
+  const outcomes = await withPgClient(pool, (client) => writeOptimistic(pgStepSql(client), plan));
+  return outcomes?.map((outcome, i) => ({ kind: 'step', outcome, msgId: msgIds[i] ?? null })) ?? null;
+}
+
+/**
+ * The unlocked path's write for `items`, planned before a connection is taken; null when the path
+ * cannot take them. The events it decides are garbage once it returns: only the write's
+ * parameters and what the outcomes need wait for the write.
+ */
+function planUnlocked(
+  items: readonly InboxItem[],
+): { plan: ExpectedWrite; msgIds: Array<string | null> } | null {
   const steps: StepItem[] = [];
   const msgIds: Array<string | null> = [];
   for (const item of items) {
@@ -223,6 +240,6 @@ async function applyUnlocked(pool: PgPool, items: readonly InboxItem[]): Promise
     msgIds.push(item.decoded.msgId);
   }
   if (steps.length === 0) return null;
-  const outcomes = await withPgClient(pool, (client) => applyEventsOptimistic(pgStepSql(client), steps));
-  return outcomes?.map((outcome, i) => ({ kind: 'step', outcome, msgId: msgIds[i] ?? null })) ?? null;
+  const plan = planOptimistic(steps);
+  return plan && { plan, msgIds };
 }

@@ -3,7 +3,7 @@
  * instead of BEGIN, lock, write, COMMIT, and no read of the jobs before it.
  */
 import { WRITE_CHUNK } from './decideAndWrite.js';
-import { planExpected, type StepItem, type StepOutcome } from './plan.js';
+import { planExpected, type ExpectedWrite, type StepItem, type StepOutcome } from './plan.js';
 import type { StepSql } from './sql.js';
 import { WRITE, type WrittenRow } from './statements.js';
 
@@ -33,9 +33,20 @@ export async function applyEventsOptimistic(
   items: readonly StepItem[],
 ): Promise<StepOutcome[] | null> {
   if (items.length === 0) return [];
-  if (items.length > WRITE_CHUNK) return null;
-  const plan = planExpected(items);
-  if (!plan) return null;
+  const plan = planOptimistic(items);
+  return plan && writeOptimistic(sql, plan);
+}
+
+/**
+ * The decisions and the write of {@link applyEventsOptimistic}, made before anything is sent;
+ * null when this path cannot take `items`. Pure.
+ */
+export function planOptimistic(items: readonly StepItem[]): ExpectedWrite | null {
+  return items.length > WRITE_CHUNK ? null : planExpected(items);
+}
+
+/** Send `plan`'s write (see {@link applyEventsOptimistic}); null when the locked path must take it. */
+export async function writeOptimistic(sql: StepSql, plan: ExpectedWrite): Promise<StepOutcome[] | null> {
   for (let attempt = 1; attempt <= OPTIMISTIC_ATTEMPTS; attempt++) {
     let rows: WrittenRow[];
     try {

@@ -57,13 +57,12 @@ function quotedOnce(text: string): string {
 export function arrayLiteral(type: string, values: readonly ArrayElement[], repeating = false): string {
   const bare = BARE_TYPES.has(type);
   const quote = repeating ? quotedOnce : JSON_TYPES.has(type) ? quotedJson : quoted;
-  let out = '{';
+  // Joined rather than appended: `+=` makes a string node per piece, which the driver then copies
+  // into one flat string; `join` writes the flat string at once.
+  const elements = new Array<string>(values.length);
   for (let i = 0; i < values.length; i++) {
-    if (i > 0) out += ',';
     const v = values[i];
-    if (v === null || v === undefined) out += 'NULL';
-    else if (bare) out += v;
-    else out += quote(String(v));
+    elements[i] = v === null || v === undefined ? 'NULL' : bare ? String(v) : quote(String(v));
   }
-  return out + '}';
+  return `{${elements.join(',')}}`;
 }

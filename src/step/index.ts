@@ -18,7 +18,7 @@
  * `sql.ts` (Kysely and pg adapters).
  */
 export { applyEvents, step } from './applyEvents.js';
-export { applyEventsOptimistic } from './applyEventsOptimistic.js';
+export { applyEventsOptimistic, planOptimistic, writeOptimistic } from './applyEventsOptimistic.js';
 export { applyPassedDeadlines, type PassedDeadlines } from './applyPassedDeadlines.js';
 export {
   applyRetries,
@@ -28,7 +28,7 @@ export {
   type RetryOutcome,
   type RetryRequest,
 } from './applyRetries.js';
-export type { StepItem, StepOutcome } from './plan.js';
+export type { ExpectedWrite, StepItem, StepOutcome } from './plan.js';
 export { pgStepSql, stepSqlOf, type PgQueryable, type StepSql, type StepTransaction } from './sql.js';
 export { defineStatement, type Statement } from './statement.js';
 export {

@@ -427,7 +427,15 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
 /** An expected decision's job: found by id, not at an address it was read at. */
 const NOT_READ = { address: null, version: null } as const;
 
-/** The unlocked path's write, and the outcomes it makes once the write has returned its rows. */
+/** A decided item's outcome. */
+type DecidedOutcome = Extract<StepOutcome, { fileId: string }>;
+
+/**
+ * The unlocked path's write, and the outcomes it makes once the write has returned its rows. It
+ * holds only the write's parameters and what the outcomes need, so that a batch's events and
+ * decisions are garbage before its write is sent: what a batch holds while its write runs lives
+ * through V8's young-generation collections, each of which copies it.
+ */
 export interface ExpectedWrite {
   params: unknown[];
   /**
@@ -447,8 +455,9 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
   const written = new Map<string, JobState>();
   const current = new Map<string, JobState>();
   const at = new Map<string, { address: null; version: null }>();
-  // Per item, in order: its decision, the statuses it expects (as bits) and the service.
-  const decisions: JobDecision[] = [];
+  // Per item, in order: what its outcome takes from its decision, the statuses it expects (as
+  // bits) and the service; not the event, nor the context the decision left (see ExpectedWrite).
+  const decided: Array<Omit<DecidedOutcome, 'fileId' | 'from'>> = [];
   const statuses: number[] = [];
   const targets: string[] = [];
   const fx = noEffects();
@@ -457,12 +466,21 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
     const expected = decideExpected(item.event);
     if (!expected) return null;
     const d = expected.decision;
+    const targetService = expected.assumed.context.targetService;
     written.set(item.jobId, expected.assumed);
     current.set(item.jobId, { status: d.to, context: d.context });
     at.set(item.jobId, NOT_READ);
-    decisions.push(d);
+    decided.push({
+      jobId: item.jobId,
+      targetService,
+      event: item.event.type,
+      decision: d.decision,
+      to: d.to,
+      effects: d.effects,
+      reason: d.reason,
+    });
     statuses.push(statusBits(expected.statuses));
-    targets.push(expected.assumed.context.targetService);
+    targets.push(targetService);
     collectEffects(fx, item.jobId, item.jobId, d, null);
   }
   const w = writeParams(fx, { written, current, at });
@@ -483,16 +501,15 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
       const byId = new Map<string, WrittenRow>();
       for (const r of rows) if (r.id !== null) byId.set(r.id, r);
       if (byId.size === 0) return null;
-      return items.map((item, i) => {
-        const row = byId.get(item.jobId);
+      return decided.map((d) => {
+        const row = byId.get(d.jobId);
         if (!row?.prior_status || !row.file_id)
-          throw new Error(`the write returned no row of job ${item.jobId}`);
-        const d = decisions[i]!;
+          throw new Error(`the write returned no row of job ${d.jobId}`);
         return {
-          jobId: item.jobId,
+          jobId: d.jobId,
           fileId: row.file_id,
-          targetService: targets[i]!,
-          event: item.event.type,
+          targetService: d.targetService,
+          event: d.event,
           decision: d.decision,
           from: row.prior_status,
           to: d.to,
