@@ -5,10 +5,11 @@
  * are scaled to the main thread's median CPU per envelope of the other rounds, and the process's
  * other threads (V8's collection helpers and compiler) are a row of their own, the rest of the
  * process's CPU in the same windows. A busy sample counts for the nearest frame on its stack that
- * belongs to a part. `--keep DIR` keeps the `.cpuprofile` files (Chrome's DevTools open them);
- * `--log-level info` runs the inbox at info, a line per applied envelope.
+ * belongs to a part. `--keep DIR` keeps the `.cpuprofile` and `.heapprofile` files (Chrome's
+ * DevTools open them); `--log-level info` runs the inbox at info, a line per applied envelope.
  *
- * Then PostgreSQL's side: the CPU of a backend per envelope for each statement an inbox batch
+ * Then what each part allocates per envelope (one more drain under the sampling heap profiler), and
+ * PostgreSQL's side: the CPU of a backend per envelope for each statement an inbox batch
  * sends, beside the ceiling's transaction, batches of the same results on one connection in turns
  * ({@link statementCpu}).
  */
@@ -81,11 +82,41 @@ interface Column {
   nodeUs: number;
   mainUs: number;
   shares: Map<string, number>;
+  /** Bytes allocated per envelope, by part. */
+  allocated: Map<string, number>;
 }
 
 /** This process's CPU, all threads and the main thread's, in ms. */
 function ownCpuMs(): { all: number; main: number } {
   return { all: processCpuMs(process.pid) ?? NaN, main: threadCpuMs(process.pid, process.pid) ?? NaN };
+}
+
+/** A V8 sampling heap profile, as much of it as the attribution reads. */
+interface HeapProfileNode {
+  callFrame: { functionName: string; url: string };
+  selfSize: number;
+  children: HeapProfileNode[];
+}
+
+/** The part a frame belongs to, if any. */
+function partOf(frame: { functionName: string; url: string }): string | undefined {
+  return PARTS.find(([, matches]) => matches(frame.url, frame.functionName))?.[0];
+}
+
+/**
+ * Bytes allocated by part, from a sampling heap profile that kept the objects every collection
+ * freed: each sample counts for the nearest frame on its stack that belongs to a part, as a CPU
+ * sample does; the rest is the Node runtime's.
+ */
+export function attributeAllocation(head: HeapProfileNode): Map<string, number> {
+  const bytes = new Map<string, number>();
+  const visit = (node: HeapProfileNode, inherited: string) => {
+    const part = partOf(node.callFrame) ?? inherited;
+    if (node.selfSize > 0) bytes.set(part, (bytes.get(part) ?? 0) + node.selfSize);
+    for (const child of node.children) visit(child, part);
+  };
+  visit(head, RUNTIME);
+  return bytes;
 }
 
 /** Each part's share of the profile's busy samples. */
@@ -100,10 +131,8 @@ export function attribute(profile: CpuProfile): Map<string, number> {
     if (fn === '(idle)') continue;
     busy += 1;
     let part = fn === '(garbage collector)' ? GC : undefined;
-    for (let at: number | undefined = id; part === undefined && at !== undefined; at = parent.get(at)) {
-      const frame = byId.get(at)!.callFrame;
-      part = PARTS.find(([, matches]) => matches(frame.url, frame.functionName))?.[0];
-    }
+    for (let at: number | undefined = id; part === undefined && at !== undefined; at = parent.get(at))
+      part = partOf(byId.get(at)!.callFrame);
     part ??= RUNTIME;
     counts.set(part, (counts.get(part) ?? 0) + 1);
   }
@@ -117,6 +146,9 @@ const positiveInteger = (v: string) => {
   if (!Number.isInteger(n) || n < 2) throw new InvalidArgumentError('must be an integer ≥ 2');
   return n;
 };
+
+/** Mean bytes between two samples of the sampling heap profiler. */
+const HEAP_SAMPLING_BYTES = 1024;
 
 /** Batches of {@link statementCpu} not counted: the statements are prepared and planned in them. */
 const STATEMENT_WARM_UP = 6;
@@ -195,7 +227,7 @@ async function main(): Promise<void> {
     .description("profile the inbox's node CPU by part, beside its ceiling's")
     .option('--rounds <n>', 'drains per consumer (the last one profiled)', positiveInteger, 3)
     .option('--envelopes <n>', 'backlog of each drain', positiveInteger, 30_000)
-    .option('--keep <dir>', 'write the .cpuprofile files there')
+    .option('--keep <dir>', 'write the .cpuprofile and .heapprofile files there')
     .option('--statement-batches <n>', "batches of PostgreSQL's statement split", positiveInteger, 60)
     .option(
       '--statement-size <n>',
@@ -222,6 +254,7 @@ async function main(): Promise<void> {
   session.connect();
   await session.post('Profiler.enable');
   await session.post('Profiler.setSamplingInterval', { interval: 250 });
+  await session.post('HeapProfiler.enable');
   const consumers: Array<[name: string, run: (timed?: TimedHooks) => Promise<ThroughputResult>]> = [
     [
       'inbox',
@@ -258,7 +291,35 @@ async function main(): Promise<void> {
         mkdirSync(args.keep, { recursive: true });
         writeFileSync(join(args.keep, `${name.replace(/ /g, '-')}.cpuprofile`), JSON.stringify(profile));
       }
-      const column = { name, nodeUs: median(all), mainUs: median(main), shares: attribute(profile!) };
+      // One more drain under the sampling heap profiler, which slows allocation down: apart from
+      // the CPU profile, so that neither distorts the other.
+      let heap: { head: HeapProfileNode } | undefined;
+      await run({
+        started: async () => {
+          await session.post('HeapProfiler.startSampling', {
+            samplingInterval: HEAP_SAMPLING_BYTES,
+            includeObjectsCollectedByMajorGC: true,
+            includeObjectsCollectedByMinorGC: true,
+          });
+        },
+        ended: async () => {
+          heap = (await session.post('HeapProfiler.stopSampling')).profile as unknown as {
+            head: HeapProfileNode;
+          };
+        },
+      });
+      if (args.keep)
+        writeFileSync(join(args.keep, `${name.replace(/ /g, '-')}.heapprofile`), JSON.stringify(heap));
+      const allocated = new Map(
+        [...attributeAllocation(heap!.head)].map(([part, bytes]) => [part, bytes / args.envelopes]),
+      );
+      const column = {
+        name,
+        nodeUs: median(all),
+        mainUs: median(main),
+        shares: attribute(profile!),
+        allocated,
+      };
       columns.push(column);
       process.stderr.write(
         `${name}: node ${column.nodeUs.toFixed(0)} µs per envelope, ${column.mainUs.toFixed(0)} of them on the main thread\n`,
@@ -286,6 +347,20 @@ async function main(): Promise<void> {
     ...parts.map((p) => `| ${p} | ${cells(p).join(' | ')} |`),
     `| **total** | **${inbox.nodeUs.toFixed(0)}** | **${ceiling.nodeUs.toFixed(0)}** | **${(inbox.nodeUs - ceiling.nodeUs).toFixed(0)}** |`,
   ];
+  const bytes = (c: Column, part: string) => c.allocated.get(part) ?? 0;
+  const total = (c: Column) => [...c.allocated.values()].reduce((a, b) => a + b, 0);
+  const allocationParts = [...PARTS.map(([p]) => p), RUNTIME].filter((p) =>
+    columns.some((c) => c.allocated.has(p)),
+  );
+  const allocationLines = [
+    '| bytes allocated per envelope (what the collections collect) | inbox | ceiling | inbox above the ceiling |',
+    '|---|---:|---:|---:|',
+    ...allocationParts.map(
+      (p) =>
+        `| ${p} | ${[bytes(inbox, p), bytes(ceiling, p), bytes(inbox, p) - bytes(ceiling, p)].map((v) => v.toFixed(0)).join(' | ')} |`,
+    ),
+    `| **total** | **${total(inbox).toFixed(0)}** | **${total(ceiling).toFixed(0)}** | **${(total(inbox) - total(ceiling)).toFixed(0)}** |`,
+  ];
   const { write, ceiling: transaction } = statements;
   const pgLines = [
     `| PostgreSQL CPU per envelope, µs (one connection, batches of ${args.statementSize}, in turns) | inbox | ceiling |`,
@@ -293,7 +368,7 @@ async function main(): Promise<void> {
     `| the write (the inbox) / BEGIN, the statement, COMMIT (the ceiling) | ${write.toFixed(1)} | ${transaction.toFixed(1)} |`,
     `| **total** (the inbox above the ceiling: ${(write - transaction).toFixed(1)}) | **${write.toFixed(1)}** | **${transaction.toFixed(1)}** |`,
   ];
-  process.stdout.write(`${lines.join('\n')}\n\n${pgLines.join('\n')}\n`);
+  process.stdout.write(`${lines.join('\n')}\n\n${allocationLines.join('\n')}\n\n${pgLines.join('\n')}\n`);
 }
 
 await main();
