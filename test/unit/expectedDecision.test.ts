@@ -220,6 +220,26 @@ describe('expected decisions', () => {
       expect(reason).toBe('the machine reads serviceName, which it neither assumes nor varies');
   });
 
+  it('leave the assumed job every envelope of a service shares as it was', () => {
+    // The shared job is not frozen (a decision copies its context, and V8 copies a frozen object
+    // slowly): no decision may change it.
+    const inputs = envelopes().filter((input) => decideExpected(input) !== undefined);
+    expect(inputs.length).toBeGreaterThan(0);
+    const before = new Map(
+      inputs.map((input) => {
+        const { assumed } = decideExpected(input)!;
+        return [assumed, structuredClone(assumed)];
+      }),
+    );
+    for (let round = 0; round < 3; round++)
+      for (const input of inputs) {
+        const { assumed, decision } = decideExpected(input)!;
+        expect(decision.context).not.toBe(assumed.context);
+        expect(before.has(assumed)).toBe(true);
+      }
+    for (const [assumed, copy] of before) expect(assumed).toStrictEqual(copy);
+  });
+
   it('have none for events that are not acks or results', () => {
     expect(decideExpected({ type: 'DEADLINE_PASSED' })).toBeUndefined();
     expect(decideExpected({ type: 'PUBLISHED', replyTimeoutMs: 1000 })).toBeUndefined();
