@@ -330,37 +330,49 @@ async function main(): Promise<void> {
     session.disconnect();
     await env.close();
   }
-  const parts = [...PARTS.map(([p]) => p), GC, RUNTIME]
-    .filter((p) => columns.some((c) => c.shares.has(p)))
-    .concat(BACKGROUND);
   const [inbox, ceiling] = columns as [Column, Column];
+  /**
+   * A table of the parts that either consumer has, `value` of each beside the other's and the
+   * inbox's excess, which sums over the parts to the totals' difference.
+   */
+  const byPart = (
+    title: string,
+    parts: readonly string[],
+    value: (c: Column, part: string) => number,
+    total: (c: Column) => number,
+    digits: number,
+  ) => {
+    const row = (cells: number[], d: number) => cells.map((v) => v.toFixed(d));
+    return [
+      `| ${title} | inbox | ceiling | inbox above the ceiling |`,
+      '|---|---:|---:|---:|',
+      ...parts.map(
+        (p) =>
+          `| ${p} | ${row([value(inbox, p), value(ceiling, p), value(inbox, p) - value(ceiling, p)], digits).join(' | ')} |`,
+      ),
+      `| **total** | ${row([total(inbox), total(ceiling), total(inbox) - total(ceiling)], 0)
+        .map((v) => `**${v}**`)
+        .join(' | ')} |`,
+    ];
+  };
+  const present = (parts: string[], has: (c: Column, part: string) => boolean) =>
+    parts.filter((p) => columns.some((c) => has(c, p)));
   // The profile samples the main thread: its shares split the main thread's CPU, and the rest of
   // the process's CPU is its background threads'.
-  const us = (c: Column, part: string) =>
-    part === BACKGROUND ? c.nodeUs - c.mainUs : (c.shares.get(part) ?? 0) * c.mainUs;
-  // The last column is the inbox's excess over the ceiling, part by part: it sums to the total's.
-  const cells = (p: string) =>
-    [us(inbox, p), us(ceiling, p), us(inbox, p) - us(ceiling, p)].map((v) => v.toFixed(1));
-  const lines = [
-    '| where (node CPU per envelope, µs) | inbox | ceiling | inbox above the ceiling |',
-    '|---|---:|---:|---:|',
-    ...parts.map((p) => `| ${p} | ${cells(p).join(' | ')} |`),
-    `| **total** | **${inbox.nodeUs.toFixed(0)}** | **${ceiling.nodeUs.toFixed(0)}** | **${(inbox.nodeUs - ceiling.nodeUs).toFixed(0)}** |`,
-  ];
-  const bytes = (c: Column, part: string) => c.allocated.get(part) ?? 0;
-  const total = (c: Column) => [...c.allocated.values()].reduce((a, b) => a + b, 0);
-  const allocationParts = [...PARTS.map(([p]) => p), RUNTIME].filter((p) =>
-    columns.some((c) => c.allocated.has(p)),
+  const lines = byPart(
+    'where (node CPU per envelope, µs)',
+    [...present([...PARTS.map(([p]) => p), GC, RUNTIME], (c, p) => c.shares.has(p)), BACKGROUND],
+    (c, p) => (p === BACKGROUND ? c.nodeUs - c.mainUs : (c.shares.get(p) ?? 0) * c.mainUs),
+    (c) => c.nodeUs,
+    1,
   );
-  const allocationLines = [
-    '| bytes allocated per envelope (what the collections collect) | inbox | ceiling | inbox above the ceiling |',
-    '|---|---:|---:|---:|',
-    ...allocationParts.map(
-      (p) =>
-        `| ${p} | ${[bytes(inbox, p), bytes(ceiling, p), bytes(inbox, p) - bytes(ceiling, p)].map((v) => v.toFixed(0)).join(' | ')} |`,
-    ),
-    `| **total** | **${total(inbox).toFixed(0)}** | **${total(ceiling).toFixed(0)}** | **${(total(inbox) - total(ceiling)).toFixed(0)}** |`,
-  ];
+  const allocationLines = byPart(
+    'bytes allocated per envelope (what the collections collect)',
+    present([...PARTS.map(([p]) => p), RUNTIME], (c, p) => c.allocated.has(p)),
+    (c, p) => c.allocated.get(p) ?? 0,
+    (c) => [...c.allocated.values()].reduce((a, b) => a + b, 0),
+    0,
+  );
   const { write, ceiling: transaction } = statements;
   const pgLines = [
     `| PostgreSQL CPU per envelope, µs (one connection, batches of ${args.statementSize}, in turns) | inbox | ceiling |`,
