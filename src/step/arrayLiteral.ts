@@ -57,12 +57,17 @@ function quotedOnce(text: string): string {
 export function arrayLiteral(type: string, values: readonly ArrayElement[], repeating = false): string {
   const bare = BARE_TYPES.has(type);
   const quote = repeating ? quotedOnce : JSON_TYPES.has(type) ? quotedJson : quoted;
-  // Joined rather than appended: `+=` makes a string node per piece, which the driver then copies
-  // into one flat string; `join` writes the flat string at once.
-  const elements = new Array<string>(values.length);
-  for (let i = 0; i < values.length; i++) {
+  const n = values.length;
+  if (n === 0) return '{}';
+  // One flat string, made by `join` with the braces inside its first and last elements: `+=`, or
+  // braces added around the joined text, make a string of linked pieces, which the driver copies
+  // into a flat one again while the statement's parameters are held until its reply.
+  const elements = new Array<string>(n);
+  for (let i = 0; i < n; i++) {
     const v = values[i];
     elements[i] = v === null || v === undefined ? 'NULL' : bare ? String(v) : quote(String(v));
   }
-  return `{${elements.join(',')}}`;
+  elements[0] = `{${elements[0]!}`;
+  elements[n - 1] = `${elements[n - 1]!}}`;
+  return elements.join(',');
 }

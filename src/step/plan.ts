@@ -33,10 +33,12 @@ export interface StepItem {
 
 /**
  * What happened to one item. `unknown_job` when no job has that id. A decided item names the job's
- * file and its `target_service` as read (what a `rejected` envelope is told apart from).
+ * file and its `target_service` as read (what a `rejected` envelope is told apart from). Not the
+ * decision's effects: the write makes them rows, and an outcome, kept until its envelope is
+ * settled, holds no more than its report needs.
  */
 export type StepOutcome =
-  | ({ jobId: string; event: JobEventInput['type'] } & Omit<JobDecision, 'context'> & {
+  | ({ jobId: string; event: JobEventInput['type'] } & Omit<JobDecision, 'context' | 'effects'> & {
         fileId: string;
         targetService: string;
       })
@@ -46,7 +48,6 @@ export type StepOutcome =
       decision: 'unknown_job';
       from: null;
       to: null;
-      effects: [];
       reason: null;
     };
 
@@ -188,7 +189,6 @@ function decideAll(
         decision: 'unknown_job',
         from: null,
         to: null,
-        effects: [],
         reason: null,
       });
       continue;
@@ -206,7 +206,6 @@ function decideAll(
       decision: d.decision,
       from: d.from,
       to: d.to,
-      effects: d.effects,
       reason: d.reason,
     });
     collectEffects(fx, item.jobId, state.context.fileId, d, d.from);
@@ -476,7 +475,6 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
       event: item.event.type,
       decision: d.decision,
       to: d.to,
-      effects: d.effects,
       reason: d.reason,
     });
     statuses.push(statusBits(expected.statuses));
@@ -513,7 +511,6 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
           decision: d.decision,
           from: row.prior_status,
           to: d.to,
-          effects: d.effects,
           reason: d.reason,
         };
       });
