@@ -13,6 +13,7 @@
  * global lock, which would serialise the very commits being measured.)
  */
 import { fork } from 'node:child_process';
+import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
 import { RESULT_SUBJECT } from '../src/nats/subjects.js';
@@ -42,6 +43,15 @@ export interface LatencyResult {
   publisherLagMs: number;
   /** The daemon's log level; null for the ceiling. */
   logLevel: string | null;
+  /**
+   * How long the consumer's main thread stopped for garbage collection in the measured window, in
+   * ms per second: young-generation collections, and the old generation's (its marking's pauses
+   * and final collections). Every envelope in flight waits through a pause, so they show in the
+   * tail.
+   */
+  gcPauseMsPerSecond: { young: number; old: number };
+  /** Old-generation collections in the measured window. */
+  oldCollections: number;
 }
 
 /** What the publisher is sent, and what it sends back. */
@@ -118,7 +128,11 @@ export async function measureLatency(
     for (const id of jobIds) committedAt.set(id, t);
   });
   let published: Published;
+  const gc = watchCollections();
+  let windowStart = 0;
+  let windowEnd = 0;
   try {
+    windowStart = performance.now() + WARMUP_SECONDS * 1000;
     const child = fork(fileURLToPath(import.meta.url), [], {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
@@ -130,9 +144,12 @@ export async function measureLatency(
       child.send({ natsUrl: env.nats.url, jobs, rate } satisfies PublisherStart);
     });
     await waitAllAcked(env.jsm, n, timeoutFor(n));
+    windowEnd = performance.now();
   } finally {
+    gc.stop();
     await running.stop();
   }
+  const pauses = gc.between(windowStart, windowEnd);
   await checkAllDone(env.pool, n);
   const latencies = published.times
     .slice(warmup)
@@ -150,6 +167,34 @@ export async function measureLatency(
     maxMs: latencies.at(-1)!,
     publisherLagMs: published.lagMs,
     logLevel: running.logLevel,
+    gcPauseMsPerSecond: pauses.perSecond,
+    oldCollections: pauses.oldCollections,
+  };
+}
+
+/** This process's garbage-collection pauses, as V8 reports them, from now until `stop()`. */
+function watchCollections() {
+  const pauses: Array<{ at: number; ms: number; kind: number | undefined }> = [];
+  const observer = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      const kind = (e as { detail?: { kind?: number } }).detail?.kind;
+      pauses.push({ at: e.startTime, ms: e.duration, kind });
+    }
+  });
+  observer.observe({ entryTypes: ['gc'] });
+  return {
+    stop: () => observer.disconnect(),
+    /** Pause ms per second of `[from, to]` (`performance.now()` times), and the old collections. */
+    between(from: number, to: number) {
+      const seconds = Math.max(to - from, 1) / 1000;
+      const inside = pauses.filter((p) => p.at >= from && p.at <= to);
+      const young = (p: { kind: number | undefined }) => p.kind === constants.NODE_PERFORMANCE_GC_MINOR;
+      const sum = (of: typeof inside) => of.reduce((a, p) => a + p.ms, 0) / seconds;
+      return {
+        perSecond: { young: sum(inside.filter(young)), old: sum(inside.filter((p) => !young(p))) },
+        oldCollections: inside.filter((p) => p.kind === constants.NODE_PERFORMANCE_GC_MAJOR).length,
+      };
+    },
   };
 }
 

@@ -159,6 +159,12 @@ const rateText = (t: ThroughputResult) =>
 const table = (header: string[], rows: string[][]) =>
   [header, header.map(() => '---'), ...rows].map((c) => `| ${c.join(' | ')} |`).join('\n');
 
+/** A latency round's main-thread collection pauses, in ms per second of its window. */
+export function collectionPauses(r: LatencyResult): string {
+  const p = r.gcPauseMsPerSecond;
+  return `collection pauses ${p.young.toFixed(0)} ms/s young, ${p.old.toFixed(0)} ms/s old (${r.oldCollections} old collections)`;
+}
+
 /** The markdown of a report: the run, the measurements with their targets, the CPU per envelope. */
 export function renderTable(r: BenchReport): string {
   const h = headlines(r);
@@ -204,18 +210,19 @@ export function renderTable(r: BenchReport): string {
     const under = rounds.filter((t) => t.p99Ms <= LATENCY.maxMs).length;
     const lag = Math.max(...rounds.map((t) => t.publisherLagMs)).toFixed(1);
     const p50 = median(rounds, (t) => t.p99Ms)!.p50Ms.toFixed(1);
+    const gc = collectionPauses(median(rounds, (t) => t.p99Ms)!);
     row(
       `latency publish → commit at ${n0(rate)} env/s (½ the batched maximum), LOG_LEVEL=${logLevel}`,
-      `p99 ${rounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${under} of ${rounds.length} rounds ≤ ${LATENCY.maxMs} ms (p50 of the median round ${p50} ms; worst publisher lag ${lag} ms)`,
+      `p99 ${rounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${under} of ${rounds.length} rounds ≤ ${LATENCY.maxMs} ms (p50 of the median round ${p50} ms, its ${gc}; worst publisher lag ${lag} ms)`,
       'latency_p99',
     );
     const ceilingRounds = r.latencyCeilingRounds ?? [];
     if (ceilingRounds.length > 0) {
       const within = ceilingRounds.filter((t) => t.p99Ms <= LATENCY.maxMs).length;
-      const cp50 = median(ceilingRounds, (t) => t.p99Ms)!.p50Ms.toFixed(1);
+      const medianRound = median(ceilingRounds, (t) => t.p99Ms)!;
       row(
         `the ceiling's consumer at the same rate, just before the daemon in each round`,
-        `p99 ${ceilingRounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${within} of ${ceilingRounds.length} rounds ≤ ${LATENCY.maxMs} ms (p50 of the median round ${cp50} ms)`,
+        `p99 ${ceilingRounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${within} of ${ceilingRounds.length} rounds ≤ ${LATENCY.maxMs} ms (p50 of the median round ${medianRound.p50Ms.toFixed(1)} ms, its ${collectionPauses(medianRound)})`,
       );
     }
   }

@@ -16,7 +16,7 @@ import { measureCliStartup } from './cliStartup.js';
 import { startBenchEnv, type CpuSplit } from './env.js';
 import { measureGrown } from './grown.js';
 import { measureLatency, type LatencyResult } from './latency.js';
-import { recordRun, renderTable, type BenchReport } from './report.js';
+import { collectionPauses, recordRun, renderTable, type BenchReport } from './report.js';
 import {
   measureCeiling,
   measureProcess,
@@ -207,7 +207,7 @@ try {
     // ceiling's tail is what the machine's commits allow (a WAL flush that stalls holds every
     // consumer's commits alike).
     const line = (r: LatencyResult) =>
-      `p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms)`;
+      `p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms; ${collectionPauses(r)})`;
     for (let i = 0; i < o.latencyRounds; i++) {
       const c = await measureLatency(env, rate, sizes.latencySeconds, 'ceiling');
       const d = await measureLatency(env, rate, sizes.latencySeconds, 'daemon');
