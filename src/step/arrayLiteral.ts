@@ -60,8 +60,8 @@ export function arrayLiteral(type: string, values: readonly ArrayElement[], repe
   const n = values.length;
   if (n === 0) return '{}';
   // One flat string, made by `join` with the braces inside its first and last elements: `+=`, or
-  // braces added around the joined text, make a string of linked pieces, which the driver copies
-  // into a flat one again while the statement's parameters are held until its reply.
+  // braces added around the joined text, make a string of linked pieces, which the driver
+  // flattens into a second copy before it sends the statement.
   const elements = new Array<string>(n);
   for (let i = 0; i < n; i++) {
     const v = values[i];
