@@ -129,10 +129,10 @@ export async function measureLatency(
   });
   let published: Published;
   const gc = watchCollections();
-  let windowStart = 0;
+  // The measured window: from the end of the publisher's warm-up to the last ack.
+  const windowStart = performance.now() + WARMUP_SECONDS * 1000;
   let windowEnd = 0;
   try {
-    windowStart = performance.now() + WARMUP_SECONDS * 1000;
     const child = fork(fileURLToPath(import.meta.url), [], {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
