@@ -10,7 +10,11 @@
 import { jetstream } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
+import { applyV8Flags } from '../src/process/v8Flags.js';
 import { CEILING_PROCESS_APPLICATION, startCeiling } from './ceiling.js';
+
+// The same V8 settings as the daemon's process: the ceiling is what such a process allows.
+applyV8Flags();
 
 const databaseUrl = process.env['DATABASE_URL'];
 const natsUrl = process.env['NATS_URL'];

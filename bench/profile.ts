@@ -21,6 +21,7 @@ import { addCeilingResult, ceilingParameters, CEILING, CEILING_SQL, CEILING_STAT
 import { startBenchEnv, type BenchEnv } from './env.js';
 import { decodeEnvelope } from '../src/messages/decodeEnvelope.js';
 import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
+import { applyV8Flags } from '../src/process/v8Flags.js';
 import { applyEventsOptimistic, pgStepSql, type Statement, type StepSql } from '../src/step/index.js';
 import { WRITE } from '../src/step/statements.js';
 import { doneEnvelope, resultHeaders, seedPublishedJobs, type BenchJob } from '../workshop/benchFixtures.js';
@@ -383,4 +384,6 @@ async function main(): Promise<void> {
   process.stdout.write(`${lines.join('\n')}\n\n${allocationLines.join('\n')}\n\n${pgLines.join('\n')}\n`);
 }
 
+// The inbox's work runs in this process as it runs in the daemon's: with its V8 settings.
+applyV8Flags();
 await main();

@@ -10,6 +10,7 @@ import { execFileSync } from 'node:child_process';
 import { cpus, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Command, InvalidArgumentError } from 'commander';
+import { applyV8Flags } from '../src/process/v8Flags.js';
 import { findNatsServerBinary } from '../workshop/localServers/natsServer.js';
 import { CEILING_NAME } from './ceiling.js';
 import { measureCliStartup } from './cliStartup.js';
@@ -97,6 +98,8 @@ const sizes = {
   watchdogDue: Math.round(100_000 * s),
   cliRuns: 15,
 };
+// The daemon's loops run in this process as they run in the daemon's: with its V8 settings.
+applyV8Flags();
 const started = Date.now();
 log(`bench: scale ${s}, sections ${[...only].join(', ')}`);
 const env = await startBenchEnv();

@@ -16,6 +16,7 @@ import { openDb } from '../src/db/database.js';
 import { createLogger } from '../src/logger.js';
 import { createMetrics } from '../src/metrics.js';
 import { createWatchdog } from '../src/daemon/watchdog.js';
+import { applyV8Flags } from '../src/process/v8Flags.js';
 import { benchPool, checkpoint, configFor } from './env.js';
 import { insertOpenJobs, newJobs, truncateAll } from '../workshop/benchFixtures.js';
 
@@ -203,6 +204,8 @@ export function measureWatchdogInChild(a: WatchdogArgs): WatchdogResult {
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  // The sweep runs in this process as it runs in the daemon's: with its V8 settings.
+  applyV8Flags();
   const result = await measureWatchdog(JSON.parse(process.argv[2]!) as WatchdogArgs, (l) =>
     process.stderr.write(l + '\n'),
   );

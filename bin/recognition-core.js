@@ -15,6 +15,9 @@ if (!existsSync(fileURLToPath(cli))) {
   process.stderr.write('recognition-core: not built yet; run `npm run build` first\n');
   process.exit(2);
 }
+// The process's V8 settings come first, before any of the product's code runs (see the module).
+const { applyV8Flags } = await import(built('src/process/v8Flags.js').href);
+applyV8Flags();
 const argv = process.argv.slice(2);
 const workshopEntry = built('workshop/cli/register.js');
 const workshop = existsSync(fileURLToPath(workshopEntry)) ? await import(workshopEntry.href) : undefined;

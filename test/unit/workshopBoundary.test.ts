@@ -36,8 +36,8 @@ describe('the product', () => {
   const entries = [...launcher.matchAll(/built\('src\/([^']+)\.js'\)/g)].map((m) => `src/${m[1]}.ts`);
   const reached = reachableFiles(ROOT, entries);
 
-  it('is entered where the launcher enters it: the CLI and the tracing bootstrap', () => {
-    expect(entries.sort()).toEqual(['src/cli.ts', 'src/tracing/bootstrap.ts']);
+  it('is entered where the launcher enters it: the V8 settings, the CLI and the tracing bootstrap', () => {
+    expect(entries.sort()).toEqual(['src/cli.ts', 'src/process/v8Flags.ts', 'src/tracing/bootstrap.ts']);
   });
 
   it('uses every file of src/: none is there for tests, bench or the demo only', () => {

@@ -1,0 +1,45 @@
+/**
+ * The process's V8 settings (`src/process/v8Flags.ts`) take effect where the launcher applies
+ * them, after V8 has started: checked in a real child process by their effect, not by reading
+ * them back. The control run, without them, shows that this V8 does pretenure the same objects,
+ * so the test would fail if applying the settings changed nothing.
+ */
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const BUILT = fileURLToPath(new URL('../../dist/src/process/v8Flags.js', import.meta.url));
+
+/**
+ * Whether an object of a literal whose objects have all survived is still born in the young
+ * generation, in a new process that applies the settings (`apply`) or not.
+ */
+function bornYoungAfterSurvivors(apply: boolean): boolean {
+  const script = `
+    if (${apply}) (await import(${JSON.stringify(BUILT)})).applyV8Flags();
+    const make = (i) => ({ i, list: [i] });
+    const kept = [];
+    for (let round = 0; round < 40; round++) {
+      for (let i = 0; i < 20000; i++) kept.push(make(i));
+      for (let i = 0; i < 5000; i++) new Array(100); // young-generation collections
+    }
+    console.log(JSON.stringify({ young: %InYoungGeneration(make(0)), kept: kept.length }));
+  `;
+  const out = execFileSync(
+    process.execPath,
+    ['--allow-natives-syntax', '--input-type=module', '-e', script],
+    {
+      encoding: 'utf8',
+    },
+  );
+  const { young, kept } = JSON.parse(out) as { young: boolean; kept: number };
+  expect(kept).toBe(800_000);
+  return young;
+}
+
+describe('the V8 settings', () => {
+  it('keep objects of a literal young however many of them survive (no pretenuring)', () => {
+    expect(bornYoungAfterSurvivors(false)).toBe(false);
+    expect(bornYoungAfterSurvivors(true)).toBe(true);
+  });
+});
