@@ -10,7 +10,7 @@
  * envelopes, statement parameters, returned rows) is then kept by each young-generation
  * collection, and promoted, until the next full one: survival stays high, the decision stays, and
  * the young-generation pauses grow with the bytes kept, and the tail latency with them. Without
- * pretenuring, the short-lived objects are collected young.
+ * pretenuring, those objects are born young whatever came before, and die young.
  */
 import v8 from 'node:v8';
 

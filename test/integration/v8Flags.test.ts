@@ -25,13 +25,8 @@ function bornYoungAfterSurvivors(apply: boolean): boolean {
     }
     console.log(JSON.stringify({ young: %InYoungGeneration(make(0)), kept: kept.length }));
   `;
-  const out = execFileSync(
-    process.execPath,
-    ['--allow-natives-syntax', '--input-type=module', '-e', script],
-    {
-      encoding: 'utf8',
-    },
-  );
+  const args = ['--allow-natives-syntax', '--input-type=module', '-e', script];
+  const out = execFileSync(process.execPath, args, { encoding: 'utf8' });
   const { young, kept } = JSON.parse(out) as { young: boolean; kept: number };
   expect(kept).toBe(800_000);
   return young;
