@@ -3,7 +3,8 @@
  * then export the spans still buffered. Usage errors and bad configuration print one line and
  * exit 2. The launcher (`bin/recognition-core.js`) calls {@link runCli}.
  */
-import { CommanderError, type Command } from 'commander';
+import type { Command } from 'commander';
+import { CommanderError } from './cli/commander.js';
 import { ConfigError, MigrationsPendingError, UsageError } from './errors.js';
 import { buildProgram } from './cli/program.js';
 import { stopTracing } from './tracing/bootstrap.js';

@@ -10,7 +10,8 @@
  * This module registers the commands and their options only; what they do is in
  * `./jobActions.ts`, imported when one runs.
  */
-import { InvalidArgumentError, Option, type Command } from 'commander';
+import type { Command } from 'commander';
+import { InvalidArgumentError, Option } from './commander.js';
 import {
   FAILED_JOB_STATUSES,
   FINAL_JOB_STATUSES,

@@ -6,7 +6,8 @@
  * `./commandConfig.ts` (the configuration), `./withDb.ts` (the database), `./commandLogger.ts`
  * (the logger), `./inspect.ts` (the inspector).
  */
-import { InvalidArgumentError, type Command } from 'commander';
+import type { Command } from 'commander';
+import { InvalidArgumentError } from './commander.js';
 import type { Since } from '../db/jobs.js';
 import { DEFAULT_INSPECT_PORT } from '../statecharts/inspectorDefaults.js';
 import { parseSpanMs } from '../duration.js';

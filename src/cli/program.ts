@@ -5,7 +5,7 @@
  * module imports commander and light modules only, and each action imports what it needs when it
  * runs, so that `--help`, `--version` and a mistyped option answer at once.
  */
-import { Command } from 'commander';
+import { Command } from './commander.js';
 import { packageVersion } from '../packageInfo.js';
 import { registerDbCommands } from './db.js';
 import { registerInboxCommands } from './inbox.js';

@@ -1,5 +1,6 @@
 /** `quarantine list|replay|purge`: inspect, re-apply and delete messages the inbox could not apply. */
-import { InvalidArgumentError, type Command } from 'commander';
+import type { Command } from 'commander';
+import { InvalidArgumentError } from './commander.js';
 import { QUARANTINE_REASONS, type QuarantineReason } from '../../machines/statuses.js';
 import { UsageError } from '../errors.js';
 import { sinceTime, wholeNumber } from './plumbing.js';

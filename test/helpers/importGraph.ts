@@ -1,7 +1,8 @@
 /**
  * The imports of the repository's sources, read with the TypeScript compiler's parser (no type
  * checking): `import … from` and `export … from` declarations, type-only ones included and marked,
- * `import()` expressions and `import('…')` types with a literal specifier. A relative specifier
+ * `import()` expressions, `import('…')` types and `createRequire(…)('…')` calls with a literal
+ * specifier (the last counted as a static import: it loads when the module does). A relative specifier
  * names a source file: `./x.js` is `./x.ts` (or `./x.js` where there is no `.ts`).
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -47,6 +48,15 @@ export function moduleImports(file: string): ModuleImport[] {
       ts.isStringLiteralLike(node.arguments[0])
     ) {
       out.push({ specifier: node.arguments[0].text, typeOnly: false, dynamic: true });
+    } else if (
+      ts.isCallExpression(node) &&
+      ts.isCallExpression(node.expression) &&
+      ts.isIdentifier(node.expression.expression) &&
+      node.expression.expression.text === 'createRequire' &&
+      node.arguments[0] &&
+      ts.isStringLiteralLike(node.arguments[0])
+    ) {
+      out.push({ specifier: node.arguments[0].text, typeOnly: false, dynamic: false });
     } else if (
       ts.isImportTypeNode(node) &&
       ts.isLiteralTypeNode(node.argument) &&

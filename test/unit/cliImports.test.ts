@@ -34,21 +34,40 @@ const HEAVY = [
   /^prom-client$/,
 ];
 
-/** The specifiers a module imports statically, as emitted. */
-function staticImports(file: string): string[] {
+/** The `createRequire(…)('x')` call of `node` loads, if it is one: a CommonJS package, loaded at once. */
+function requiredSpecifier(node: ts.Node): string | undefined {
+  if (!ts.isCallExpression(node) || !ts.isCallExpression(node.expression)) return undefined;
+  const callee = node.expression.expression;
+  const [arg] = node.arguments;
+  return ts.isIdentifier(callee) && callee.text === 'createRequire' && arg && ts.isStringLiteralLike(arg)
+    ? arg.text
+    : undefined;
+}
+
+/**
+ * The specifiers a module loads when it is evaluated, as emitted: its `import` and `export … from`
+ * declarations (`required: false`) and its `createRequire(…)('x')` calls (`required: true`).
+ */
+function staticImports(file: string): Array<{ specifier: string; required: boolean }> {
   const js = ts.transpileModule(readFileSync(file, 'utf8'), {
     fileName: file,
     compilerOptions: { module: ts.ModuleKind.ES2022, target: ts.ScriptTarget.ES2022 },
   }).outputText;
   const source = ts.createSourceFile(file, js, ts.ScriptTarget.ES2022, false, ts.ScriptKind.JS);
-  const out: string[] = [];
+  const out: Array<{ specifier: string; required: boolean }> = [];
+  const visit = (node: ts.Node): void => {
+    const required = requiredSpecifier(node);
+    if (required !== undefined) out.push({ specifier: required, required: true });
+    ts.forEachChild(node, visit);
+  };
   for (const s of source.statements) {
     if (
       (ts.isImportDeclaration(s) || ts.isExportDeclaration(s)) &&
       s.moduleSpecifier &&
       ts.isStringLiteral(s.moduleSpecifier)
     )
-      out.push(s.moduleSpecifier.text);
+      out.push({ specifier: s.moduleSpecifier.text, required: false });
+    else visit(s);
   }
   return out;
 }
@@ -69,7 +88,7 @@ function staticGraph(entries: string[]): { files: Map<string, string[]>; package
     const name = relative(ROOT, file);
     if (files.has(name)) continue;
     files.set(name, via);
-    for (const spec of staticImports(file)) {
+    for (const { specifier: spec } of staticImports(file)) {
       if (spec.startsWith('node:')) continue;
       if (spec.startsWith('.')) {
         const target = resolve(dirname(file), spec.replace(/\.js$/, '.ts'));
@@ -100,6 +119,15 @@ describe('what the recognition-core command loads before a command runs', () => 
     ])
       expect([...graph.files.keys()]).toContain(f);
     expect([...graph.packages.keys()]).toContain('commander');
+  });
+
+  it('loads commander as CommonJS, in src/cli/commander.ts only (no ESM import of it to resolve)', () => {
+    const loading = [...graph.files.keys()].flatMap((f) =>
+      staticImports(resolve(ROOT, f))
+        .filter((i) => i.specifier === 'commander')
+        .map((i) => `${f}: ${i.required ? 'require' : 'import'}`),
+    );
+    expect(loading).toEqual(['src/cli/commander.ts: require']);
   });
 
   it('reaches none of the heavy packages statically', () => {

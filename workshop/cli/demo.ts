@@ -3,7 +3,8 @@
  * `--servers existing` (`workshop/demo/demoServers.ts`). Exit 0 when every job reached a final status,
  * 1 otherwise.
  */
-import { Option, type Command } from 'commander';
+import type { Command } from 'commander';
+import { Option } from '../../src/cli/commander.js';
 import { DEMO_SERVER_CHOICES, type DemoServerChoice } from '../demo/demoServerChoices.js';
 import { flushTracing } from '../../src/tracing/bootstrap.js';
 import { demoTraceReceiver } from '../tracing/demoTrace.js';

@@ -2,7 +2,8 @@
  * `service tabular-parser`: run the reference recognition service on its own, against the NATS of
  * the configuration (NATS_URL and credentials), until SIGTERM or SIGINT.
  */
-import { InvalidArgumentError, type Command } from 'commander';
+import type { Command } from 'commander';
+import { InvalidArgumentError } from '../../src/cli/commander.js';
 import { DEFAULT_WEIGHTS, parseWeights, TABULAR_PARSER } from '../reference/fates.js';
 import { wholeNumber } from '../../src/cli/plumbing.js';
 
