@@ -1,8 +1,11 @@
 /**
  * The process's V8 settings (`src/process/v8Flags.ts`) take effect where the launcher applies
  * them, after V8 has started: checked in a real child process by their effect, not by reading
- * them back. The control run, without them, shows that this V8 does pretenure the same objects,
- * so the test would fail if applying the settings changed nothing.
+ * them back. The control, without them, shows that this V8 does pretenure the same objects, so the
+ * test would fail if applying the settings changed nothing. V8 decides to pretenure when a
+ * young-generation collection finds enough survivors of a literal, so whether a given run decides
+ * depends on when its collections fall: the control is tried up to five times and holds if one of
+ * them pretenures, and every run with the settings must keep the objects young.
  */
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -34,7 +37,9 @@ function bornYoungAfterSurvivors(apply: boolean): boolean {
 
 describe('the V8 settings', () => {
   it('keep objects of a literal young however many of them survive (no pretenuring)', () => {
-    expect(bornYoungAfterSurvivors(false)).toBe(false);
-    expect(bornYoungAfterSurvivors(true)).toBe(true);
+    const control: boolean[] = [];
+    while (control.length < 5 && !control.includes(false)) control.push(bornYoungAfterSurvivors(false));
+    expect(control).toContain(false);
+    for (let run = 0; run < 3; run++) expect(bornYoungAfterSurvivors(true)).toBe(true);
   });
 });
