@@ -2,8 +2,8 @@
  * The imports of the repository's sources, read with the TypeScript compiler's parser (no type
  * checking): `import … from` and `export … from` declarations, type-only ones included and marked,
  * `import()` expressions, `import('…')` types and `createRequire(…)('…')` calls with a literal
- * specifier (the last counted as a static import: it loads when the module does). A relative specifier
- * names a source file: `./x.js` is `./x.ts` (or `./x.js` where there is no `.ts`).
+ * specifier (the last counted as a static import: it loads when the module does). A relative
+ * specifier names a source file: `./x.js` is `./x.ts` (or `./x.js` where there is no `.ts`).
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -48,15 +48,8 @@ export function moduleImports(file: string): ModuleImport[] {
       ts.isStringLiteralLike(node.arguments[0])
     ) {
       out.push({ specifier: node.arguments[0].text, typeOnly: false, dynamic: true });
-    } else if (
-      ts.isCallExpression(node) &&
-      ts.isCallExpression(node.expression) &&
-      ts.isIdentifier(node.expression.expression) &&
-      node.expression.expression.text === 'createRequire' &&
-      node.arguments[0] &&
-      ts.isStringLiteralLike(node.arguments[0])
-    ) {
-      out.push({ specifier: node.arguments[0].text, typeOnly: false, dynamic: false });
+    } else if (requiredSpecifier(node) !== undefined) {
+      out.push({ specifier: requiredSpecifier(node)!, typeOnly: false, dynamic: false });
     } else if (
       ts.isImportTypeNode(node) &&
       ts.isLiteralTypeNode(node.argument) &&
@@ -68,6 +61,16 @@ export function moduleImports(file: string): ModuleImport[] {
   };
   visit(source);
   return out;
+}
+
+/** What `node` loads if it is a `createRequire(…)('x')` call: a CommonJS package, loaded with its module. */
+export function requiredSpecifier(node: ts.Node): string | undefined {
+  if (!ts.isCallExpression(node) || !ts.isCallExpression(node.expression)) return undefined;
+  const callee = node.expression.expression;
+  const [arg] = node.arguments;
+  return ts.isIdentifier(callee) && callee.text === 'createRequire' && arg && ts.isStringLiteralLike(arg)
+    ? arg.text
+    : undefined;
 }
 
 /** The source file (relative to `root`) a relative `specifier` of `file` names. */

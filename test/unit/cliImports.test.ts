@@ -6,14 +6,15 @@
  * runs.
  *
  * The graph is walked over the sources as the compiler emits them (`transpileModule`: imports
- * used as types only are gone), following static `import` and `export … from` declarations, not
- * `import()` expressions.
+ * used as types only are gone), following static `import` and `export … from` declarations and
+ * `createRequire(…)('x')` calls (they load with their module), not `import()` expressions.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
+import { requiredSpecifier } from '../helpers/importGraph.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -33,16 +34,6 @@ const HEAVY = [
   /^ws$/,
   /^prom-client$/,
 ];
-
-/** The `createRequire(…)('x')` call of `node` loads, if it is one: a CommonJS package, loaded at once. */
-function requiredSpecifier(node: ts.Node): string | undefined {
-  if (!ts.isCallExpression(node) || !ts.isCallExpression(node.expression)) return undefined;
-  const callee = node.expression.expression;
-  const [arg] = node.arguments;
-  return ts.isIdentifier(callee) && callee.text === 'createRequire' && arg && ts.isStringLiteralLike(arg)
-    ? arg.text
-    : undefined;
-}
 
 /**
  * The specifiers a module loads when it is evaluated, as emitted: its `import` and `export … from`
