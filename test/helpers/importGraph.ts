@@ -23,6 +23,7 @@ export function moduleImports(file: string): ModuleImport[] {
   const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.ES2022, true);
   const out: ModuleImport[] = [];
   const visit = (node: ts.Node): void => {
+    const required = requiredSpecifier(node);
     if (ts.isImportDeclaration(node) && ts.isStringLiteral(node.moduleSpecifier)) {
       const clause = node.importClause;
       const named = clause?.namedBindings;
@@ -48,8 +49,8 @@ export function moduleImports(file: string): ModuleImport[] {
       ts.isStringLiteralLike(node.arguments[0])
     ) {
       out.push({ specifier: node.arguments[0].text, typeOnly: false, dynamic: true });
-    } else if (requiredSpecifier(node) !== undefined) {
-      out.push({ specifier: requiredSpecifier(node)!, typeOnly: false, dynamic: false });
+    } else if (required !== undefined) {
+      out.push({ specifier: required, typeOnly: false, dynamic: false });
     } else if (
       ts.isImportTypeNode(node) &&
       ts.isLiteralTypeNode(node.argument) &&
