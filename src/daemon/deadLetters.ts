@@ -160,8 +160,7 @@ export function untrustedBecause(
     ...(info.config.filter_subject ? [info.config.filter_subject] : []),
     ...(info.config.filter_subjects ?? []),
   ];
-  if (filters.length > 0 && !filters.some((f) => subjectMatches(f, messageSubject)))
-    return 'not_its_subject';
+  if (filters.length > 0 && !filters.some((f) => subjectMatches(f, messageSubject))) return 'not_its_subject';
   return undefined;
 }
 
