@@ -23,7 +23,12 @@
  * JetStream keeps no per-message delivery count that a client can read, so `deliveries` is checked
  * against the consumer's `max_deliver` only.
  */
-import { jetstreamManager, type ConsumerInfo, type JetStreamManager } from '@nats-io/jetstream';
+import {
+  jetstreamManager,
+  type ConsumerConfig,
+  type ConsumerInfo,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
 import {
   ConnectionError,
   RequestError,
@@ -144,7 +149,12 @@ export function subjectMatches(filter: string, subject: string): boolean {
  */
 export function untrustedBecause(
   advisory: MaxDeliverAdvisory,
-  info: Pick<ConsumerInfo, 'config' | 'delivered'> | undefined,
+  info:
+    | {
+        config: Pick<ConsumerConfig, 'max_deliver' | 'filter_subject' | 'filter_subjects' | 'opt_start_seq'>;
+        delivered: Pick<ConsumerInfo['delivered'], 'stream_seq'>;
+      }
+    | undefined,
   messageSubject: string,
 ): string | undefined {
   if (!info) return 'unknown_consumer';
