@@ -14,14 +14,14 @@
  *
  * Trust (docs/nats-permissions.md, "JetStream's events"): an advisory is a plain message on
  * `$JS.EVENT.>`, which any user allowed to publish there could forge. The shipped NATS
- * configuration denies that to every user, so only the server publishes them. The loop checks
- * besides what it can check cheaply, with one request to the server per advisory: the subject it
- * came on names the stream and consumer its body names; the stream is this loop's; the consumer
- * exists on it, gives up after `max_deliver` deliveries, starts at or before the message and has
- * moved past it; the message is on a subject the consumer reads. An advisory failing any of these changes
- * nothing (logged at warn, `dead_letter_advisory_untrusted`); the watchdog still times the job out.
- * JetStream keeps no per-message delivery count that a client can read, so `deliveries` is checked
- * against the consumer's `max_deliver` only.
+ * configuration denies that to every user, so only the server publishes them. Besides, the loop
+ * checks what one request to the server per advisory can: the subject it came on names the
+ * stream and consumer its body names; the stream is this loop's; the consumer exists on it, gives
+ * up after `max_deliver` deliveries, starts at or before the message and has moved past it; the
+ * message is on a subject the consumer reads. An advisory failing any of these changes nothing
+ * (logged at warn, `dead_letter_advisory_untrusted`); the watchdog still times the job out.
+ * JetStream keeps no per-message delivery count that a client can read, so `deliveries` is
+ * checked against the consumer's `max_deliver` only.
  */
 import {
   jetstreamManager,
