@@ -319,9 +319,35 @@ function withDatabaseTls(cfg: Config): string {
   return fromVariable.size > 0 ? url.toString() : cfg.DATABASE_URL;
 }
 
-/** A URL with its password replaced, for messages and logs. Non-URLs come back unchanged. */
+/** Schemes whose URLs carry a token as their only userinfo (`nats://TOKEN@host`). */
+const TOKEN_SCHEMES: ReadonlySet<string> = new Set(['nats', 'tls', 'ws', 'wss']);
+
+/**
+ * A URL in a text: its scheme, then everything up to a blank, a quote, or a comma that starts the
+ * next URL of a list (`nats://a@h1,nats://b@h2`). A password may hold `/`, `@`, `?` or `#`
+ * unencoded, so the URL's own syntax cannot tell where its userinfo ends: the last `@` does.
+ */
+const URL_IN_TEXT = /\b([a-z][a-z0-9+.-]*):\/\/((?:[^\s"'`<>,]|,(?![a-z][a-z0-9+.-]*:\/\/))*)/gi;
+
+/**
+ * Every URL in a text with its secrets replaced, for messages and logs: the password of
+ * `user:password@` (whatever characters it holds), the token of `nats://TOKEN@host` (a NATS URL's
+ * lone userinfo is a token) and a `password=` parameter. Users, hosts and paths stay, so a
+ * redacted URL still shows where it pointed; text without a URL comes back unchanged.
+ */
 export function redactUrl(value: string): string {
-  return value.replace(/(\/\/[^/:@\s]*):[^@/\s]*@/g, '$1:[REDACTED]@');
+  return value.replace(URL_IN_TEXT, (url: string, scheme: string, rest: string) => {
+    let out = rest;
+    const at = out.lastIndexOf('@');
+    if (at > 0) {
+      const userinfo = out.slice(0, at);
+      const colon = userinfo.indexOf(':');
+      if (colon >= 0) out = `${userinfo.slice(0, colon)}:[REDACTED]${out.slice(at)}`;
+      else if (TOKEN_SCHEMES.has(scheme.toLowerCase())) out = `[REDACTED]${out.slice(at)}`;
+    }
+    out = out.replace(/([?&]password=)[^&#]+/gi, '$1[REDACTED]');
+    return out === rest ? url : `${scheme}://${out}`;
+  });
 }
 
 /** The secret values in a configuration, so the logger can scrub them wherever they appear. */
@@ -338,7 +364,9 @@ export function secretsOf(cfg: Config): string[] {
   }
   for (const u of cfg.NATS_URL.split(',')) {
     try {
-      const p = new URL(u.trim()).password;
+      const { username, password } = new URL(u.trim());
+      // A NATS URL's lone userinfo is a token (nats://TOKEN@host).
+      const p = password || username;
       if (p) secrets.push(p, decodeURIComponent(p));
     } catch {
       // validated
