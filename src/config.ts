@@ -319,8 +319,8 @@ function withDatabaseTls(cfg: Config): string {
   return fromVariable.size > 0 ? url.toString() : cfg.DATABASE_URL;
 }
 
-/** Schemes whose URLs carry a token as their only userinfo (`nats://TOKEN@host`). */
-const TOKEN_SCHEMES: ReadonlySet<string> = new Set(['nats', 'tls', 'ws', 'wss']);
+/** Schemes whose URLs name a user, not a secret, by a lone userinfo (`postgres://app@db/x`). */
+const USER_SCHEMES: ReadonlySet<string> = new Set(['postgres', 'postgresql']);
 
 /**
  * A URL in a text: its scheme, then everything up to a blank, a quote, or a comma that starts the
@@ -331,23 +331,31 @@ const URL_IN_TEXT = /\b([a-z][a-z0-9+.-]*):\/\/((?:[^\s"'`<>,]|,(?![a-z][a-z0-9+
 
 /**
  * Every URL in a text with its secrets replaced, for messages and logs: the password of
- * `user:password@` (whatever characters it holds), the token of `nats://TOKEN@host` (a NATS URL's
- * lone userinfo is a token) and a `password=` parameter. Users, hosts and paths stay, so a
- * redacted URL still shows where it pointed; text without a URL comes back unchanged.
+ * `user:password@` (whatever characters it holds), a lone userinfo, which is a token
+ * (`nats://TOKEN@host`, `https://TOKEN@host`) except in a PostgreSQL URL, where it is the user, and
+ * a `password=` parameter. Users, hosts and paths stay, so a redacted URL still shows where it
+ * pointed; text without a URL comes back unchanged.
  */
 export function redactUrl(value: string): string {
   return value.replace(URL_IN_TEXT, (url: string, scheme: string, rest: string) => {
-    let out = rest;
-    const at = out.lastIndexOf('@');
-    if (at > 0) {
-      const userinfo = out.slice(0, at);
-      const colon = userinfo.indexOf(':');
-      if (colon >= 0) out = `${userinfo.slice(0, colon)}:[REDACTED]${out.slice(at)}`;
-      else if (TOKEN_SCHEMES.has(scheme.toLowerCase())) out = `[REDACTED]${out.slice(at)}`;
-    }
-    out = out.replace(/([?&]password=)[^&#]+/gi, '$1[REDACTED]');
+    const out = redactUserinfo(scheme, rest).replace(/([?&]password=)[^&#]+/gi, '$1[REDACTED]');
     return out === rest ? url : `${scheme}://${out}`;
   });
+}
+
+/** What follows `scheme://` with the secret of its userinfo replaced (see {@link redactUrl}). */
+function redactUserinfo(scheme: string, rest: string): string {
+  const at = rest.lastIndexOf('@');
+  // No userinfo without an authority: `file:///srv/node_modules/@scope/…` has none.
+  if (at <= 0 || rest.startsWith('/')) return rest;
+  const userinfo = rest.slice(0, at);
+  const colon = userinfo.indexOf(':');
+  const user = colon >= 0 ? userinfo.slice(0, colon) : userinfo;
+  // A user or a lone token holds no `/`, `?` or `#`: one there ends the authority, and the `@` is
+  // in the path. Only a password may hold them.
+  if (/[/?#]/.test(user)) return rest;
+  if (colon >= 0) return `${user}:[REDACTED]${rest.slice(at)}`;
+  return USER_SCHEMES.has(scheme.toLowerCase()) ? rest : `[REDACTED]${rest.slice(at)}`;
 }
 
 /** The secret values in a configuration, so the logger can scrub them wherever they appear. */
