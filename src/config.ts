@@ -319,9 +319,43 @@ function withDatabaseTls(cfg: Config): string {
   return fromVariable.size > 0 ? url.toString() : cfg.DATABASE_URL;
 }
 
-/** A URL with its password replaced, for messages and logs. Non-URLs come back unchanged. */
+/** Schemes whose URLs name a user, not a secret, by a lone userinfo (`postgres://app@db/x`). */
+const USER_SCHEMES: ReadonlySet<string> = new Set(['postgres', 'postgresql']);
+
+/**
+ * A URL in a text: its scheme, then everything up to a blank, a quote, or a comma that starts the
+ * next URL of a list (`nats://a@h1,nats://b@h2`). A password may hold `/`, `@`, `?` or `#`
+ * unencoded, so the URL's own syntax cannot tell where its userinfo ends: the last `@` does.
+ */
+const URL_IN_TEXT = /\b([a-z][a-z0-9+.-]*):\/\/((?:[^\s"'`<>,]|,(?![a-z][a-z0-9+.-]*:\/\/))*)/gi;
+
+/**
+ * Every URL in a text with its secrets replaced, for messages and logs: the password of
+ * `user:password@` (whatever characters it holds), a lone userinfo, which is a token
+ * (`nats://TOKEN@host`, `https://TOKEN@host`) except in a PostgreSQL URL, where it is the user, and
+ * a `password=` parameter. Users, hosts and paths stay, so a redacted URL still shows where it
+ * pointed; text without a URL comes back unchanged.
+ */
 export function redactUrl(value: string): string {
-  return value.replace(/(\/\/[^/:@\s]*):[^@/\s]*@/g, '$1:[REDACTED]@');
+  return value.replace(URL_IN_TEXT, (url: string, scheme: string, rest: string) => {
+    const out = redactUserinfo(scheme, rest).replace(/([?&]password=)[^&#]+/gi, '$1[REDACTED]');
+    return out === rest ? url : `${scheme}://${out}`;
+  });
+}
+
+/** What follows `scheme://` with the secret of its userinfo replaced (see {@link redactUrl}). */
+function redactUserinfo(scheme: string, rest: string): string {
+  const at = rest.lastIndexOf('@');
+  // No userinfo without an authority: `file:///srv/node_modules/@scope/…` has none.
+  if (at <= 0 || rest.startsWith('/')) return rest;
+  const userinfo = rest.slice(0, at);
+  const colon = userinfo.indexOf(':');
+  const user = colon >= 0 ? userinfo.slice(0, colon) : userinfo;
+  // A user or a lone token holds no `/`, `?` or `#`: one there ends the authority, and the `@` is
+  // in the path. Only a password may hold them.
+  if (/[/?#]/.test(user)) return rest;
+  if (colon >= 0) return `${user}:[REDACTED]${rest.slice(at)}`;
+  return USER_SCHEMES.has(scheme.toLowerCase()) ? rest : `[REDACTED]${rest.slice(at)}`;
 }
 
 /** The secret values in a configuration, so the logger can scrub them wherever they appear. */
@@ -338,7 +372,9 @@ export function secretsOf(cfg: Config): string[] {
   }
   for (const u of cfg.NATS_URL.split(',')) {
     try {
-      const p = new URL(u.trim()).password;
+      const { username, password } = new URL(u.trim());
+      // A NATS URL's lone userinfo is a token (nats://TOKEN@host).
+      const p = password || username;
       if (p) secrets.push(p, decodeURIComponent(p));
     } catch {
       // validated
