@@ -381,7 +381,9 @@ describe('several at once', () => {
         server.close(() => resolve(port));
       });
     });
-    const refused = openDb(`postgres://postgres@127.0.0.1:${closed}/none`, { connectionTimeoutMillis: 2_000 });
+    const refused = openDb(`postgres://postgres@127.0.0.1:${closed}/none`, {
+      connectionTimeoutMillis: 2_000,
+    });
     const failing = createRetention({
       db: refused.db,
       logger: createLogSink({ level: 'silent' }).logger,
