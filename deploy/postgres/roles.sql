@@ -23,7 +23,7 @@ GRANT CONNECT ON DATABASE recognition TO recognition_runtime;
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO recognition_runtime;
 -- Every table and sequence the migration role creates, now and in later migrations: rows may be
--- read, added and changed (identity columns draw from their sequences), never deleted.
+-- read, added and changed (identity columns draw from their sequences), never deleted directly.
 ALTER DEFAULT PRIVILEGES FOR ROLE recognition_migrator IN SCHEMA public
   GRANT SELECT, INSERT, UPDATE ON TABLES TO recognition_runtime;
 ALTER DEFAULT PRIVILEGES FOR ROLE recognition_migrator IN SCHEMA public
