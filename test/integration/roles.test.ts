@@ -150,35 +150,29 @@ describe('the migration role', () => {
     const r = await cli(['migrate'], env.migrator);
     expect(r.code, r.output).toBe(0);
     expect(r.stdout.join('\n')).toMatch(/^applied 0001_initial, /);
-    await psql('narrow-runtime.sql', {}, { db: DATABASE, role: MIGRATOR });
     admin = openDb(
       `postgres://postgres@localhost:${cluster.port}/${DATABASE}?host=${encodeURIComponent(cluster.dir)}`,
     );
     const owners = await sql<{ owner: string }>`
       SELECT DISTINCT tableowner AS owner FROM pg_tables WHERE schemaname = 'public'`.execute(admin.db);
     expect(owners.rows).toEqual([{ owner: MIGRATOR }]);
-    // The retention functions run as the migration role; the runtime role may call them, PUBLIC
-    // (any other role that can connect) may not.
-    const functions = await sql<{
-      name: string;
-      owner: string;
-      definer: boolean;
-      runtime: boolean;
-      public: boolean;
-    }>`
-      SELECT p.proname AS name, pg_get_userbyid(p.proowner) AS owner, p.prosecdef AS definer,
-             has_function_privilege(${RUNTIME}, p.oid, 'EXECUTE') AS runtime,
-             has_function_privilege('public', p.oid, 'EXECUTE') AS public
-      FROM pg_proc p WHERE p.proname LIKE 'recognition_retention_%' ORDER BY p.proname`.execute(admin.db);
-    expect(functions.rows).toEqual(
-      ['recognition_retention_delete_jobs', 'recognition_retention_delete_quarantined'].map((name) => ({
-        name,
-        owner: MIGRATOR,
-        definer: true,
-        runtime: true,
-        public: false,
-      })),
+    // The retention functions run as the migration role; the runtime role may call them from the
+    // first `migrate` on (the default privileges of roles.sql: the daemon may start before
+    // narrow-runtime.sql runs), PUBLIC (any other role that can connect) may not.
+    const functions = async () =>
+      (
+        await sql<{ name: string; owner: string; definer: boolean; runtime: boolean; public: boolean }>`
+          SELECT p.proname AS name, pg_get_userbyid(p.proowner) AS owner, p.prosecdef AS definer,
+                 has_function_privilege(${RUNTIME}, p.oid, 'EXECUTE') AS runtime,
+                 has_function_privilege('public', p.oid, 'EXECUTE') AS public
+          FROM pg_proc p WHERE p.proname LIKE 'recognition_retention_%' ORDER BY p.proname`.execute(admin.db)
+      ).rows;
+    const expected = ['recognition_retention_delete_jobs', 'recognition_retention_delete_quarantined'].map(
+      (name) => ({ name, owner: MIGRATOR, definer: true, runtime: true, public: false }),
     );
+    expect(await functions()).toEqual(expected);
+    await psql('narrow-runtime.sql', {}, { db: DATABASE, role: MIGRATOR });
+    expect(await functions()).toEqual(expected);
   });
 });
 
