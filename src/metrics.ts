@@ -235,6 +235,8 @@ export interface RetentionMetrics {
   passes: Counter<'outcome'>;
   passDuration: Histogram;
   lastPass: Gauge;
+  lastSuccess: Gauge;
+  interval: Gauge;
 }
 
 /** `recognition_retention_deleted_total`'s tables. */
@@ -270,6 +272,16 @@ function createRetentionMetrics(registers: Registry[]): RetentionMetrics {
     lastPass: new Gauge({
       name: 'recognition_retention_last_pass_timestamp_seconds',
       help: 'When the last retention pass of this instance that went through ended (Unix time); 0 before the first',
+      registers,
+    }),
+    lastSuccess: new Gauge({
+      name: 'recognition_retention_last_success_timestamp_seconds',
+      help: 'When the last successful retention pass of this instance ended (Unix time); 0 before the first',
+      registers,
+    }),
+    interval: new Gauge({
+      name: 'recognition_retention_interval_seconds',
+      help: "The pause between this instance's retention passes (RETENTION_INTERVAL_MS); 0 when it runs none",
       registers,
     }),
   };

@@ -284,6 +284,8 @@ export function createRetention(opts: RetentionOptions): Retention {
   const { db, metrics, settings, intervalMs } = opts;
   const now = opts.now ?? Date.now;
   const log = opts.logger.child({ loop: 'retention' });
+  // With the time of the last successful pass, what the alert on passes that stop compares.
+  metrics?.retention.interval.set(intervalMs / 1000);
   const positions = new Map<FinalJobStatus, FinishedKey>();
   let lastFullWalk: number | undefined;
 
@@ -308,7 +310,9 @@ export function createRetention(opts: RetentionOptions): Retention {
     const outcome = result.busy ? 'busy' : result.halted ? 'halted' : 'done';
     metrics?.retention.passes.inc({ outcome });
     if (outcome === 'done') {
-      metrics?.retention.lastPass.set(Date.now() / 1000);
+      const endedAt = Date.now() / 1000;
+      metrics?.retention.lastPass.set(endedAt);
+      metrics?.retention.lastSuccess.set(endedAt);
       if (result.fullWalk) lastFullWalk = startedAt;
     }
     log.info(
