@@ -235,7 +235,13 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     if (retention) started.push(retention);
 
     // 4. HTTP. /readyz's consumer check is red until the inbox is bound.
-    if (loops.inbox) checks.consumer = () => inbox?.isBound() ?? false;
+    // Red too while the inbox's batches fail for a fault that is not the messages'.
+    if (loops.inbox)
+      checks.consumer = () => {
+        if (!inbox?.isBound()) return false;
+        const reason = inbox.applyFailure();
+        return reason === undefined ? true : { ok: false, reason };
+      };
     http = loops.http
       ? await startHttpServer({
           host: cfg.HTTP_HOST,
