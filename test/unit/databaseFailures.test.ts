@@ -55,13 +55,18 @@ describe('classifyDatabaseFailure', () => {
     ['XX001', 'infrastructure', false, 'data corrupted'],
     ['HV000', 'infrastructure', false, 'an unknown class (foreign data wrapper)'],
     ['99999', 'infrastructure', false, 'a code no class knows'],
-  ] as const)('%s: %s, transient %s (%s)', (code, fault, transient) => {
-    const fields = code.startsWith('23') ? { table: 'recognition_job', constraint: 'c' } : {};
-    const f = classifyDatabaseFailure(pgError(code, fields));
-    expect(f).toMatchObject({ code, fault, transient });
-    expect(isMessageFault(pgError(code, fields))).toBe(fault === 'message');
-    expect(isRetryable(pgError(code, fields))).toBe(transient);
-  });
+  ] as Array<[string, 'message' | 'infrastructure', boolean, string]>)(
+    '%s: %s, transient %s (%s)',
+    (code, fault, transient) => {
+      const fields: Record<string, string> = code.startsWith('23')
+        ? { table: 'recognition_job', constraint: 'c' }
+        : {};
+      const f = classifyDatabaseFailure(pgError(code, fields));
+      expect(f).toMatchObject({ code, fault, transient });
+      expect(isMessageFault(pgError(code, fields))).toBe(fault === 'message');
+      expect(isRetryable(pgError(code, fields))).toBe(transient);
+    },
+  );
 
   it('lists each class or code once', () => {
     const keys = DATABASE_FAILURES.map((r) => r.sqlstate);
