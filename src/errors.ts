@@ -77,7 +77,12 @@ export const DATABASE_FAILURES: readonly DatabaseFailureRule[] = [
     transient: false,
   },
   { sqlstate: '28', meaning: 'invalid authorization', fault: 'infrastructure', transient: false },
-  { sqlstate: '3D', meaning: 'invalid catalog name: no such database', fault: 'infrastructure', transient: false },
+  {
+    sqlstate: '3D',
+    meaning: 'invalid catalog name: no such database',
+    fault: 'infrastructure',
+    transient: false,
+  },
   { sqlstate: '40', meaning: 'transaction rollback', fault: 'infrastructure', transient: false },
   { sqlstate: '40001', meaning: 'serialization failure', fault: 'infrastructure', transient: true },
   { sqlstate: '40P01', meaning: 'deadlock detected', fault: 'infrastructure', transient: true },
@@ -95,7 +100,12 @@ export const DATABASE_FAILURES: readonly DatabaseFailureRule[] = [
   },
   { sqlstate: '53', meaning: 'insufficient resources', fault: 'infrastructure', transient: true },
   { sqlstate: '54', meaning: 'program limit exceeded', fault: 'infrastructure', transient: false },
-  { sqlstate: '54000', meaning: 'a value too large for its column or index', fault: 'message', transient: false },
+  {
+    sqlstate: '54000',
+    meaning: 'a value too large for its column or index',
+    fault: 'message',
+    transient: false,
+  },
   { sqlstate: '55', meaning: 'object not in prerequisite state', fault: 'infrastructure', transient: false },
   { sqlstate: '55P03', meaning: 'lock not available', fault: 'infrastructure', transient: true },
   { sqlstate: '57', meaning: 'operator intervention', fault: 'infrastructure', transient: false },
@@ -164,7 +174,11 @@ export function classifyDatabaseFailure(err: unknown): DatabaseFailure {
     if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
       const rule = databaseFailureRule(code);
       if (rule.fault === 'message' && code.startsWith('23')) {
-        const { table, constraint, column } = e as { table?: unknown; constraint?: unknown; column?: unknown };
+        const { table, constraint, column } = e as {
+          table?: unknown;
+          constraint?: unknown;
+          column?: unknown;
+        };
         if (!table && !constraint && !column)
           return { code, meaning: 'refused by a trigger', fault: 'infrastructure', transient: false };
       }

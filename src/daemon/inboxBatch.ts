@@ -225,8 +225,8 @@ export async function applyInboxBatchTx(
  * A batch of valid envelopes on the step's unlocked path: one statement instead of four (see
  * `applyEventsOptimistic`). `null` when the batch holds an invalid envelope, or the path hands the
  * work back (an unknown job, or an envelope the machine rejects, is quarantined by the
- * transaction; a job not as its envelope expects is decided on its locked row); nothing is
- * written then.
+ * transaction; a job not as its envelope expects is decided on its locked row), or the path meets
+ * an inconsistency of its own (reported to `hooks`); the locked path then decides the batch.
  */
 async function applyUnlocked(
   pool: PgPool,

@@ -203,7 +203,10 @@ export function useHarness(options: HarnessOptions = {}): Harness {
       return p;
     },
     async startPgbouncer(opts) {
-      const b = await startPgbouncer({ serverPort: Number(new URL(dbUrl('postgres')).port || 5432), ...opts });
+      const b = await startPgbouncer({
+        serverPort: Number(new URL(dbUrl('postgres')).port || 5432),
+        ...opts,
+      });
       bouncers.push(b);
       return b;
     },
