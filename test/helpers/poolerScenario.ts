@@ -1,10 +1,11 @@
 /**
  * The exchange behind a PgBouncer of the test's own: three in-process daemons reach the database
- * only through it, with every loop on. A results backlog is applied, due jobs are published,
- * overdue ones time out, and a retention pass deletes an expired superseded job; the daemons log
- * no error line. Used by the transaction-mode and the session-mode test files.
+ * only through it, with every loop on. A results backlog is applied, due jobs are published (and,
+ * for one service that never acks its messages, dead-lettered), overdue ones time out, and a
+ * retention pass deletes an expired superseded job; the daemons log no error line. Used by the transaction-mode and the session-mode test files.
  */
-import { jetstreamManager } from '@nats-io/jetstream';
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { nanos } from '@nats-io/nats-core';
 import { sql } from 'kysely';
 import { expect } from 'vitest';
 import type { PgbouncerPoolMode } from '../../workshop/localServers/pgbouncer.js';
@@ -76,6 +77,7 @@ export async function runBehindPooler(t: Harness, mode: PgbouncerPoolMode, resul
 
   const jobs = await insertProcessingJobs(t, results);
   const due = await Promise.all([1, 2, 3].map(() => insertJob(t.db, { status: 'pending' })));
+  const undeliverable = await insertJob(t.db, { status: 'pending', target_service: 'never-acks' });
   const overdue = await Promise.all(
     [1, 2, 3].map(() =>
       insertJob(t.db, {
@@ -91,7 +93,23 @@ export async function runBehindPooler(t: Harness, mode: PgbouncerPoolMode, resul
   });
 
   const daemons: TestDaemon[] = [];
-  for (let i = 0; i < 3; i++)
+  daemons.push(await t.startDaemon({ databaseUrl: url, env: behindPooler(mode), loops: LOOPS }));
+  // A service that takes its job message and never acks it (max_deliver 2): JetStream's
+  // max-deliveries advisory makes the job dlq through the dead-letter loop.
+  const jsm = await jetstreamManager(t.nc);
+  await jsm.consumers.add(JOBS_STREAM, {
+    durable_name: 'never-acks',
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    filter_subject: 'recognition.job.never-acks',
+    max_deliver: 2,
+    ack_wait: nanos(500),
+  });
+  const taken = await (await jetstream(t.nc).consumers.get(JOBS_STREAM, 'never-acks')).consume();
+  void (async () => {
+    for await (const m of taken) void m;
+  })();
+  for (let i = 1; i < 3; i++)
     daemons.push(await t.startDaemon({ databaseUrl: url, env: behindPooler(mode), loops: LOOPS }));
 
   // The backlog, published by the service in chunks.
@@ -138,6 +156,18 @@ export async function runBehindPooler(t: Harness, mode: PgbouncerPoolMode, resul
       ).every((r) => r.status === 'timeout'),
     'the overdue jobs to time out',
   );
+  await waitFor(
+    async () =>
+      (
+        await t.db
+          .selectFrom('recognition_job')
+          .select(['status', 'error_code'])
+          .where('id', '=', undeliverable.jobId)
+          .executeTakeFirstOrThrow()
+      ).error_code === 'MAX_DELIVERIES',
+    'the undeliverable job to be dead-lettered',
+  );
+  taken.stop();
   const passes = await Promise.all(daemons.map((d) => d.retention!.pass()));
   await t.drained();
 
@@ -157,8 +187,7 @@ export async function runBehindPooler(t: Harness, mode: PgbouncerPoolMode, resul
   ).toBe(0);
   expect(await count(t, sql<{ n: string }>`SELECT count(*) AS n FROM inbox_quarantine`)).toBe(0);
   // Each due job published once.
-  const jsm = await jetstreamManager(t.nc);
-  expect((await jsm.streams.info(JOBS_STREAM)).state.messages).toBe(due.length);
+  expect((await jsm.streams.info(JOBS_STREAM)).state.messages).toBe(due.length + 1);
   // The retention pass deleted the expired job, once across the three instances.
   expect(passes.reduce((n, p) => n + p.succeeded.jobs, 0)).toBe(1);
   expect(
