@@ -93,7 +93,15 @@ export async function runBehindPooler(t: Harness, mode: PgbouncerPoolMode, resul
   });
 
   const daemons: TestDaemon[] = [];
-  daemons.push(await t.startDaemon({ databaseUrl: url, env: behindPooler(mode), loops: LOOPS }));
+  // The first instance LISTENs on a direct connection of its own (DATABASE_LISTEN_URL); the others
+  // on the pooler's session (session mode) or not at all (transaction mode: they poll).
+  daemons.push(
+    await t.startDaemon({
+      databaseUrl: url,
+      env: { ...behindPooler(mode), DATABASE_LISTEN_URL: t.url },
+      loops: LOOPS,
+    }),
+  );
   // A service that takes its job message and never acks it (max_deliver 2): JetStream's
   // max-deliveries advisory makes the job dlq through the dead-letter loop.
   const jsm = await jetstreamManager(t.nc);
@@ -193,6 +201,11 @@ export async function runBehindPooler(t: Harness, mode: PgbouncerPoolMode, resul
   expect(
     await t.db.selectFrom('recognition_job').select('id').where('id', '=', expired.jobId).execute(),
   ).toEqual([]);
+  expect(daemons.map((d) => d.publisher!.isListening())).toEqual([
+    true,
+    mode === 'session',
+    mode === 'session',
+  ]);
   expect(errorLines(daemons)).toEqual([]);
   for (const d of daemons) await d.stop();
   expect(errorLines(daemons)).toEqual([]);
