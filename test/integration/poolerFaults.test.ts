@@ -92,7 +92,8 @@ describe('behind PgBouncer, a failure that is not the messages’ quarantines no
     // DATABASE_POOLER left at none: the daemon prepares its statements by name.
     const wrong = await t.startDaemon({
       databaseUrl: bouncer.url(t.dbName),
-      env: { LOG_LEVEL: 'info', DB_POOL_SIZE: '6', INBOX_BATCH_SIZE: '10' },
+      // A short ack wait: what this daemon pulled and never settled before it stops comes back soon.
+      env: { LOG_LEVEL: 'info', DB_POOL_SIZE: '6', INBOX_BATCH_SIZE: '10', INBOX_ACK_WAIT_MS: '2000' },
       loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: true },
     });
     await publishResults(jobs);
@@ -116,7 +117,12 @@ describe('behind PgBouncer, a failure that is not the messages’ quarantines no
 
     const fixed = await t.startDaemon({
       databaseUrl: bouncer.url(t.dbName),
-      env: { DATABASE_POOLER: 'transaction', LOG_LEVEL: 'info', DB_POOL_SIZE: '6' },
+      env: {
+        DATABASE_POOLER: 'transaction',
+        LOG_LEVEL: 'info',
+        DB_POOL_SIZE: '6',
+        INBOX_ACK_WAIT_MS: '2000',
+      },
     });
     await waitFor(async () => (await doneOf(jobs)) === RESULTS, 'every result to be applied', 45_000);
     await t.drained(45_000);
