@@ -17,6 +17,7 @@ import { measureCliStartup } from './cliStartup.js';
 import { startBenchEnv, type CpuSplit } from './env.js';
 import { measureGrown } from './grown.js';
 import { measureLatency, type LatencyResult } from './latency.js';
+import { measurePooler } from './pooler.js';
 import { collectionPauses, recordRun, renderTable, type BenchReport } from './report.js';
 import {
   measureCeiling,
@@ -27,7 +28,7 @@ import {
 } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
 
-const SECTIONS = ['inbox', 'cold', 'latency', 'watchdog', 'cli', 'drain', 'grown'] as const;
+const SECTIONS = ['inbox', 'cold', 'latency', 'watchdog', 'cli', 'drain', 'grown', 'pooler'] as const;
 type Section = (typeof SECTIONS)[number];
 
 const positive = (integer: boolean) => (v: string) => {
@@ -97,6 +98,7 @@ const sizes = {
   watchdogRows: Math.round(1_000_000 * s),
   watchdogDue: Math.round(100_000 * s),
   cliRuns: 15,
+  pooler: Math.round(20_000 * s),
 };
 // The daemon's loops run in this process as they run in the daemon's: with its V8 settings.
 applyV8Flags();
@@ -241,6 +243,12 @@ try {
   if (only.has('grown')) {
     log(`grown: the empty database beside one with a history of ${fmt(o.grownJobs)} finished jobs`);
     report.grown = await measureGrown(env, { ...sizes, jobs: o.grownJobs, rounds: o.rounds }, compared, log);
+  }
+  if (only.has('pooler')) {
+    log(
+      `pooler: the inbox directly and through PgBouncer on ${fmt(sizes.pooler)} results, ${o.rounds} round(s)`,
+    );
+    report.pooler = await measurePooler(env, sizes.pooler, compared);
   }
 } finally {
   await env.close();

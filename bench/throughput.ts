@@ -120,8 +120,9 @@ export async function startInboxDaemon(
   env: BenchEnv,
   logLevel: LogLevel,
   afterInboxCommit?: DaemonOptions['afterInboxCommit'],
+  overrides: Record<string, string> = {},
 ): Promise<{ config: Config; stop(): Promise<void> }> {
-  const config = env.config({ LOG_LEVEL: logLevel });
+  const config = env.config({ LOG_LEVEL: logLevel, ...overrides });
   const dir = mkdtempSync(join(tmpdir(), 'bench-log-'));
   const dest = logDestination(join(dir, 'daemon.log'));
   const close = () => {
@@ -143,13 +144,13 @@ export async function startInboxDaemon(
 /** The daemon's inbox in this process ({@link startInboxDaemon}), end to end. */
 export async function measureInbox(
   env: BenchEnv,
-  opts: { name: string; logLevel: LogLevel; timed?: TimedHooks },
+  opts: { name: string; logLevel: LogLevel; timed?: TimedHooks; overrides?: Record<string, string> },
   n: number,
 ): Promise<ThroughputResult> {
-  const config = env.config({ LOG_LEVEL: opts.logLevel });
+  const config = env.config({ LOG_LEVEL: opts.logLevel, ...opts.overrides });
   // The daemon's pool connects as `recognition-core` (src/db/database.ts).
   const run = await inProcess(env, n, 'recognition-core', opts.timed, () =>
-    startInboxDaemon(env, opts.logLevel),
+    startInboxDaemon(env, opts.logLevel, undefined, opts.overrides),
   );
   const { INBOX_BATCH_SIZE: batchSize, INBOX_CONCURRENCY: concurrency } = config;
   return { name: opts.name, ...run, batchSize, concurrency, logLevel: opts.logLevel };

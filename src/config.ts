@@ -196,6 +196,26 @@ export const CONFIG_VARIABLES = {
   ],
   DB_POOL_SIZE: [int(1, 1000), '10', 'PostgreSQL connections of this instance'],
   SHUTDOWN_TIMEOUT_MS: [int(100), '30000', 'longest graceful shutdown before exiting anyway'],
+  DATABASE_POOLER: [
+    z.enum(['none', 'session', 'transaction'], { message: 'must be none, session or transaction' }),
+    'none',
+    'the connection pooler DATABASE_URL goes through: none, session mode, or transaction mode (unnamed statements; the publisher LISTENs only on DATABASE_LISTEN_URL, else polls every PUBLISHER_POLL_INTERVAL_MS)',
+  ],
+  DATABASE_LISTEN_URL: [
+    z
+      .string()
+      .trim()
+      .refine((v) => {
+        if (v === '') return true;
+        try {
+          return ['postgres:', 'postgresql:'].includes(new URL(v).protocol);
+        } catch {
+          return false;
+        }
+      }, 'must be a URL (postgres://… or postgresql://…)'),
+    '',
+    'a direct PostgreSQL URL for the publisher’s LISTEN connection, past a pooler (unset: DATABASE_URL, but not with DATABASE_POOLER=transaction)',
+  ],
 } as const;
 
 type Vars = typeof CONFIG_VARIABLES;
@@ -210,6 +230,7 @@ type ConfigName = keyof Vars;
  */
 export const FILE_VARIABLES: ReadonlySet<ConfigName> = new Set<ConfigName>([
   'DATABASE_URL',
+  'DATABASE_LISTEN_URL',
   'NATS_URL',
   'NATS_PASSWORD',
   'NATS_TOKEN',
@@ -369,6 +390,12 @@ export function secretsOf(cfg: Config): string[] {
     if (param) secrets.push(param, db.searchParams.get('password') ?? param);
   } catch {
     // loadConfig validated it; nothing to add otherwise.
+  }
+  try {
+    const p = cfg.DATABASE_LISTEN_URL ? new URL(cfg.DATABASE_LISTEN_URL).password : '';
+    if (p) secrets.push(p, decodeURIComponent(p));
+  } catch {
+    // validated
   }
   for (const u of cfg.NATS_URL.split(',')) {
     try {

@@ -27,7 +27,12 @@ export interface Metrics {
   buildInfo: Gauge<'version' | 'node'>;
   unknownMigrations: Gauge;
   retention: RetentionMetrics;
+  inboxBatchFailures: Counter<'fault'>;
+  inboxUnlockedFallbacks: Counter;
 }
+
+/** `recognition_inbox_batch_failures_total`'s faults (see `classifyDatabaseFailure`). */
+export const INBOX_BATCH_FAULTS = ['transient', 'infrastructure', 'message'] as const;
 
 /** `recognition_inbox_envelopes_total`'s outcomes. */
 export const ENVELOPE_OUTCOMES = [
@@ -219,6 +224,17 @@ export function createMetrics(
       registers,
     }),
     retention: createRetentionMetrics(registers),
+    inboxBatchFailures: new Counter({
+      name: 'recognition_inbox_batch_failures_total',
+      help: 'Inbox batch transactions that failed, by fault: transient and infrastructure (nak, retried with backoff, nothing quarantined), message (applied one by one, the refused envelope quarantined)',
+      labelNames: ['fault'],
+      registers,
+    }),
+    inboxUnlockedFallbacks: new Counter({
+      name: 'recognition_inbox_unlocked_fallbacks_total',
+      help: 'Inbox batches the unlocked path found inconsistent and handed to the locked path',
+      registers,
+    }),
   };
   metrics.buildInfo.set({ version: packageVersion(), node: process.version }, 1);
   metrics.unknownMigrations.set(0);
@@ -226,6 +242,8 @@ export function createMetrics(
   for (const reason of QUARANTINE_REASONS) metrics.quarantine.inc({ reason }, 0);
   for (const result of PUBLISHER_RESULTS) metrics.publisherResults.inc({ result }, 0);
   for (const reason of DEAD_LETTER_REASONS) metrics.deadLetters.inc({ reason }, 0);
+  for (const fault of INBOX_BATCH_FAULTS) metrics.inboxBatchFailures.inc({ fault }, 0);
+  metrics.inboxUnlockedFallbacks.inc(0);
   return metrics;
 }
 

@@ -6,7 +6,9 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { sql } from 'kysely';
 import type { Config } from '../config.js';
+import type { ClientConfig } from 'pg';
 import { migrationStatus, openDb, type Db } from '../db/database.js';
+import { pgConnection } from '../db/pgTls.js';
 import { decisionPath, expectedDecisionKinds } from '../../machines/index.js';
 import { MigrationsPendingError } from '../errors.js';
 import type { Logger } from '../logger.js';
@@ -76,6 +78,16 @@ async function dbReachable(db: Db): Promise<boolean> {
 }
 
 /**
+ * Where the publisher LISTENs: `DATABASE_LISTEN_URL` when set; else the pool's own settings
+ * (undefined), but behind a transaction-mode pooler nowhere (null): LISTEN needs a session, which
+ * such a pooler gives no client beyond a transaction.
+ */
+function listenConnectionOf(cfg: Config): ClientConfig | null | undefined {
+  if (cfg.DATABASE_LISTEN_URL) return pgConnection(cfg.DATABASE_LISTEN_URL);
+  return cfg.DATABASE_POOLER === 'transaction' ? null : undefined;
+}
+
+/**
  * Start the daemon:
  *   1. open the pool; the database must answer and carry every migration of this build (else
  *      refuse); migrations it carries that this build does not know are logged and counted;
@@ -103,6 +115,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   // 1. Database.
   const db = openDb(cfg.DATABASE_URL, {
     max: cfg.DB_POOL_SIZE,
+    unnamedStatements: cfg.DATABASE_POOLER === 'transaction',
     onIdleError: (err) => logger.warn({ err, event: 'db_idle_error' }, 'idle PostgreSQL connection failed'),
   });
   let nats: Nats | undefined;
@@ -201,6 +214,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       ? createPublisher({
           db: db.db,
           pool: db.pool,
+          listenConnection: listenConnectionOf(cfg),
           js,
           isConnected: nats.isConnected,
           onReconnect: nats.onReconnect,
@@ -235,7 +249,13 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     if (retention) started.push(retention);
 
     // 4. HTTP. /readyz's consumer check is red until the inbox is bound.
-    if (loops.inbox) checks.consumer = () => inbox?.isBound() ?? false;
+    // Red too while the inbox's batches fail for a fault that is not the messages'.
+    if (loops.inbox)
+      checks.consumer = () => {
+        if (!inbox?.isBound()) return false;
+        const reason = inbox.applyFailure();
+        return reason === undefined ? true : { ok: false, reason };
+      };
     http = loops.http
       ? await startHttpServer({
           host: cfg.HTTP_HOST,

@@ -13,6 +13,7 @@ import type { Kysely } from 'kysely';
 import { QUARANTINE_REASON, type QuarantineReason } from '../../machines/index.js';
 import { inPgTransaction, withPgClient, type PgPool } from '../db/pgTransaction.js';
 import type { Database } from '../db/schema.js';
+import { InconsistencyError } from '../errors.js';
 import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
 import { envelopeToJobEvent, serviceMismatchDetails } from '../messages/envelopeToJobEvent.js';
 import {
@@ -193,6 +194,16 @@ function isKysely(db: Kysely<Database> | PgPool): db is Kysely<Database> {
   return typeof (db as Partial<Kysely<Database>>).transaction === 'function';
 }
 
+/** What {@link applyInboxBatchTx} reports besides its outcomes. */
+export interface InboxBatchHooks {
+  /**
+   * The unlocked path met an inconsistency (its plan or its write's rows are not what they must
+   * be); the batch goes through the locked path instead, which decides every envelope on its
+   * locked row.
+   */
+  unlockedInconsistent?: ((err: InconsistencyError) => void) | undefined;
+}
+
 /**
  * Apply a batch in its own transaction (committed when this resolves). On a pg pool the step's
  * statements are prepared and planned once per connection (named statements, generic plans);
@@ -201,10 +212,11 @@ function isKysely(db: Kysely<Database> | PgPool): db is Kysely<Database> {
 export async function applyInboxBatchTx(
   db: Kysely<Database> | PgPool,
   items: readonly InboxItem[],
+  hooks: InboxBatchHooks = {},
 ): Promise<InboxOutcome[]> {
   if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items));
   return (
-    (await applyUnlocked(db, items)) ??
+    (await applyUnlocked(db, items, hooks)) ??
     inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items), { genericPlans: true })
   );
 }
@@ -213,15 +225,26 @@ export async function applyInboxBatchTx(
  * A batch of valid envelopes on the step's unlocked path: one statement instead of four (see
  * `applyEventsOptimistic`). `null` when the batch holds an invalid envelope, or the path hands the
  * work back (an unknown job, or an envelope the machine rejects, is quarantined by the
- * transaction; a job not as its envelope expects is decided on its locked row); nothing is
- * written then.
+ * transaction; a job not as its envelope expects is decided on its locked row), or the path meets
+ * an inconsistency of its own (reported to `hooks`); the locked path then decides the batch.
  */
-async function applyUnlocked(pool: PgPool, items: readonly InboxItem[]): Promise<InboxOutcome[] | null> {
-  const planned = planUnlocked(items);
-  if (!planned) return null;
-  const { plan, msgIds } = planned;
-  const outcomes = await withPgClient(pool, (client) => writeOptimistic(pgStepSql(client), plan));
-  return outcomes?.map((outcome, i) => ({ kind: 'step', outcome, msgId: msgIds[i] ?? null })) ?? null;
+async function applyUnlocked(
+  pool: PgPool,
+  items: readonly InboxItem[],
+  hooks: InboxBatchHooks,
+): Promise<InboxOutcome[] | null> {
+  try {
+    const planned = planUnlocked(items);
+    if (!planned) return null;
+    const { plan, msgIds } = planned;
+    const outcomes = await withPgClient(pool, (client) => writeOptimistic(pgStepSql(client), plan));
+    return outcomes?.map((outcome, i) => ({ kind: 'step', outcome, msgId: msgIds[i] ?? null })) ?? null;
+  } catch (err) {
+    // An inconsistency is this path's bug, never the batch's: the locked path decides it again.
+    if (!(err instanceof InconsistencyError)) throw err;
+    hooks.unlockedInconsistent?.(err);
+    return null;
+  }
 }
 
 /**

@@ -24,7 +24,7 @@ import { randomUUID } from 'node:crypto';
 import type { JetStreamClient, JetStreamManager, JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
-import { isRetryable } from '../errors.js';
+import { isMessageFault, isRetryable } from '../errors.js';
 import { RESULTS_STREAM, RESULT_SUBJECT } from '../nats/subjects.js';
 import {
   applyInboxBatch,
@@ -225,8 +225,8 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
       opts.dryRun ? decideOnly(opts.db, items) : applyInboxBatchTx(target, items);
 
     /**
-     * Apply `items`: retried while the cause is transient, isolated when the database refuses
-     * them. `refused`: the item is already a refused message on its way to quarantine.
+     * Apply `items`: retried while the cause is transient, stopped on any other fault that is not
+     * the messages', isolated when the database refuses their values. `refused`: the item is already a refused message on its way to quarantine.
      */
     const settle = async (items: readonly InboxItem[], refused = false): Promise<InboxOutcome[]> => {
       for (let attempt = 1; ; attempt++) {
@@ -239,6 +239,10 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
             await sleep(retryDelayMs(attempt));
             continue;
           }
+          // A fault that is not the messages' quarantines nothing: the replay stops, and runs again
+          // once it is gone (it is idempotent).
+          if (!isMessageFault(err))
+            throw new InboxReplayStoppedError(items[0]!.raw.streamSeq!, summary, { cause: err });
           if (items.length > 1) {
             const outcomes: InboxOutcome[] = [];
             for (const item of items) outcomes.push(...(await settle([item])));

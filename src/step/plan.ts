@@ -16,6 +16,7 @@ import {
   type JobStatus,
 } from '../../machines/index.js';
 import { CONTEXT_COLUMNS, assignedColumns, rowToReadState, timeOf } from '../db/jobRow.js';
+import { InconsistencyError } from '../errors.js';
 import { arrayLiteral, type ArrayElement } from './arrayLiteral.js';
 import {
   WRITE_PARAMETERS,
@@ -485,7 +486,7 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
   // An expected decision is applied: it records a transition, so each job has a row in the write,
   // in the order of the items (the expectations' order).
   if (!w || w.jobIds.length !== items.length)
-    throw new Error('an expected decision must write its job: it is applied');
+    throw new InconsistencyError('an expected decision must write its job: it is applied');
   const params = [
     ...w.params,
     true,
@@ -502,7 +503,7 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
       return decided.map((d) => {
         const row = byId.get(d.jobId);
         if (!row?.prior_status || !row.file_id)
-          throw new Error(`the write returned no row of job ${d.jobId}`);
+          throw new InconsistencyError(`the write returned no row of job ${d.jobId}`);
         return {
           jobId: d.jobId,
           fileId: row.file_id,

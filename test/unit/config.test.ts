@@ -140,7 +140,13 @@ describe('secrets from files (NAME_FILE)', () => {
     // Only one newline goes, and nothing else: the value is the file's.
     expect(cfg.NATS_PASSWORD).toBe('  spaced pw\n');
     expect(loadConfig({ NATS_TOKEN_FILE: file('tok-123\r\n') }).NATS_TOKEN).toBe('tok-123');
-    expect([...FILE_VARIABLES].sort()).toEqual(['DATABASE_URL', 'NATS_PASSWORD', 'NATS_TOKEN', 'NATS_URL']);
+    expect([...FILE_VARIABLES].sort()).toEqual([
+      'DATABASE_LISTEN_URL',
+      'DATABASE_URL',
+      'NATS_PASSWORD',
+      'NATS_TOKEN',
+      'NATS_URL',
+    ]);
     expect(configVariableNames()).toEqual(expect.arrayContaining(['DATABASE_URL', 'DATABASE_URL_FILE']));
     expect(configVariableNames()).not.toContain('LOG_LEVEL_FILE');
   });
