@@ -22,6 +22,13 @@ export interface ProvisionOptions {
   maxAckPending: number;
   /** The streams, subjects and inbox consumer to create (the contract's by default). */
   names?: ExchangeNames;
+  /**
+   * `MAX_ENVELOPE_BYTES`: the results stream's `max_msg_size`, so JetStream refuses at publish
+   * what the inbox would quarantine `PAYLOAD_TOO_LARGE`. JetStream counts headers and payload
+   * together, the inbox the payload only: whatever the stream stores, the inbox accepts by size.
+   * Unset: the stream's limit is left as it is.
+   */
+  maxEnvelopeBytes?: number;
 }
 
 /** How long the streams keep messages: a week, so operators can inspect and replay. */
@@ -37,12 +44,14 @@ async function ensureStream(
     const differs =
       JSON.stringify(c.subjects) !== JSON.stringify(cfg.subjects) ||
       c.duplicate_window !== cfg.duplicate_window ||
-      c.num_replicas !== cfg.num_replicas;
+      c.num_replicas !== cfg.num_replicas ||
+      (cfg.max_msg_size !== undefined && c.max_msg_size !== cfg.max_msg_size);
     if (differs) {
       await jsm.streams.update(cfg.name, {
         subjects: cfg.subjects!,
         duplicate_window: cfg.duplicate_window!,
         num_replicas: cfg.num_replicas!,
+        ...(cfg.max_msg_size === undefined ? {} : { max_msg_size: cfg.max_msg_size }),
       });
     }
   } catch (err) {
@@ -61,7 +70,12 @@ export async function provisionStreams(jsm: JetStreamManager, opts: ProvisionOpt
     num_replicas: opts.replicas,
     max_age: nanos(MAX_AGE_MS),
   };
-  await ensureStream(jsm, { name: names.resultsStream, subjects: [names.resultSubject], ...common });
+  await ensureStream(jsm, {
+    name: names.resultsStream,
+    subjects: [names.resultSubject],
+    ...common,
+    ...(opts.maxEnvelopeBytes === undefined ? {} : { max_msg_size: opts.maxEnvelopeBytes }),
+  });
   await ensureStream(jsm, { name: names.jobsStream, subjects: [`${names.jobSubjectPrefix}>`], ...common });
   const consumer = {
     durable_name: names.inboxConsumer,
