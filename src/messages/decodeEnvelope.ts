@@ -106,14 +106,15 @@ export function decodeEnvelope(input: DecodeInput): DecodeResult {
 function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
   const msgId = typeof header === 'string' && header !== '' ? header : null;
   const failMsgId = msgId === null ? null : storableText(msgId, ID_TEXT_MAX).text;
-  let serviceName: string | undefined;
+  /** What of the payload a failure reports, once it is read. */
+  const read: { serviceName?: string } = {};
   const fail = (reason: QuarantineReason, details: unknown, jobId?: string): DecodeResult => ({
     ok: false,
     reason,
     details,
     ...(jobId === undefined ? {} : { jobId }),
     msgId: failMsgId,
-    ...(serviceName === undefined ? {} : { serviceName }),
+    ...(read.serviceName === undefined ? {} : { serviceName: read.serviceName }),
   });
 
   if (data.byteLength > maxBytes) {
@@ -132,7 +133,8 @@ function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
   if (unsafe !== null) return fail(QUARANTINE_REASON.INVALID_JSON, { message: unsafe });
 
   const jobId = readJobId(value);
-  serviceName = readServiceName(value);
+  const serviceName = readServiceName(value);
+  if (serviceName !== undefined) read.serviceName = serviceName;
   const check = checkResultEnvelope(value);
   if (!check.valid)
     return fail(QUARANTINE_REASON.SCHEMA_INVALID, schemaDetails(check.errors, check.errorCount), jobId);

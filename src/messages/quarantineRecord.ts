@@ -33,6 +33,7 @@ export const DETAILS_TEXT_BUDGET = 8192;
 export const QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT = 65_536;
 
 /** U+0000 and unpaired surrogates: what PostgreSQL text and jsonb refuse. */
+// eslint-disable-next-line no-control-regex -- U+0000 is exactly what PostgreSQL refuses.
 const UNSTORABLE = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/gu;
 const UNSTORABLE_TEST = new RegExp(UNSTORABLE.source, 'u');
 

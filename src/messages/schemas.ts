@@ -162,8 +162,9 @@ export interface SchemaError {
 }
 
 /**
- * Outcome of a schema check: the value, typed, or the first {@link MAX_SCHEMA_ERRORS} errors Ajv
- * reports (`allErrors`) with `errorCount`, how many there are in all.
+ * Outcome of a schema check: the value, typed, or the errors Ajv reports (`allErrors`) with
+ * `errorCount`, how many there are in all. For a result envelope (a sender's input) only the first
+ * {@link MAX_SCHEMA_ERRORS}; for a job message (the core's own) every one.
  */
 export type SchemaCheck<T> =
   { valid: true; value: T } | { valid: false; errors: SchemaError[]; errorCount: number };
@@ -173,7 +174,7 @@ export type SchemaCheck<T> =
  * extra key of a closed object): the quarantine row, its log line and the heap of the daemon hold
  * only these few and the count.
  */
-export const MAX_SCHEMA_ERRORS = 5;
+export const MAX_SCHEMA_ERRORS = 10;
 
 /**
  * Extra (unlisted) keys of one object the explaining validator sees, at most. The explaining
@@ -298,11 +299,12 @@ export function checkResultEnvelope(value: unknown): SchemaCheck<ResultEnvelope>
     : { valid: false, ...explainBounded(explainResultEnvelope, resultEnvelopeSchema, value) };
 }
 
-/** Checks any value against {@link jobMessageSchema}; returns the typed value or its first errors. Pure. */
+/** Checks any value against {@link jobMessageSchema}; returns the typed value or all errors. Pure. */
 export function checkJobMessage(value: unknown): SchemaCheck<JobMessage> {
-  return validateJob(value)
-    ? { valid: true, value }
-    : { valid: false, ...explainBounded(explainJob, jobMessageSchema, value) };
+  if (validateJob(value)) return { valid: true, value };
+  explainJob(value);
+  const errors = toSchemaErrors(explainJob.errors);
+  return { valid: false, errors, errorCount: errors.length };
 }
 
 /** Type guard: `true` exactly when `value` is valid against {@link jobMessageSchema}. Pure. */
