@@ -15,6 +15,7 @@ import { findNatsServerBinary } from '../workshop/localServers/natsServer.js';
 import { CEILING_NAME } from './ceiling.js';
 import { measureCliStartup } from './cliStartup.js';
 import { startBenchEnv, type CpuSplit } from './env.js';
+import { measureFlood } from './flood.js';
 import { measureGrown } from './grown.js';
 import { measureLatency, type LatencyResult } from './latency.js';
 import { collectionPauses, recordRun, renderTable, type BenchReport } from './report.js';
@@ -27,7 +28,7 @@ import {
 } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
 
-const SECTIONS = ['inbox', 'cold', 'latency', 'watchdog', 'cli', 'drain', 'grown'] as const;
+const SECTIONS = ['inbox', 'cold', 'latency', 'watchdog', 'cli', 'drain', 'grown', 'flood'] as const;
 type Section = (typeof SECTIONS)[number];
 
 const positive = (integer: boolean) => (v: string) => {
@@ -67,7 +68,8 @@ const o = new Command('bench')
     dryRun?: boolean;
   }>();
 const only =
-  o.only ?? new Set(SECTIONS.filter((s) => (s !== 'drain' || o.drain) && (s !== 'grown' || o.grown)));
+  o.only ??
+  new Set(SECTIONS.filter((s) => (s !== 'drain' || o.drain) && (s !== 'grown' || o.grown) && s !== 'flood'));
 const record = o.only === undefined && o.dryRun !== true;
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
@@ -241,6 +243,11 @@ try {
   if (only.has('grown')) {
     log(`grown: the empty database beside one with a history of ${fmt(o.grownJobs)} finished jobs`);
     report.grown = await measureGrown(env, { ...sizes, jobs: o.grownJobs, rounds: o.rounds }, compared, log);
+  }
+  if (only.has('flood')) {
+    // On request only (`--only flood`): a hostile sender, not a throughput figure.
+    log('flood: a daemon process against schema-invalid envelopes among good results');
+    await measureFlood(env, log);
   }
 } finally {
   await env.close();
