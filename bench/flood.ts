@@ -51,6 +51,8 @@ export interface FloodResult {
 }
 
 const SERVICE = { name: 'tabular-parser', version: '2.3.1' };
+/** Megabyte messages on a busy machine: JetStream's ack may take longer than the client's default. */
+const PUBLISH_TIMEOUT_MS = 60_000;
 const enc = new TextEncoder();
 
 /** An envelope just under 1 MiB: its `service` has 90 000 keys the schema does not allow. */
@@ -92,10 +94,14 @@ async function publishMix(
   for (let i = 0; i < order.length; i += inFlight) {
     const acks = await Promise.all(
       order.slice(i, i + inFlight).map((job, k) => {
-        if (job) return env.js.publish(RESULT_SUBJECT, doneEnvelope(job), { headers: resultHeaders(job) });
+        if (job)
+          return env.js.publish(RESULT_SUBJECT, doneEnvelope(job), {
+            headers: resultHeaders(job),
+            timeout: PUBLISH_TIMEOUT_MS,
+          });
         const h = natsHeaders();
         h.set('Nats-Msg-Id', `bad:${i + k}`);
-        return env.js.publish(RESULT_SUBJECT, badData(), { headers: h });
+        return env.js.publish(RESULT_SUBJECT, badData(), { headers: h, timeout: PUBLISH_TIMEOUT_MS });
       }),
     );
     for (const a of acks) last = Math.max(last, a.seq);
