@@ -157,7 +157,7 @@ export const CONFIG_VARIABLES = {
   MAX_ENVELOPE_BYTES: [
     int(64, 64 * 1024 * 1024),
     '1048576',
-    'larger envelopes are quarantined PAYLOAD_TOO_LARGE; with NATS_PROVISION, also the max_msg_size of RECOGNITION_RESULTS',
+    'larger envelopes are quarantined PAYLOAD_TOO_LARGE; with NATS_PROVISION, RECOGNITION_RESULTS gets max_msg_size = this + 4096 (headers)',
   ],
   QUARANTINE_PAYLOAD_MAX_BYTES: [
     int(0, 64 * 1024 * 1024),

@@ -23,13 +23,20 @@ export interface ProvisionOptions {
   /** The streams, subjects and inbox consumer to create (the contract's by default). */
   names?: ExchangeNames;
   /**
-   * `MAX_ENVELOPE_BYTES`: the results stream's `max_msg_size`, so JetStream refuses at publish
-   * what the inbox would quarantine `PAYLOAD_TOO_LARGE`. JetStream counts headers and payload
-   * together, the inbox the payload only: whatever the stream stores, the inbox accepts by size.
-   * Unset: the stream's limit is left as it is.
+   * `MAX_ENVELOPE_BYTES`: the results stream's `max_msg_size` is this plus
+   * {@link RESULT_HEADERS_ALLOWANCE_BYTES}, so JetStream refuses at publish a message the inbox
+   * would quarantine `PAYLOAD_TOO_LARGE` by far, while an envelope of exactly this size with its
+   * headers still passes (JetStream counts headers and payload together, the inbox the payload
+   * only). Unset: the stream's limit is left as it is.
    */
   maxEnvelopeBytes?: number;
 }
+
+/**
+ * Room for a result's headers above `MAX_ENVELOPE_BYTES` in the results stream's `max_msg_size`:
+ * `Nats-Msg-Id` (at most 256 characters), `traceparent` and `tracestate` take well under it.
+ */
+export const RESULT_HEADERS_ALLOWANCE_BYTES = 4096;
 
 /** How long the streams keep messages: a week, so operators can inspect and replay. */
 const MAX_AGE_MS = 7 * 24 * 3600 * 1000;
@@ -74,7 +81,9 @@ export async function provisionStreams(jsm: JetStreamManager, opts: ProvisionOpt
     name: names.resultsStream,
     subjects: [names.resultSubject],
     ...common,
-    ...(opts.maxEnvelopeBytes === undefined ? {} : { max_msg_size: opts.maxEnvelopeBytes }),
+    ...(opts.maxEnvelopeBytes === undefined
+      ? {}
+      : { max_msg_size: opts.maxEnvelopeBytes + RESULT_HEADERS_ALLOWANCE_BYTES }),
   });
   await ensureStream(jsm, { name: names.jobsStream, subjects: [`${names.jobSubjectPrefix}>`], ...common });
   const consumer = {

@@ -140,15 +140,17 @@ it('a schema-invalid envelope with thousands of extra keys and a long msg id is 
   await daemon.stop();
 });
 
-it('the results stream refuses what the inbox would refuse by size: max_msg_size is MAX_ENVELOPE_BYTES', async () => {
+it('the results stream refuses what the inbox would refuse by size: max_msg_size is MAX_ENVELOPE_BYTES and room for headers', async () => {
   await (await t.startDaemon({ env: { MAX_ENVELOPE_BYTES: '4096' } })).stop();
   const jsm = await jetstreamManager(t.nc);
   await waitFor(
-    async () => (await jsm.streams.info(RESULTS_STREAM)).config.max_msg_size === 4096,
+    async () => (await jsm.streams.info(RESULTS_STREAM)).config.max_msg_size === 4096 + 4096,
     'max_msg_size',
   );
-  await expect(t.svc.raw('x'.repeat(5000))).rejects.toThrow(/maximum|size/i);
+  await expect(t.svc.raw('x'.repeat(8193))).rejects.toThrow(/maximum|size/i);
+  // An envelope of exactly MAX_ENVELOPE_BYTES with its headers is stored.
+  await t.svc.raw('x'.repeat(4096), { 'Nats-Msg-Id': 'm'.repeat(256) });
   // A later start with another limit updates the stream.
-  await t.startDaemon({ env: { MAX_ENVELOPE_BYTES: '8192' } });
-  expect((await jsm.streams.info(RESULTS_STREAM)).config.max_msg_size).toBe(8192);
+  await (await t.startDaemon({ env: { MAX_ENVELOPE_BYTES: '8192' } })).stop();
+  expect((await jsm.streams.info(RESULTS_STREAM)).config.max_msg_size).toBe(8192 + 4096);
 });
