@@ -16,6 +16,13 @@ import type { ResultEnvelope, SchemaError } from './schemas.js';
  */
 export const MSG_ID_MAX_LENGTH = 256;
 
+/**
+ * A payload from this size on is schema-checked by the bounded explanation alone (see
+ * `checkResultEnvelope`): one walk over a hostile object's keys instead of two. Smaller ones,
+ * nearly every envelope, take the faster deciding validator first.
+ */
+const LARGE_PAYLOAD_BYTES = 64 * 1024;
+
 /** Longest `service.name` a refused envelope's quarantine line and metric read (the schema's bound). */
 const SERVICE_NAME_MAX = 200;
 
@@ -135,7 +142,7 @@ function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
   const jobId = readJobId(value);
   const serviceName = readServiceName(value);
   if (serviceName !== undefined) read.serviceName = serviceName;
-  const check = checkResultEnvelope(value);
+  const check = checkResultEnvelope(value, { large: data.byteLength > LARGE_PAYLOAD_BYTES });
   if (!check.valid)
     return fail(QUARANTINE_REASON.SCHEMA_INVALID, schemaDetails(check.errors, check.errorCount), jobId);
 

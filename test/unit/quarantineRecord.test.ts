@@ -94,14 +94,70 @@ describe('schema errors are bounded: the first few and a count', () => {
             result_s3: { bucket: 'b', key: 'k', ...extraKeys(inS3) },
             ...extraKeys(atTop, 'top'),
           };
-          const check = checkResultEnvelope(envelope);
-          expect(check.valid).toBe(false);
-          if (check.valid) return;
-          expect(check.errorCount).toBe(fullCount(envelope));
-          expect(check.errors.length).toBe(Math.min(MAX_SCHEMA_ERRORS, check.errorCount));
+          for (const large of [false, true]) {
+            const check = checkResultEnvelope(envelope, { large });
+            expect(check.valid).toBe(false);
+            if (check.valid) return;
+            expect(check.errorCount).toBe(fullCount(envelope));
+            expect(check.errors.length).toBe(Math.min(MAX_SCHEMA_ERRORS, check.errorCount));
+          }
         },
       ),
       { numRuns: 60 },
+    );
+  });
+});
+
+describe('a large payload is decided by the bounded explanation alone, as the full validator decides', () => {
+  const valid = (extra: Record<string, unknown>) => ({
+    job_id: JOB_ID,
+    status: 'done',
+    service,
+    result_s3: { bucket: 'b', key: 'k' },
+    metrics: { ...extra, rows: Array.from({ length: 100 }, (_, i) => i) },
+    ...extra,
+  });
+
+  it('accepts a valid envelope with many keys in metrics and at the top level, and many array elements', () => {
+    const envelope = valid(extraKeys(5_000));
+    expect(fullCount(envelope)).toBe(0);
+    expect(checkResultEnvelope(envelope, { large: true })).toEqual({ valid: true, value: envelope });
+  });
+
+  it('agrees with the full validator on envelopes near and far from valid', () => {
+    const fields = fc.record(
+      {
+        job_id: fc.oneof(fc.constant(JOB_ID), fc.string(), fc.integer()),
+        status: fc.constantFrom('processing', 'done', 'needs_check', 'error', 'other'),
+        service: fc.oneof(
+          fc.constant(service),
+          fc.nat(80).map((n) => ({ ...service, ...extraKeys(n) })),
+          fc.constant([service]),
+        ),
+        result_s3: fc.oneof(
+          fc.constant({ bucket: 'b', key: 'k' }),
+          fc.nat(80).map((n) => ({ bucket: 'b', ...extraKeys(n) })),
+        ),
+        error: fc.oneof(fc.constant({ code: 'E', message: 'm' }), fc.constant({ code: '' })),
+        metrics: fc.oneof(
+          fc.nat(80).map((n) => extraKeys(n)),
+          fc.constant([1, 2]),
+          fc.constant('x'),
+        ),
+        sent_at: fc.oneof(fc.constant('2025-03-01T10:00:01Z'), fc.constant('yesterday')),
+      },
+      { requiredKeys: ['status'] },
+    );
+    fc.assert(
+      fc.property(fields, fc.nat(80), (envelope, top) => {
+        const value = { ...envelope, ...extraKeys(top, 'top') };
+        const full = fullCount(value);
+        const large = checkResultEnvelope(value, { large: true });
+        expect(large.valid).toBe(full === 0);
+        expect(checkResultEnvelope(value).valid).toBe(full === 0);
+        if (!large.valid) expect(large.errorCount).toBe(full);
+      }),
+      { numRuns: 300 },
     );
   });
 });
