@@ -15,6 +15,7 @@ import { findNatsServerBinary } from '../workshop/localServers/natsServer.js';
 import { CEILING_NAME } from './ceiling.js';
 import { measureCliStartup } from './cliStartup.js';
 import { startBenchEnv, type CpuSplit } from './env.js';
+import { measureFlood } from './flood.js';
 import { measureGrown } from './grown.js';
 import { measureLatency, type LatencyResult } from './latency.js';
 import { measurePooler } from './pooler.js';
@@ -28,7 +29,17 @@ import {
 } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
 
-const SECTIONS = ['inbox', 'cold', 'latency', 'watchdog', 'cli', 'drain', 'grown', 'pooler'] as const;
+const SECTIONS = [
+  'inbox',
+  'cold',
+  'latency',
+  'watchdog',
+  'cli',
+  'drain',
+  'grown',
+  'pooler',
+  'flood',
+] as const;
 type Section = (typeof SECTIONS)[number];
 
 const positive = (integer: boolean) => (v: string) => {
@@ -68,7 +79,8 @@ const o = new Command('bench')
     dryRun?: boolean;
   }>();
 const only =
-  o.only ?? new Set(SECTIONS.filter((s) => (s !== 'drain' || o.drain) && (s !== 'grown' || o.grown)));
+  o.only ??
+  new Set(SECTIONS.filter((s) => (s !== 'drain' || o.drain) && (s !== 'grown' || o.grown) && s !== 'flood'));
 const record = o.only === undefined && o.dryRun !== true;
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
@@ -249,6 +261,11 @@ try {
       `pooler: the inbox directly and through PgBouncer on ${fmt(sizes.pooler)} results, ${o.rounds} round(s)`,
     );
     report.pooler = await measurePooler(env, sizes.pooler, compared);
+  }
+  if (only.has('flood')) {
+    // On request only (`--only flood`): a hostile sender, not a throughput figure.
+    log('flood: a daemon process against schema-invalid envelopes among good results');
+    await measureFlood(env, log);
   }
 } finally {
   await env.close();

@@ -157,7 +157,12 @@ export const CONFIG_VARIABLES = {
   MAX_ENVELOPE_BYTES: [
     int(64, 64 * 1024 * 1024),
     '1048576',
-    'larger envelopes are quarantined PAYLOAD_TOO_LARGE',
+    'larger envelopes are quarantined PAYLOAD_TOO_LARGE; with NATS_PROVISION, RECOGNITION_RESULTS gets max_msg_size = this + 4096 (headers)',
+  ],
+  QUARANTINE_PAYLOAD_MAX_BYTES: [
+    int(0, 64 * 1024 * 1024),
+    '65536',
+    'payload bytes a quarantine row keeps; a longer payload is stored cut, with its length in details.payload_bytes',
   ],
   INBOX_BATCH_SIZE: [int(1, 10000), '200', 'envelopes applied per transaction, at most'],
   INBOX_CONCURRENCY: [int(1, 64), '4', 'batch transactions at once in this instance'],

@@ -29,6 +29,7 @@ export interface Metrics {
   retention: RetentionMetrics;
   inboxBatchFailures: Counter<'fault'>;
   inboxUnlockedFallbacks: Counter;
+  inboxFlood: InboxFloodMetrics;
 }
 
 /** `recognition_inbox_batch_failures_total`'s faults (see `classifyDatabaseFailure`). */
@@ -235,6 +236,7 @@ export function createMetrics(
       help: 'Inbox batches the unlocked path found inconsistent and handed to the locked path',
       registers,
     }),
+    inboxFlood: createInboxFloodMetrics(registers),
   };
   metrics.buildInfo.set({ version: packageVersion(), node: process.version }, 1);
   metrics.unknownMigrations.set(0);
@@ -305,5 +307,38 @@ function createRetentionMetrics(registers: Registry[]): RetentionMetrics {
   };
   for (const table of RETENTION_DELETED_TABLES) m.deleted.inc({ table }, 0);
   for (const outcome of RETENTION_PASS_OUTCOMES) m.passes.inc({ outcome }, 0);
+  return m;
+}
+
+/** The inbox's metrics of hostile or broken senders (src/daemon/inbox.ts). */
+export interface InboxFloodMetrics {
+  quarantinedByService: Counter<'service' | 'reason'>;
+  terminated: Counter;
+}
+
+/**
+ * The `service` label of a sender that is not among the known services: the sender picks its
+ * `service.name`, so only names the core knows become label values (src/daemon/serviceLabels.ts).
+ */
+export const SERVICE_LABEL_OTHER = 'other';
+
+/** Create the inbox flood metrics in `registers`, every known series at 0. */
+function createInboxFloodMetrics(registers: Registry[]): InboxFloodMetrics {
+  const m: InboxFloodMetrics = {
+    quarantinedByService: new Counter({
+      name: 'recognition_inbox_quarantined_by_service_total',
+      help: 'Envelopes quarantined, by the service they name (a known service, or "other") and reason',
+      labelNames: ['service', 'reason'],
+      registers,
+    }),
+    terminated: new Counter({
+      name: 'recognition_inbox_terminated_total',
+      help: 'Messages terminated (term) because not even their bounded quarantine record could be stored',
+      registers,
+    }),
+  };
+  for (const reason of QUARANTINE_REASONS)
+    m.quarantinedByService.inc({ service: SERVICE_LABEL_OTHER, reason }, 0);
+  m.terminated.inc(0);
   return m;
 }

@@ -100,6 +100,7 @@ async function replayCommand(o: ReplayOptions): Promise<void> {
         untilSeq: o.untilSeq,
         batchSize: cfg.INBOX_BATCH_SIZE,
         maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
+        quarantinePayloadMaxBytes: cfg.QUARANTINE_PAYLOAD_MAX_BYTES,
         dryRun: o.dryRun === true,
         onPlan(plan) {
           if (plan.startAgedOut && plan.oldest)

@@ -152,6 +152,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
             replicas: cfg.NATS_STREAM_REPLICAS,
             ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
             maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
+            maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
             names,
           }),
         )
@@ -278,6 +279,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           concurrency: cfg.INBOX_CONCURRENCY,
           lingerMs: cfg.INBOX_LINGER_MS,
           maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
+          quarantinePayloadMaxBytes: cfg.QUARANTINE_PAYLOAD_MAX_BYTES,
           ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
           names,
           provision,

@@ -41,16 +41,19 @@ import { decodeEnvelope } from '../messages/decodeEnvelope.js';
 import { CONTRACT_NAMES, type ExchangeNames } from '../nats/subjects.js';
 import { startInboxTrace, type InboxTrace } from '../tracing/jobSpans.js';
 import { runTraced } from '../tracing/tracing.js';
+import { QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT } from '../messages/quarantineRecord.js';
 import {
   applyInboxBatchTx,
   type InboxBatchHooks,
   type InboxItem,
   type InboxOutcome,
   type PgPool,
+  type QuarantineLimits,
   type RawMessage,
 } from './inboxBatch.js';
 import { startInboxReader } from './inboxReader.js';
 import { InboxScheduler } from './inboxScheduler.js';
+import { ServiceLabels } from './serviceLabels.js';
 
 /** What {@link startInbox} needs: where to read, where to write, and how to batch. */
 export interface InboxOptions {
@@ -70,6 +73,8 @@ export interface InboxOptions {
   /** How long a batch that is not full waits for more envelopes, from its first one (ms). */
   lingerMs?: number | undefined;
   maxEnvelopeBytes: number;
+  /** The longest payload prefix a quarantine row keeps (`QUARANTINE_PAYLOAD_MAX_BYTES`). */
+  quarantinePayloadMaxBytes?: number | undefined;
   ackWaitMs: number;
   /** The results stream and inbox consumer to read (the contract's by default). */
   names?: ExchangeNames | undefined;
@@ -167,8 +172,9 @@ function branch<V>(tree: Map<string, Map<string, V>>, key: string): Map<string, 
 /**
  * What becomes of a batch, as a function that applies one: one transaction, then ack, log and
  * count (one line per decision); nak on a failure that is not the messages'; on one that is,
- * each message on its own, and one the database still refuses is quarantined. Resolves when every message of the
- * batch is acked or nak'd; never rejects but for a bug.
+ * each message on its own, and one the database still refuses is quarantined, or terminated when
+ * not even that can be stored. Resolves when every message of the batch is acked, nak'd or terminated; never rejects
+ * but for a bug.
  */
 function batchApplier(
   opts: InboxOptions,
@@ -187,11 +193,17 @@ function batchApplier(
       );
     },
   };
+  const limits: QuarantineLimits = {
+    payloadMaxBytes: opts.quarantinePayloadMaxBytes ?? QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT,
+  };
+  const services = new ServiceLabels();
   /** Log one line per decision (only at the levels enabled); count per batch. */
   function report(entries: readonly Entry[], outs: readonly InboxOutcome[], traced?: InboxTrace): void {
     // Counted per batch by label values, which are the machine's names: no key is built per envelope.
     const envelopes = new Map<string, number>();
     const reasons = new Map<string, number>();
+    /** Quarantined per service label, then reason. */
+    const byService = new Map<string, Map<string, number>>();
     const transitions = new Map<string, Map<string, Map<string, number>>>();
     const info = log.isLevelEnabled('info');
     const warn = info || log.isLevelEnabled('warn');
@@ -201,6 +213,8 @@ function batchApplier(
       if (out.kind === 'quarantined') {
         tally(envelopes, 'quarantined');
         tally(reasons, out.reason);
+        tally(branch(byService, services.labelOf(out.serviceName)), out.reason);
+        // Every field is bounded (quarantineRecord): the line costs a few KiB whatever the message.
         if (warn)
           log.warn(
             {
@@ -208,6 +222,7 @@ function batchApplier(
               msg_id: out.msgId,
               event: 'quarantined',
               reason: out.reason,
+              service: out.serviceName,
               stream_seq: entries[i]!.msg.seq,
               details: out.details,
               ...traced?.logFields(i),
@@ -217,6 +232,9 @@ function batchApplier(
         continue;
       }
       const o = out.outcome;
+      // The machine accepts an envelope only from its job's target_service: a known service.
+      const entry = entries[i]!;
+      if (entry.decoded.ok) services.learn(entry.decoded.envelope.service.name);
       tally(envelopes, o.decision);
       if (o.decision === 'applied') tally(branch(branch(transitions, o.from), o.event), o.to);
       const enabled = o.decision === 'duplicate' ? debug : o.decision === 'late' ? warn : info;
@@ -254,6 +272,8 @@ function batchApplier(
     if (!metrics) return;
     for (const [outcome, n] of envelopes) metrics.envelopes.inc({ outcome }, n);
     for (const [reason, n] of reasons) metrics.quarantine.inc({ reason }, n);
+    for (const [service, byReason] of byService)
+      for (const [reason, n] of byReason) metrics.inboxFlood.quarantinedByService.inc({ service, reason }, n);
     for (const [from, byEvent] of transitions)
       for (const [event, byTo] of byEvent)
         for (const [to, n] of byTo) metrics.transitions.inc({ from, event, to }, n);
@@ -271,7 +291,7 @@ function batchApplier(
       await opts.beforeBatch?.(batch);
       // One span per envelope, child of the envelope's trace context (none without tracing).
       const traced = startInboxTrace(batch);
-      const outcomes = await runTraced(traced, () => applyInboxBatchTx(target, batch, hooks));
+      const outcomes = await runTraced(traced, () => applyInboxBatchTx(target, batch, hooks, limits));
       failing = undefined;
       traced?.end(outcomes);
       opts.afterCommit?.(batch, outcomes);
@@ -318,26 +338,53 @@ function batchApplier(
     }
   }
 
-  /** A single valid message whose values the database refuses: keep it, ack it. */
+  /**
+   * A single message whose values the database refuses: keep it, ack it. When the database
+   * refuses even its quarantine record's values, it is terminated (never delivered again), with a
+   * log line and `recognition_inbox_terminated_total`: a nak would bring it back without end, since
+   * `core-inbox` has no delivery limit. A failure that is not the record's (connection, grant) naks.
+   */
   async function quarantineUnapplicable(entry: Entry, err: unknown): Promise<void> {
     const message = err instanceof Error ? err.message : String(err);
+    const d = entry.decoded;
     const item: InboxItem = {
       raw: entry.raw,
       decoded: {
         ok: false,
         reason: QUARANTINE_REASON.SCHEMA_INVALID,
-        details: { stage: 'apply', error: message },
-        jobId: entry.decoded.ok ? entry.decoded.envelope.job_id : undefined,
-        msgId: entry.decoded.ok ? entry.decoded.msgId : null,
+        details: { stage: 'apply', error: message, ...(d.ok ? {} : { decoded_reason: d.reason }) },
+        jobId: d.ok ? d.envelope.job_id : d.jobId,
+        msgId: d.msgId ?? null,
+        ...(d.ok
+          ? { serviceName: d.envelope.service.name }
+          : d.serviceName === undefined
+            ? {}
+            : { serviceName: d.serviceName }),
       },
     };
     try {
-      const outcomes = await applyInboxBatchTx(target, [item]);
+      const outcomes = await applyInboxBatchTx(target, [item], hooks, limits);
       entry.msg.ack();
       report([entry], outcomes);
     } catch (err2) {
-      entry.msg.nak(nakDelayMs(entry.msg.info.deliveryCount));
-      log.error({ err: err2, event: 'quarantine_failed' }, 'could not quarantine an envelope: nak');
+      if (classifyDatabaseFailure(err2).fault !== 'message') {
+        entry.msg.nak(nakDelayMs(entry.msg.info.deliveryCount));
+        metrics?.envelopes.inc({ outcome: 'retried' });
+        log.error({ err: err2, event: 'quarantine_failed' }, 'could not quarantine an envelope: nak');
+        return;
+      }
+      entry.msg.term();
+      metrics?.inboxFlood.terminated.inc();
+      log.error(
+        {
+          err: err2,
+          event: 'envelope_terminated',
+          stream_seq: entry.msg.seq,
+          reason: d.ok ? null : d.reason,
+          delivery_count: entry.msg.info.deliveryCount,
+        },
+        'could not store even the quarantine record of an envelope: terminated, it is not delivered again',
+      );
     }
   }
 

@@ -16,6 +16,7 @@ import type { Database } from '../db/schema.js';
 import { InconsistencyError } from '../errors.js';
 import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
 import { envelopeToJobEvent, serviceMismatchDetails } from '../messages/envelopeToJobEvent.js';
+import { QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT, quarantineRecord } from '../messages/quarantineRecord.js';
 import {
   applyEvents,
   defineStatement,
@@ -50,10 +51,21 @@ export type InboxOutcome =
   | {
       kind: 'quarantined';
       reason: QuarantineReason;
+      /** As stored: bounded, U+0000 escaped (see `quarantineRecord`). */
       jobId: string | null;
       msgId: string | null;
       details: unknown;
+      /** The `service.name` the message claims, when it can be read (not a checked name). */
+      serviceName: string | null;
     };
+
+/** How much of a message a quarantine row keeps. */
+export interface QuarantineLimits {
+  /** The longest payload prefix stored (`QUARANTINE_PAYLOAD_MAX_BYTES`). */
+  payloadMaxBytes: number;
+}
+
+const DEFAULT_LIMITS: QuarantineLimits = { payloadMaxBytes: QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT };
 
 /** The `Nats-Msg-Id` of a message, or undefined ('' counts as missing). */
 export function msgIdOf(raw: RawMessage): string | undefined {
@@ -92,6 +104,39 @@ interface QuarantineInsert {
   jobId: string | null;
   msgId: string | null;
   details: unknown;
+  serviceName: string | null;
+}
+
+/** A quarantine row made bounded and storable, with the outcome the caller logs and counts. */
+interface QuarantineRow {
+  raw: RawMessage;
+  reason: QuarantineReason;
+  record: ReturnType<typeof quarantineRecord>;
+  outcome: Extract<InboxOutcome, { kind: 'quarantined' }>;
+}
+
+function quarantineRow(q: QuarantineInsert, limits: QuarantineLimits): QuarantineRow {
+  const record = quarantineRecord({
+    msgId: q.msgId,
+    jobId: q.jobId,
+    details: q.details,
+    headers: q.raw.headers,
+    data: q.raw.data,
+    payloadMaxBytes: limits.payloadMaxBytes,
+  });
+  return {
+    raw: q.raw,
+    reason: q.reason,
+    record,
+    outcome: {
+      kind: 'quarantined',
+      reason: q.reason,
+      jobId: record.jobId,
+      msgId: record.msgId,
+      details: record.details,
+      serviceName: q.serviceName,
+    },
+  };
 }
 
 const QUARANTINE = defineStatement(
@@ -105,20 +150,28 @@ const QUARANTINE = defineStatement(
   ON CONFLICT (stream, stream_seq) WHERE stream_seq IS NOT NULL DO NOTHING`,
 );
 
-/** Insert quarantine rows; a message already quarantined (same stream sequence) is not written twice. */
-async function quarantine(tx: StepTransaction, rows: QuarantineInsert[]): Promise<void> {
+/**
+ * Insert quarantine rows; a message already quarantined (same stream sequence) is not written
+ * twice. Every row is in its bounded, storable form (`quarantineRecord`), so what a sender put in
+ * a message cannot make the insert fail.
+ */
+async function quarantine(tx: StepTransaction, rows: QuarantineRow[]): Promise<void> {
   if (rows.length === 0) return;
   const json = JSON.stringify(
     rows.map((r) => ({
       stream: r.raw.stream,
       stream_seq: r.raw.streamSeq,
       subject: r.raw.subject,
-      msg_id: r.msgId,
-      job_id: r.jobId,
+      msg_id: r.record.msgId,
+      job_id: r.record.jobId,
       reason: r.reason,
-      details: r.details ?? null,
-      payload: Buffer.from(r.raw.data).toString('base64'),
-      headers: r.raw.headers,
+      details: r.record.details,
+      payload: Buffer.from(
+        r.record.payload.buffer,
+        r.record.payload.byteOffset,
+        r.record.payload.byteLength,
+      ).toString('base64'),
+      headers: r.record.headers,
     })),
   );
   await stepSqlOf(tx).query(QUARANTINE, [json]);
@@ -133,26 +186,31 @@ async function quarantine(tx: StepTransaction, rows: QuarantineInsert[]): Promis
 export async function applyInboxBatch(
   tx: StepTransaction,
   items: readonly InboxItem[],
+  limits: QuarantineLimits = DEFAULT_LIMITS,
 ): Promise<InboxOutcome[]> {
   const outcomes: InboxOutcome[] = new Array(items.length);
   const steps: StepItem[] = [];
   const stepIndex: number[] = [];
-  const quarantined: QuarantineInsert[] = [];
+  const quarantined: QuarantineRow[] = [];
+  const keep = (i: number, q: QuarantineInsert): void => {
+    const row = quarantineRow(q, limits);
+    quarantined.push(row);
+    outcomes[i] = row.outcome;
+  };
   items.forEach((item, i) => {
     const d = item.decoded;
     if (d.ok) {
       steps.push(envelopeToJobEvent(d.envelope, d.msgId));
       stepIndex.push(i);
     } else {
-      const q = {
+      keep(i, {
         raw: item.raw,
         reason: d.reason,
         jobId: d.jobId ?? null,
         msgId: d.msgId ?? null,
         details: d.details,
-      };
-      quarantined.push(q);
-      outcomes[i] = { kind: 'quarantined', ...q };
+        serviceName: d.serviceName ?? null,
+      });
     }
   });
   const stepped = await applyEvents(tx, steps);
@@ -160,26 +218,25 @@ export async function applyInboxBatch(
     const i = stepIndex[n]!;
     const item = items[i]!;
     const msgId = item.decoded.ok ? item.decoded.msgId : null;
+    const serviceName = item.decoded.ok ? item.decoded.envelope.service.name : null;
     if (outcome.decision === 'unknown_job') {
-      const q = {
+      keep(i, {
         raw: item.raw,
         reason: QUARANTINE_REASON.UNKNOWN_JOB,
         jobId: outcome.jobId,
         msgId,
         details: { message: `no recognition_job with id ${outcome.jobId}` },
-      };
-      quarantined.push(q);
-      outcomes[i] = { kind: 'quarantined', ...q };
+        serviceName,
+      });
     } else if (outcome.decision === 'rejected' && item.decoded.ok) {
-      const q = {
+      keep(i, {
         raw: item.raw,
         reason: QUARANTINE_REASON.SERVICE_MISMATCH,
         jobId: outcome.jobId,
         msgId,
         details: serviceMismatchDetails(outcome.targetService, item.decoded.envelope.service.name),
-      };
-      quarantined.push(q);
-      outcomes[i] = { kind: 'quarantined', ...q };
+        serviceName,
+      });
     } else {
       outcomes[i] = { kind: 'step', outcome, msgId };
     }
@@ -213,11 +270,12 @@ export async function applyInboxBatchTx(
   db: Kysely<Database> | PgPool,
   items: readonly InboxItem[],
   hooks: InboxBatchHooks = {},
+  limits: QuarantineLimits = DEFAULT_LIMITS,
 ): Promise<InboxOutcome[]> {
-  if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items));
+  if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items, limits));
   return (
     (await applyUnlocked(db, items, hooks)) ??
-    inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items), { genericPlans: true })
+    inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items, limits), { genericPlans: true })
   );
 }
 

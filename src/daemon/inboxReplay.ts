@@ -52,6 +52,8 @@ export interface InboxReplayOptions {
   /** Messages per transaction. */
   batchSize: number;
   maxEnvelopeBytes: number;
+  /** The longest payload prefix a quarantine row keeps (`QUARANTINE_PAYLOAD_MAX_BYTES`; 64 KiB if unset). */
+  quarantinePayloadMaxBytes?: number | undefined;
   /**
    * Decide every message and write nothing: each batch runs in a transaction that is rolled back,
    * so it is decided on the database as it is, without the earlier batches' effects.
@@ -222,7 +224,16 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
     // 3. Batches in stream order.
     const target = opts.pool ?? opts.db;
     const apply = (items: readonly InboxItem[]) =>
-      opts.dryRun ? decideOnly(opts.db, items) : applyInboxBatchTx(target, items);
+      opts.dryRun
+        ? decideOnly(opts.db, items)
+        : applyInboxBatchTx(
+            target,
+            items,
+            {},
+            opts.quarantinePayloadMaxBytes === undefined
+              ? undefined
+              : { payloadMaxBytes: opts.quarantinePayloadMaxBytes },
+          );
 
     /**
      * Apply `items`: retried while the cause is transient, stopped on any other fault that is not

@@ -442,7 +442,8 @@ describe('hostile input through real NATS into the real database', () => {
       },
       extra_unknown_field: longText(100_000, 8),
     };
-    const msgId = `result:${ascii(2_000, 9)}`;
+    // The longest Nats-Msg-Id accepted: 256 characters.
+    const msgId = `result:${ascii(249, 9).slice(0, 249).padEnd(249, 'm')}`;
     await publish(JSON.stringify(done), msgId);
     const error = {
       job_id: errJob.jobId,
@@ -476,7 +477,7 @@ describe('hostile input through real NATS into the real database', () => {
     });
   });
 
-  it('strings longer than the schema allows, deep nesting, oversized payloads: quarantined once each with the payload verbatim; the job untouched', async () => {
+  it('strings longer than the schema allows, deep nesting, oversized payloads: quarantined once each with the payload (its first 64 KiB); the job untouched', async () => {
     const job = await insertJob(t.db, { status: 'published' });
     const base = { job_id: job.jobId, status: 'done', service: { name: 'tabular-parser', version: '1' } };
     const cases: Array<[string, string, string]> = [
@@ -507,8 +508,11 @@ describe('hostile input through real NATS into the real database', () => {
       ],
       ['objects nested 65 levels', JSON.stringify({ ...base, metrics: nest(65) }), 'INVALID_JSON'],
       ['one byte over MAX_ENVELOPE_BYTES', padTo({ ...base, metrics: {} }, MAX + 1), 'PAYLOAD_TOO_LARGE'],
-      ['three times MAX_ENVELOPE_BYTES', padTo({ ...base, metrics: {} }, 3 * MAX), 'PAYLOAD_TOO_LARGE'],
     ];
+    // Far over MAX_ENVELOPE_BYTES: the results stream's max_msg_size refuses it at publish.
+    await expect(publish(padTo({ ...base, metrics: {} }, 3 * MAX), `bad:${randomUUID()}`)).rejects.toThrow(
+      /maximum/i,
+    );
     const seqs: number[] = [];
     for (const [, payload] of cases)
       seqs.push(
@@ -519,7 +523,15 @@ describe('hostile input through real NATS into the real database', () => {
       const rows = await quarantined(seqs[i]!);
       expect(rows, name).toHaveLength(1);
       expect(rows[0]!.reason, name).toBe(reason);
-      expect(Buffer.from(rows[0]!.payload).equals(Buffer.from(enc.encode(payload))), name).toBe(true);
+      // A payload over QUARANTINE_PAYLOAD_MAX_BYTES (64 KiB) is kept as its prefix, with its length.
+      const bytes = Buffer.from(enc.encode(payload));
+      const kept = bytes.subarray(0, 65_536);
+      expect(Buffer.from(rows[0]!.payload).equals(kept), name).toBe(true);
+      if (bytes.byteLength > kept.byteLength)
+        expect(rows[0]!.details, name).toMatchObject({
+          payload_truncated: true,
+          payload_bytes: bytes.byteLength,
+        });
       expect(rows[0]!.headers['X-Evil'], name).toEqual(["'; DROP TABLE inbox_quarantine; --"]);
     }
     const r = await loadAll(t.db, job.jobId);
