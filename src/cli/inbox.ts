@@ -96,6 +96,7 @@ async function replayCommand(o: ReplayOptions): Promise<void> {
         untilSeq: o.untilSeq,
         batchSize: cfg.INBOX_BATCH_SIZE,
         maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
+        resultsBucket: cfg.RESULTS_BUCKET,
         dryRun: o.dryRun === true,
         onPlan(plan) {
           if (plan.startAgedOut && plan.oldest)

@@ -258,6 +258,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           concurrency: cfg.INBOX_CONCURRENCY,
           lingerMs: cfg.INBOX_LINGER_MS,
           maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
+          resultsBucket: cfg.RESULTS_BUCKET,
           ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
           names,
           provision,

@@ -66,6 +66,8 @@ export interface InboxOptions {
   /** How long a batch that is not full waits for more envelopes, from its first one (ms). */
   lingerMs?: number | undefined;
   maxEnvelopeBytes: number;
+  /** The bucket every result's object must be in (`RESULTS_BUCKET`). */
+  resultsBucket: string;
   ackWaitMs: number;
   /** The results stream and inbox consumer to read (the contract's by default). */
   names?: ExchangeNames | undefined;
@@ -163,6 +165,7 @@ function branch<V>(tree: Map<string, Map<string, V>>, key: string): Map<string, 
 function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Promise<void> {
   const { metrics } = opts;
   const target = opts.pool ?? opts.db;
+  const rule = { resultsBucket: opts.resultsBucket };
   /** Log one line per decision (only at the levels enabled); count per batch. */
   function report(entries: readonly Entry[], outs: readonly InboxOutcome[], traced?: InboxTrace): void {
     // Counted per batch by label values, which are the machine's names: no key is built per envelope.
@@ -247,7 +250,7 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
       await opts.beforeBatch?.(batch);
       // One span per envelope, child of the envelope's trace context (none without tracing).
       const traced = startInboxTrace(batch);
-      const outcomes = await runTraced(traced, () => applyInboxBatchTx(target, batch));
+      const outcomes = await runTraced(traced, () => applyInboxBatchTx(target, batch, rule));
       traced?.end(outcomes);
       opts.afterCommit?.(batch, outcomes);
       // Acks are fire-and-forget: the client writes them out with the next flush.
@@ -291,7 +294,7 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
       },
     };
     try {
-      const outcomes = await applyInboxBatchTx(target, [item]);
+      const outcomes = await applyInboxBatchTx(target, [item], rule);
       entry.msg.ack();
       report([entry], outcomes);
     } catch (err2) {

@@ -3,8 +3,9 @@
  * shared by the live inbox and `quarantine replay`.
  *
  * A batch is applied atomically: the valid envelopes go through the step (in stream order); the
- * invalid ones, the envelopes of unknown jobs and those the machine rejects (from a service other
- * than the job's `target_service`) are written to `inbox_quarantine`. A batch of valid envelopes
+ * invalid ones, the envelopes of unknown jobs, those the machine rejects (from a service other
+ * than the job's `target_service`) and the results whose object is not their job's own are
+ * written to `inbox_quarantine`. A batch of valid envelopes
  * whose jobs are as they expect takes the step's unlocked path (one write statement, its own
  * transaction); any other, one transaction. The caller acks every message after this returns (commit first, ack
  * after), or naks them all when it throws.
@@ -15,6 +16,7 @@ import { inPgTransaction, withPgClient, type PgPool } from '../db/pgTransaction.
 import type { Database } from '../db/schema.js';
 import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
 import { envelopeToJobEvent, serviceMismatchDetails } from '../messages/envelopeToJobEvent.js';
+import type { ResultObjectRule } from '../messages/resultObject.js';
 import {
   applyEvents,
   defineStatement,
@@ -125,13 +127,15 @@ async function quarantine(tx: StepTransaction, rows: QuarantineInsert[]): Promis
 
 /**
  * Apply a batch inside the caller's transaction. Returns one outcome per item, in order.
- * Envelopes of unknown jobs (`UNKNOWN_JOB`) and envelopes the machine rejects because they come
+ * Envelopes of unknown jobs (`UNKNOWN_JOB`), envelopes the machine rejects because they come
  * from a service other than the job's `target_service` (`SERVICE_MISMATCH`, both names in the
- * details) are quarantined in the same transaction; the job is left as it was.
+ * details) and results whose `result_s3` is not their job's own object (`RESULT_OBJECT_NOT_OWNED`,
+ * checked against `rule`) are quarantined in the same transaction; the job is left as it was.
  */
 export async function applyInboxBatch(
   tx: StepTransaction,
   items: readonly InboxItem[],
+  rule: ResultObjectRule,
 ): Promise<InboxOutcome[]> {
   const outcomes: InboxOutcome[] = new Array(items.length);
   const steps: StepItem[] = [];
@@ -154,7 +158,7 @@ export async function applyInboxBatch(
       outcomes[i] = { kind: 'quarantined', ...q };
     }
   });
-  const stepped = await applyEvents(tx, steps);
+  const stepped = await applyEvents(tx, steps, rule);
   stepped.forEach((outcome, n) => {
     const i = stepIndex[n]!;
     const item = items[i]!;
@@ -176,6 +180,16 @@ export async function applyInboxBatch(
         jobId: outcome.jobId,
         msgId,
         details: serviceMismatchDetails(outcome.targetService, item.decoded.envelope.service.name),
+      };
+      quarantined.push(q);
+      outcomes[i] = { kind: 'quarantined', ...q };
+    } else if (outcome.decision === 'object_not_owned') {
+      const q = {
+        raw: item.raw,
+        reason: QUARANTINE_REASON.RESULT_OBJECT_NOT_OWNED,
+        jobId: outcome.jobId,
+        msgId,
+        details: outcome.details,
       };
       quarantined.push(q);
       outcomes[i] = { kind: 'quarantined', ...q };
@@ -201,23 +215,28 @@ function isKysely(db: Kysely<Database> | PgPool): db is Kysely<Database> {
 export async function applyInboxBatchTx(
   db: Kysely<Database> | PgPool,
   items: readonly InboxItem[],
+  rule: ResultObjectRule,
 ): Promise<InboxOutcome[]> {
-  if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items));
+  if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items, rule));
   return (
-    (await applyUnlocked(db, items)) ??
-    inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items), { genericPlans: true })
+    (await applyUnlocked(db, items, rule)) ??
+    inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items, rule), { genericPlans: true })
   );
 }
 
 /**
  * A batch of valid envelopes on the step's unlocked path: one statement instead of four (see
  * `applyEventsOptimistic`). `null` when the batch holds an invalid envelope, or the path hands the
- * work back (an unknown job, or an envelope the machine rejects, is quarantined by the
- * transaction; a job not as its envelope expects is decided on its locked row); nothing is
- * written then.
+ * work back (an unknown job, an envelope the machine rejects, or a result whose object is not its
+ * job's, is quarantined by the transaction; a job not as its envelope expects is decided on its
+ * locked row); nothing is written then.
  */
-async function applyUnlocked(pool: PgPool, items: readonly InboxItem[]): Promise<InboxOutcome[] | null> {
-  const planned = planUnlocked(items);
+async function applyUnlocked(
+  pool: PgPool,
+  items: readonly InboxItem[],
+  rule: ResultObjectRule,
+): Promise<InboxOutcome[] | null> {
+  const planned = planUnlocked(items, rule);
   if (!planned) return null;
   const { plan, msgIds } = planned;
   const outcomes = await withPgClient(pool, (client) => writeOptimistic(pgStepSql(client), plan));
@@ -231,6 +250,7 @@ async function applyUnlocked(pool: PgPool, items: readonly InboxItem[]): Promise
  */
 function planUnlocked(
   items: readonly InboxItem[],
+  rule: ResultObjectRule,
 ): { plan: ExpectedWrite; msgIds: Array<string | null> } | null {
   const steps: StepItem[] = [];
   const msgIds: Array<string | null> = [];
@@ -240,6 +260,6 @@ function planUnlocked(
     msgIds.push(item.decoded.msgId);
   }
   if (steps.length === 0) return null;
-  const plan = planOptimistic(steps);
+  const plan = planOptimistic(steps, rule);
   return plan && { plan, msgIds };
 }

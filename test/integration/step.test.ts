@@ -24,7 +24,7 @@ import {
   WRITE,
 } from '../../src/step/index.js';
 import { LOCK, UNNEST_FUNCTION, WRITE_PARAMETERS, WRITE_PARTS } from '../../src/step/statements.js';
-import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
+import { insertJob, loadAll, RESULTS, snapshotTables } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
 
 const t = useHarness({ database: true });
@@ -47,7 +47,7 @@ function unlockedBatch(
       return rows;
     },
   });
-  return withPgClient(t.pool, (client) => applyEventsOptimistic(watched(pgStepSql(client)), items));
+  return withPgClient(t.pool, (client) => applyEventsOptimistic(watched(pgStepSql(client)), items, RESULTS));
 }
 
 /** The unlocked path for one event ({@link unlockedBatch}). */
@@ -61,9 +61,9 @@ async function unlocked(
 }
 
 const paths = {
-  locked: (jobId: string, event: JobEventInput) => step(t.db, jobId, event),
+  locked: (jobId: string, event: JobEventInput) => step(t.db, jobId, event, RESULTS),
   unlocked: async (jobId: string, event: JobEventInput) =>
-    (await unlocked(jobId, event)) ?? step(t.db, jobId, event),
+    (await unlocked(jobId, event)) ?? step(t.db, jobId, event, RESULTS),
 };
 const service = { name: 'tabular-parser', version: '2.3.1' };
 
@@ -473,7 +473,7 @@ describe('the unlocked path, a batch of several jobs', () => {
       'a result already applied (a duplicate)',
       async () => {
         const j = await insertJob(t.db, { status: 'processing' });
-        await step(t.db, j.jobId, done(j.jobId, j.fileId));
+        await step(t.db, j.jobId, done(j.jobId, j.fileId), RESULTS);
         return { jobId: j.jobId, event: done(j.jobId, j.fileId) };
       },
     ],
@@ -547,8 +547,8 @@ describe('the unlocked path, a batch of several jobs', () => {
     const orders = [items, [...items].reverse(), [...items.slice(4), ...items.slice(0, 4)]];
     const runs = await Promise.all(
       orders.flatMap((order) => [
-        unlockedBatch(order).then((o) => o ?? t.db.transaction().execute((tx) => applyEvents(tx, order))),
-        t.db.transaction().execute((tx) => applyEvents(tx, order)),
+        unlockedBatch(order).then((o) => o ?? t.db.transaction().execute((tx) => applyEvents(tx, order, RESULTS))),
+        t.db.transaction().execute((tx) => applyEvents(tx, order, RESULTS)),
       ]),
     );
     // Every batch decided every item: one of the six applied each result, the others saw it done.
@@ -923,15 +923,19 @@ describe("the inbox's statements are planned once per connection", () => {
       let seq = 0;
       // Ten batches of one job and ten of two jobs (the unlocked path), and ten of a job with a job
       // that does not exist (the unlocked path hands them to the locked one, which quarantines it).
-      for (const j of jobs.slice(0, 10)) await applyInboxBatchTx(pool, [resultItem(j, ++seq)]);
+      for (const j of jobs.slice(0, 10)) await applyInboxBatchTx(pool, [resultItem(j, ++seq)], RESULTS);
       for (let i = 10; i < 30; i += 2)
-        await applyInboxBatchTx(pool, [resultItem(jobs[i]!, ++seq), resultItem(jobs[i + 1]!, ++seq)]);
+        await applyInboxBatchTx(
+          pool,
+          [resultItem(jobs[i]!, ++seq), resultItem(jobs[i + 1]!, ++seq)],
+          RESULTS,
+        );
       const more = await Promise.all(
         Array.from({ length: 10 }, () => insertJob(t.db, { status: 'processing' })),
       );
       for (const j of more) {
         const unknown = { jobId: randomUUID(), fileId: randomUUID() };
-        const outcomes = await applyInboxBatchTx(pool, [resultItem(j, ++seq), resultItem(unknown, ++seq)]);
+        const outcomes = await applyInboxBatchTx(pool, [resultItem(j, ++seq), resultItem(unknown, ++seq)], RESULTS);
         expect(outcomes.map((o) => o.kind)).toEqual(['step', 'quarantined']);
       }
       for (const j of [...jobs, ...more]) expect((await loadAll(t.db, j.jobId)).job.status).toBe('done');
