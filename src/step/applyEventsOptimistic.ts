@@ -25,9 +25,10 @@ const SERIALIZATION_FAILURE = '40001';
  * One statement is one transaction: the outcome is exactly that of the locked path run at the
  * moment of the write. Resolves with `null` when this path cannot finish the work — an event
  * without an expected decision, two events of one job, more events than one write holds, a result
- * object that is not under its job's prefix in the results bucket or already registered, a job
+ * object that is not under its job's prefix in the results bucket, a job
  * not as expected (it does not exist, its status or service differ, the result is a duplicate,
- * its file has moved on), or rows that kept changing — and the caller then runs the locked path;
+ * its file has moved on), or rows that kept changing or a result object already registered (each
+ * a serialization failure of the write) — and the caller then runs the locked path;
  * nothing has been written.
  */
 export async function applyEventsOptimistic(

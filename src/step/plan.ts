@@ -542,8 +542,9 @@ export interface ExpectedWrite {
 /**
  * The unlocked path's plan: each item's expected decision (`decideExpected`), and the write that
  * applies them all where every job still is as they assumed, or nothing. A result's object must
- * be in the results bucket (`rule`) at `results/<file_id>/<job_id>/…`, and the write checks that
- * `<file_id>` is the job's file and that `s3_object` holds none of the objects yet. Null when an
+ * be in the results bucket (`rule`) at `results/<file_id>/<job_id>/…`; the write checks that
+ * `<file_id>` is the job's file, and writes nothing of a batch one of whose objects `s3_object`
+ * holds already (a serialization failure, after which the locked path decides). Null when an
  * item has no expected decision, names a job another item names too, or names an object the key
  * alone shows is not its job's: only a decision on the job's row will do then (the locked path).
  */

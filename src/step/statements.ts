@@ -240,12 +240,12 @@ const STATUS_BITS = `'{${JOB_STATUSES.join(',')}}'::text[]`;
  *      every locked path locks (so no two transactions wait for each other), waiting for a
  *      transaction holding one, and check each is as its expected decision assumed it: its status
  *      one of the expected ones, its `target_service` the expected one, no result msg id, its file
- *      pointing at it, its file the one its result object's key names; and that `s3_object` holds
- *      none of the batch's result objects yet. If one is not, the statement writes nothing and
- *      returns no job; the caller then takes the batch through the locked path;
+ *      pointing at it, its file the one its result object's key names. If one is not, the
+ *      statement writes nothing and returns no job; the caller then takes the batch through the
+ *      locked path;
  *   a. register the result objects (`s3_object`), one multi-row insert that never touches a row
  *      already there: an object is a job's only when this statement creates it, and a job whose
- *      object was already there (registered by another transaction since it was checked) is not
+ *      object is already there (registered before, or by another transaction meanwhile) is not
  *      written, so the count of written jobs falls short (below);
  *   b. write each job's status and the columns the machine assigned it (the others stay as they
  *      are), at the address it was read or locked at and only while it still has that version; a
@@ -260,9 +260,11 @@ const STATUS_BITS = `'{${JOB_STATUSES.join(',')}}'::text[]`;
  * another transaction while step 0 waited for it) is not found by 3b. The count of written jobs
  * then falls short, and the statement aborts as a whole with a serialization failure
  * (`recognition_job_versions_checked`, migration 0003); so does a locked path's job not at its
- * address and version any more, and a job whose result object 3a found already there: the next
- * try reads that object and refuses the result. Step 0 runs first: the insert and the update wait for its check
- * (a condition without columns, which PostgreSQL evaluates once, before the first row).
+ * address and version any more, and a job whose result object 3a found already there: the locked
+ * path's next try reads that object before deciding and refuses the result (the unlocked path
+ * hands such a batch to it once its tries are spent). Step 0 runs first: the insert and the
+ * update wait for its check (a condition without columns, which PostgreSQL evaluates once, before
+ * the first row).
  * When asked to, returns each written job's new address and version, with its file and the status
  * step 0 locked it in: a later chunk of the same batch that changes the job again finds it there,
  * and an expected decision learns its `from`. Otherwise it returns one row of nulls, and a batch
@@ -311,15 +313,10 @@ function writeSql(): string {
     ORDER BY j.id
     FOR UPDATE OF j
   ),
-  -- One row: 1 when every expectation holds (and on the locked paths, which send none and have
-  -- checked the objects already), else null.
+  -- One row: 1 when every expectation holds (and on the locked paths, which send none), else null.
   guarded AS (
     SELECT CASE WHEN (SELECT count(*) FILTER (WHERE expected) FROM guard)
-                     = COALESCE(cardinality(${EXPECTED_IDS}), 0)
-                  AND (${EXPECTED_IDS} IS NULL OR NOT EXISTS (
-                    SELECT FROM ${UNNEST.objects.from} AS o
-                    JOIN s3_object AS s ON s.bucket = o.bucket AND s.key = o.key))
-                THEN 1 END AS n
+                     = COALESCE(cardinality(${EXPECTED_IDS}), 0) THEN 1 END AS n
   ),
   obj AS (
     INSERT INTO s3_object (bucket, key, bucket_role, created_by)
