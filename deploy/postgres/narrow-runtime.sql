@@ -10,3 +10,5 @@ REVOKE ALL ON kysely_migration_lock FROM recognition_runtime;
 REVOKE INSERT, UPDATE ON recognition_job_edge FROM recognition_runtime;
 -- The transition log is written once per transition and never changed.
 REVOKE UPDATE ON recognition_job_transition FROM recognition_runtime;
+-- An object is registered once and never changed: a result never takes over an existing row.
+REVOKE UPDATE ON s3_object FROM recognition_runtime;
