@@ -15,8 +15,10 @@
  *
  * The hot path runs on the pg pool when one is given: the step's statements are prepared once per
  * connection, and a batch costs one round trip (one write statement, no read before it) whatever
- * its size; one it hands back to the locked path (to quarantine an unknown job or a rejected
- * envelope, or a job not in the state its envelope expects) four more (BEGIN, lock, write, COMMIT).
+ * its size; one it hands back to the locked path (to quarantine an unknown job, a rejected
+ * envelope or a result whose object is not its job's, or a job not in the state its envelope
+ * expects) four more (BEGIN, lock, write, COMMIT), and one to read which of its result objects are
+ * registered already when it has results that name one.
  * Acks are sent without waiting, right after the commit, and go out together with the next flush.
  *
  * Failures: a retryable one (database unreachable, deadlock, serialization) naks the whole batch
