@@ -153,7 +153,11 @@ export const CONFIG_VARIABLES = {
     'safety-net poll for due pending jobs (NOTIFY wakes it sooner)',
   ],
   PUBLISHER_BATCH_SIZE: [int(1, 10000), '100', 'pending jobs published per transaction'],
-  RESULTS_BUCKET: [z.string().trim().min(1), 'arm-ka', 'bucket named in job messages for the results'],
+  RESULTS_BUCKET: [
+    z.string().trim().min(1),
+    'arm-ka',
+    "bucket named in job messages for the results; the only one a result's object may be in",
+  ],
   MAX_ENVELOPE_BYTES: [
     int(64, 64 * 1024 * 1024),
     '1048576',

@@ -18,3 +18,5 @@ GRANT EXECUTE ON FUNCTION
   recognition_retention_delete_jobs(text, timestamptz, timestamptz, uuid, integer),
   recognition_retention_delete_quarantined(timestamptz, text, integer)
   TO recognition_runtime;
+-- An object is registered once and never changed: a result never takes over an existing row.
+REVOKE UPDATE ON s3_object FROM recognition_runtime;

@@ -101,6 +101,7 @@ async function replayCommand(o: ReplayOptions): Promise<void> {
         batchSize: cfg.INBOX_BATCH_SIZE,
         maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
         quarantinePayloadMaxBytes: cfg.QUARANTINE_PAYLOAD_MAX_BYTES,
+        resultsBucket: cfg.RESULTS_BUCKET,
         dryRun: o.dryRun === true,
         onPlan(plan) {
           if (plan.startAgedOut && plan.oldest)

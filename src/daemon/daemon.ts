@@ -280,6 +280,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           lingerMs: cfg.INBOX_LINGER_MS,
           maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
           quarantinePayloadMaxBytes: cfg.QUARANTINE_PAYLOAD_MAX_BYTES,
+          resultsBucket: cfg.RESULTS_BUCKET,
           ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
           names,
           provision,

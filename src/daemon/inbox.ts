@@ -15,8 +15,10 @@
  *
  * The hot path runs on the pg pool when one is given: the step's statements are prepared once per
  * connection, and a batch costs one round trip (one write statement, no read before it) whatever
- * its size; one it hands back to the locked path (to quarantine an unknown job or a rejected
- * envelope, or a job not in the state its envelope expects) four more (BEGIN, lock, write, COMMIT).
+ * its size; one it hands back to the locked path (to quarantine an unknown job, a rejected
+ * envelope or a result whose object is not its job's, or a job not in the state its envelope
+ * expects) four more (BEGIN, lock, write, COMMIT), and one to read which of its result objects are
+ * registered already when it has results that name one.
  * Acks are sent without waiting, right after the commit, and go out together with the next flush.
  *
  * Failures are classified by `classifyDatabaseFailure` (src/errors.ts). One that is not the
@@ -75,6 +77,8 @@ export interface InboxOptions {
   maxEnvelopeBytes: number;
   /** The longest payload prefix a quarantine row keeps (`QUARANTINE_PAYLOAD_MAX_BYTES`). */
   quarantinePayloadMaxBytes?: number | undefined;
+  /** The bucket every result's object must be in (`RESULTS_BUCKET`). */
+  resultsBucket: string;
   ackWaitMs: number;
   /** The results stream and inbox consumer to read (the contract's by default). */
   names?: ExchangeNames | undefined;
@@ -197,6 +201,7 @@ function batchApplier(
     payloadMaxBytes: opts.quarantinePayloadMaxBytes ?? QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT,
   };
   const services = new ServiceLabels();
+  const rule = { resultsBucket: opts.resultsBucket };
   /** Log one line per decision (only at the levels enabled); count per batch. */
   function report(entries: readonly Entry[], outs: readonly InboxOutcome[], traced?: InboxTrace): void {
     // Counted per batch by label values, which are the machine's names: no key is built per envelope.
@@ -291,7 +296,9 @@ function batchApplier(
       await opts.beforeBatch?.(batch);
       // One span per envelope, child of the envelope's trace context (none without tracing).
       const traced = startInboxTrace(batch);
-      const outcomes = await runTraced(traced, () => applyInboxBatchTx(target, batch, hooks, limits));
+      const outcomes = await runTraced(traced, () =>
+        applyInboxBatchTx(target, batch, rule, { hooks, limits }),
+      );
       failing = undefined;
       traced?.end(outcomes);
       opts.afterCommit?.(batch, outcomes);
@@ -363,7 +370,7 @@ function batchApplier(
       },
     };
     try {
-      const outcomes = await applyInboxBatchTx(target, [item], hooks, limits);
+      const outcomes = await applyInboxBatchTx(target, [item], rule, { hooks, limits });
       entry.msg.ack();
       report([entry], outcomes);
     } catch (err2) {

@@ -3,8 +3,9 @@
  * shared by the live inbox and `quarantine replay`.
  *
  * A batch is applied atomically: the valid envelopes go through the step (in stream order); the
- * invalid ones, the envelopes of unknown jobs and those the machine rejects (from a service other
- * than the job's `target_service`) are written to `inbox_quarantine`. A batch of valid envelopes
+ * invalid ones, the envelopes of unknown jobs, those the machine rejects (from a service other
+ * than the job's `target_service`) and the results whose object is not their job's own are
+ * written to `inbox_quarantine`. A batch of valid envelopes
  * whose jobs are as they expect takes the step's unlocked path (one write statement, its own
  * transaction); any other, one transaction. The caller acks every message after this returns (commit first, ack
  * after), or naks them all when it throws.
@@ -17,6 +18,7 @@ import { InconsistencyError } from '../errors.js';
 import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
 import { envelopeToJobEvent, serviceMismatchDetails } from '../messages/envelopeToJobEvent.js';
 import { QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT, quarantineRecord } from '../messages/quarantineRecord.js';
+import type { ResultObjectRule } from '../messages/resultObject.js';
 import {
   applyEvents,
   defineStatement,
@@ -179,13 +181,15 @@ async function quarantine(tx: StepTransaction, rows: QuarantineRow[]): Promise<v
 
 /**
  * Apply a batch inside the caller's transaction. Returns one outcome per item, in order.
- * Envelopes of unknown jobs (`UNKNOWN_JOB`) and envelopes the machine rejects because they come
+ * Envelopes of unknown jobs (`UNKNOWN_JOB`), envelopes the machine rejects because they come
  * from a service other than the job's `target_service` (`SERVICE_MISMATCH`, both names in the
- * details) are quarantined in the same transaction; the job is left as it was.
+ * details) and results whose `result_s3` is not their job's own object (`RESULT_OBJECT_NOT_OWNED`,
+ * checked against `rule`) are quarantined in the same transaction; the job is left as it was.
  */
 export async function applyInboxBatch(
   tx: StepTransaction,
   items: readonly InboxItem[],
+  rule: ResultObjectRule,
   limits: QuarantineLimits = DEFAULT_LIMITS,
 ): Promise<InboxOutcome[]> {
   const outcomes: InboxOutcome[] = new Array(items.length);
@@ -213,7 +217,7 @@ export async function applyInboxBatch(
       });
     }
   });
-  const stepped = await applyEvents(tx, steps);
+  const stepped = await applyEvents(tx, steps, rule);
   stepped.forEach((outcome, n) => {
     const i = stepIndex[n]!;
     const item = items[i]!;
@@ -235,6 +239,15 @@ export async function applyInboxBatch(
         jobId: outcome.jobId,
         msgId,
         details: serviceMismatchDetails(outcome.targetService, item.decoded.envelope.service.name),
+        serviceName,
+      });
+    } else if (outcome.decision === 'object_not_owned') {
+      keep(i, {
+        raw: item.raw,
+        reason: QUARANTINE_REASON.RESULT_OBJECT_NOT_OWNED,
+        jobId: outcome.jobId,
+        msgId,
+        details: outcome.details,
         serviceName,
       });
     } else {
@@ -261,6 +274,12 @@ export interface InboxBatchHooks {
   unlockedInconsistent?: ((err: InconsistencyError) => void) | undefined;
 }
 
+/** How {@link applyInboxBatchTx} bounds quarantine rows and what it reports besides its outcomes. */
+export interface InboxBatchOptions {
+  limits?: QuarantineLimits | undefined;
+  hooks?: InboxBatchHooks | undefined;
+}
+
 /**
  * Apply a batch in its own transaction (committed when this resolves). On a pg pool the step's
  * statements are prepared and planned once per connection (named statements, generic plans);
@@ -269,30 +288,34 @@ export interface InboxBatchHooks {
 export async function applyInboxBatchTx(
   db: Kysely<Database> | PgPool,
   items: readonly InboxItem[],
-  hooks: InboxBatchHooks = {},
-  limits: QuarantineLimits = DEFAULT_LIMITS,
+  rule: ResultObjectRule,
+  { limits = DEFAULT_LIMITS, hooks = {} }: InboxBatchOptions = {},
 ): Promise<InboxOutcome[]> {
-  if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items, limits));
+  if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items, rule, limits));
   return (
-    (await applyUnlocked(db, items, hooks)) ??
-    inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items, limits), { genericPlans: true })
+    (await applyUnlocked(db, items, rule, hooks)) ??
+    inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items, rule, limits), {
+      genericPlans: true,
+    })
   );
 }
 
 /**
  * A batch of valid envelopes on the step's unlocked path: one statement instead of four (see
  * `applyEventsOptimistic`). `null` when the batch holds an invalid envelope, or the path hands the
- * work back (an unknown job, or an envelope the machine rejects, is quarantined by the
- * transaction; a job not as its envelope expects is decided on its locked row), or the path meets
- * an inconsistency of its own (reported to `hooks`); the locked path then decides the batch.
+ * work back (an unknown job, an envelope the machine rejects, or a result whose object is not its
+ * job's, is quarantined by the transaction; a job not as its envelope expects is decided on its
+ * locked row; nothing is written then), or the path meets an inconsistency of its own (reported
+ * to `hooks`); the locked path then decides the batch.
  */
 async function applyUnlocked(
   pool: PgPool,
   items: readonly InboxItem[],
+  rule: ResultObjectRule,
   hooks: InboxBatchHooks,
 ): Promise<InboxOutcome[] | null> {
   try {
-    const planned = planUnlocked(items);
+    const planned = planUnlocked(items, rule);
     if (!planned) return null;
     const { plan, msgIds } = planned;
     const outcomes = await withPgClient(pool, (client) => writeOptimistic(pgStepSql(client), plan));
@@ -312,6 +335,7 @@ async function applyUnlocked(
  */
 function planUnlocked(
   items: readonly InboxItem[],
+  rule: ResultObjectRule,
 ): { plan: ExpectedWrite; msgIds: Array<string | null> } | null {
   const steps: StepItem[] = [];
   const msgIds: Array<string | null> = [];
@@ -321,6 +345,6 @@ function planUnlocked(
     msgIds.push(item.decoded.msgId);
   }
   if (steps.length === 0) return null;
-  const plan = planOptimistic(steps);
+  const plan = planOptimistic(steps, rule);
   return plan && { plan, msgIds };
 }

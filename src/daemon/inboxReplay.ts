@@ -25,6 +25,7 @@ import type { JetStreamClient, JetStreamManager, JsMsg } from '@nats-io/jetstrea
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
 import { isMessageFault, isRetryable } from '../errors.js';
+import type { ResultObjectRule } from '../messages/resultObject.js';
 import { RESULTS_STREAM, RESULT_SUBJECT } from '../nats/subjects.js';
 import {
   applyInboxBatch,
@@ -54,6 +55,8 @@ export interface InboxReplayOptions {
   maxEnvelopeBytes: number;
   /** The longest payload prefix a quarantine row keeps (`QUARANTINE_PAYLOAD_MAX_BYTES`; 64 KiB if unset). */
   quarantinePayloadMaxBytes?: number | undefined;
+  /** The bucket every result's object must be in (`RESULTS_BUCKET`), as the inbox checks it. */
+  resultsBucket: string;
   /**
    * Decide every message and write nothing: each batch runs in a transaction that is rolled back,
    * so it is decided on the database as it is, without the earlier batches' effects.
@@ -141,10 +144,14 @@ class DryRunRollback extends Error {
 }
 
 /** Apply `items` in one transaction and roll it back: the outcomes, nothing written. */
-async function decideOnly(db: Kysely<Database>, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
+async function decideOnly(
+  db: Kysely<Database>,
+  items: readonly InboxItem[],
+  rule: ResultObjectRule,
+): Promise<InboxOutcome[]> {
   try {
     await db.transaction().execute(async (tx) => {
-      throw new DryRunRollback(await applyInboxBatch(tx, items));
+      throw new DryRunRollback(await applyInboxBatch(tx, items, rule));
     });
   } catch (err) {
     if (err instanceof DryRunRollback) return err.outcomes;
@@ -223,17 +230,16 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
 
     // 3. Batches in stream order.
     const target = opts.pool ?? opts.db;
+    const rule = { resultsBucket: opts.resultsBucket };
     const apply = (items: readonly InboxItem[]) =>
       opts.dryRun
-        ? decideOnly(opts.db, items)
-        : applyInboxBatchTx(
-            target,
-            items,
-            {},
-            opts.quarantinePayloadMaxBytes === undefined
-              ? undefined
-              : { payloadMaxBytes: opts.quarantinePayloadMaxBytes },
-          );
+        ? decideOnly(opts.db, items, rule)
+        : applyInboxBatchTx(target, items, rule, {
+            limits:
+              opts.quarantinePayloadMaxBytes === undefined
+                ? undefined
+                : { payloadMaxBytes: opts.quarantinePayloadMaxBytes },
+          });
 
     /**
      * Apply `items`: retried while the cause is transient, stopped on any other fault that is not

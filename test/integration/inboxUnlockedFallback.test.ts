@@ -13,7 +13,7 @@ import {
   type PgPool,
   type PgPoolClient,
 } from '../../src/daemon/inboxBatch.js';
-import { insertJob } from '../helpers/fixtures.js';
+import { insertJob, RESULTS } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
 
 const t = useHarness({ database: true });
@@ -75,8 +75,8 @@ describe('an inconsistency on the unlocked path', () => {
     const jobs = await Promise.all([1, 2, 3].map(() => insertJob(t.db, { status: 'processing' })));
     const pool = inconsistentUnlockedWrites(t.pool);
     const reported: InconsistencyError[] = [];
-    const outcomes = await applyInboxBatchTx(pool, jobs.map(resultItem), {
-      unlockedInconsistent: (err) => reported.push(err),
+    const outcomes = await applyInboxBatchTx(pool, jobs.map(resultItem), RESULTS, {
+      hooks: { unlockedInconsistent: (err) => reported.push(err) },
     });
     expect(pool.forced()).toBe(1);
     expect(reported).toHaveLength(1);

@@ -408,6 +408,7 @@ describe('the runtime role', () => {
         'ALTER TABLE recognition_job ADD COLUMN x int',
         "INSERT INTO kysely_migration (name, timestamp) VALUES ('9999_fake', 'now')",
         'UPDATE recognition_job_transition SET event = event',
+        'UPDATE s3_object SET key = key',
         'DELETE FROM recognition_job_edge',
         'SELECT * FROM kysely_migration_lock',
       ]) {

@@ -253,11 +253,16 @@ describe('hostile input through real NATS into the real database', () => {
   let nc: NatsConnection;
   let send: ReturnType<typeof createServiceClient>;
   const enc = new TextEncoder();
+  /**
+   * The daemon's results bucket, the only one a result's object may be in: SQL metacharacters, and
+   * as long as the schema allows a bucket (255 characters).
+   */
+  const BUCKET = `'; DROP TABLE s3_object; -- "q" \\ $1 %_`.padEnd(255, 'b');
 
   beforeAll(async () => {
     // Room above MAX_ENVELOPE_BYTES (1 MiB, the default), so an oversized envelope reaches the inbox.
     s = await t.startNats({ configText: 'max_payload: 4194304' });
-    await t.startDaemon({ natsUrl: s.url });
+    await t.startDaemon({ natsUrl: s.url, env: { RESULTS_BUCKET: BUCKET } });
     nc = await t.connect({ servers: s.url });
     send = createServiceClient(nc);
   });
@@ -312,7 +317,11 @@ describe('hostile input through real NATS into the real database', () => {
       job_id: a.jobId,
       status: 'done',
       service,
-      result_s3: { bucket: hostile(1), key: `results/${hostile(0)}/${hostile(6)}/${hostile(4)}` },
+      // Under the job's own prefix in the results bucket; hostile below it.
+      result_s3: {
+        bucket: BUCKET,
+        key: `results/${a.fileId}/${a.jobId}/${hostile(0)}/${hostile(6)}/${hostile(4)}`,
+      },
       result_schema_version: hostile(7),
       metrics,
       sent_at: '2025-03-01T10:00:00Z',
@@ -426,10 +435,12 @@ describe('hostile input through real NATS into the real database', () => {
         '',
       );
     };
-    // S3 itself keeps keys to 1 024 bytes: here 1 024 ASCII characters (quotes, backslashes, $ …).
+    // S3 itself keeps keys to 1 024 bytes: here 1 024 ASCII characters (quotes, backslashes, $ …),
+    // under the job's own prefix, in the results bucket (255 characters long).
     const ascii = (n: number, seed: number) =>
       [...longText(n, seed)].map((ch) => (ch.length === 1 && ch < '\x7f' ? ch : 'x')).join('');
-    const s3 = { bucket: ascii(255, 1), key: ascii(1024, 2) };
+    const prefix = `results/${job.fileId}/${job.jobId}/`;
+    const s3 = { bucket: BUCKET, key: prefix + ascii(1024 - prefix.length, 2) };
     const done = {
       job_id: job.jobId,
       status: 'needs_check',
