@@ -46,3 +46,12 @@ export {
   type JobMessage,
   type ResultEnvelope,
 } from './generated/messages.js';
+export {
+  CONFORMANCE_CHECKS,
+  conformanceExchange,
+  runConformance,
+  type ConformanceCheck,
+  type ConformanceCheckName,
+  type ConformanceOptions,
+  type ConformanceReport,
+} from './conformance.js';
