@@ -8,6 +8,7 @@
 export {
   HANDLER_FAILED,
   INVALID_JOB_MESSAGE,
+  INVALID_RESULT,
   NO_OUTCOME,
   invalidJobAnswer,
   serve,
@@ -35,6 +36,7 @@ export {
 export {
   checkJobMessage,
   checkResultEnvelope,
+  describeErrors,
   describeInvalidJob,
   type Checked,
   type SchemaError,

@@ -36,12 +36,20 @@ import {
 } from './exchange.js';
 import type { JobMessage, ResultEnvelope } from './generated/messages.js';
 import { startJobTrace, type JobTrace } from './tracing.js';
-import { bounded, checkJobMessage, checkResultEnvelope, describeInvalidJob } from './validate.js';
+import {
+  bounded,
+  checkJobMessage,
+  checkResultEnvelope,
+  describeErrors,
+  describeInvalidJob,
+} from './validate.js';
 
 /** `error.code` of the answer to a job message that does not match the job schema. */
 export const INVALID_JOB_MESSAGE = 'INVALID_JOB_MESSAGE';
 /** `error.code` of a job whose handler threw on every run. */
 export const HANDLER_FAILED = 'HANDLER_FAILED';
+/** `error.code` of a job whose handler's result the result schema refuses (a bug of the handler). */
+export const INVALID_RESULT = 'INVALID_RESULT';
 /** `error.code` of a job whose handler returned no outcome of its `ctx`. */
 export const NO_OUTCOME = 'NO_OUTCOME';
 /** The core stores at most this much of an `error.message`. */
@@ -206,7 +214,11 @@ function outcomeOf(status: 'done' | 'needs_check', fields: ResultFields | undefi
   };
 }
 
-function failure(code: string, message: string, metrics?: Record<string, unknown>): Outcome {
+function failure(
+  code: string,
+  message: string,
+  metrics?: Record<string, unknown>,
+): Extract<Outcome, { kind: 'result' }> {
   return {
     kind: 'result',
     envelope: {
@@ -305,9 +317,7 @@ export async function serve(opts: ServeOptions): Promise<RunningService> {
     };
     const check = checkResultEnvelope(envelope);
     if (!check.valid)
-      throw new Error(
-        `envelope ${msgId} does not match the result schema: ${describeInvalidJob(check.errors).replace(/^[^:]*: /, '')}`,
-      );
+      throw new Error(`envelope ${msgId} does not match the result schema: ${describeErrors(check.errors)}`);
     const send = traced?.send(exchange.resultSubject, msgId);
     const h = natsHeaders();
     for (const [k, v] of Object.entries(send?.headers ?? {})) h.set(k, v);
@@ -420,7 +430,15 @@ export async function serve(opts: ServeOptions): Promise<RunningService> {
       counters.acked++;
       const outcome = await decide(job, msg, traced);
       if (outcome.kind === 'result') {
-        const body: Record<string, unknown> = { ...outcome.envelope, job_id: job.job_id };
+        let body: Record<string, unknown> = { ...outcome.envelope, job_id: job.job_id };
+        // A result the core would quarantine is the handler's bug, which a redelivery repeats:
+        // the job is answered `error` instead, naming what the schema refused.
+        const check = checkResultEnvelope({ ...body, service: serviceField });
+        if (!check.valid) {
+          const message = `the handler's result does not match the result schema: ${describeErrors(check.errors)}`;
+          log.error({ event: 'invalid_result', job_id: job.job_id, reason: message }, message);
+          body = { ...failure(INVALID_RESULT, message).envelope, job_id: job.job_id };
+        }
         await publish(envelopeMsgId('result', job.job_id, job.attempt), body, traced);
         outcomeName = String(body.status);
         counters[body.status as 'done' | 'needs_check' | 'error']++;

@@ -52,12 +52,17 @@ export function checkResultEnvelope(value: unknown): Checked<ResultEnvelope> {
 /** The `error.message` of an invalid job's answer holds at most this much of the errors. */
 const INVALID_MESSAGE_MAX = 2_000;
 
+/** Validator errors in one line: `<path> <message>; …`. Pure. */
+export function describeErrors(errors: readonly SchemaError[]): string {
+  return errors.map((e) => `${e.instancePath || '/'} ${e.message ?? e.keyword}`).join('; ');
+}
+
 /** The validator's errors in one bounded line, for the error result and the log. Pure. */
 export function describeInvalidJob(errors: readonly SchemaError[]): string {
-  const text = `the job message does not match recognition-job-message.schema.json: ${errors
-    .map((e) => `${e.instancePath || '/'} ${e.message ?? e.keyword}`)
-    .join('; ')}`;
-  return text.length > INVALID_MESSAGE_MAX ? `${text.slice(0, INVALID_MESSAGE_MAX - 1)}…` : text;
+  return bounded(
+    `the job message does not match recognition-job-message.schema.json: ${describeErrors(errors)}`,
+    INVALID_MESSAGE_MAX,
+  );
 }
 
 /** Shorten a text to at most `max` characters, marking the cut. Pure. */

@@ -223,7 +223,7 @@ describe('services in the test process', () => {
     }
   });
 
-  it('runs a throwing handler up to its limit, then answers error; holds at most `concurrency` jobs', async () => {
+  it('runs a throwing handler up to its limit, then answers error; refuses its invalid result; holds at most `concurrency` jobs', async () => {
     let running = 0;
     let most = 0;
     const svc = await serve({
@@ -245,11 +245,14 @@ describe('services in the test process', () => {
         await new Promise((r) => setTimeout(r, 150));
         running--;
         if (job.source_s3.key.endsWith('.bad')) throw new Error('the parser crashed');
+        if (job.source_s3.key.endsWith('.long'))
+          return ctx.done({ result_s3: ctx.resultKey('x'.repeat(2_000)) });
         return ctx.done();
       },
     });
     try {
       const bad = await pendingJob('broken-parser', 'uploads/x.bad');
+      const long = await pendingJob('broken-parser', 'uploads/x.long');
       const good = await Promise.all(
         [1, 2, 3, 4].map((i) => pendingJob('broken-parser', `uploads/${i}.csv`)),
       );
@@ -262,7 +265,9 @@ describe('services in the test process', () => {
         .where('id', '=', bad)
         .executeTakeFirstOrThrow();
       expect(msg.error_message).toMatch(/failed 3 time\(s\): the parser crashed/);
-      expect(svc.counters()).toMatchObject({ handler_errors: 3, error: 1, done: 4 });
+      // A result the schema refuses is answered error at once: a redelivery would repeat it.
+      expect(await final(long)).toMatchObject({ status: 'error', error_code: 'INVALID_RESULT' });
+      expect(svc.counters()).toMatchObject({ handler_errors: 3, error: 2, done: 4, naks: 0 });
       expect(most).toBeLessThanOrEqual(2);
     } finally {
       await svc.stop();
