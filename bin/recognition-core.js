@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // Composition root of the `recognition-core` command (compiled TypeScript: npm run build). The
 // product is dist/src. A development checkout also has dist/workshop, whose commands (the demo,
-// the reference service, the conformance check, the statecharts and simulate) are added to the product's program; the
-// container image carries dist/src only, and the product never imports the workshop.
+// the reference service, the conformance check, the statecharts and simulate) are added to the
+// product's program; the container image carries dist/src only, and the product never imports
+// the workshop.
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
