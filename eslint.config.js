@@ -38,7 +38,7 @@ function importBans(bans) {
 }
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'visualizations/**', 'bench/results/**'] },
+  { ignores: ['dist/**', 'service-kit/dist/**', 'node_modules/**', 'visualizations/**', 'bench/results/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   { languageOptions: { globals: globals.node } },
