@@ -218,6 +218,8 @@ export async function runConformance(opts: ConformanceOptions): Promise<Conforma
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     children.push(child);
+    // A command that cannot start (not found, not executable) fails every check, and says why.
+    child.on('error', (err) => output.push(`cannot run ${cmd}: ${err.message}`));
     for (const stream of [child.stdout!, child.stderr!]) {
       stream.setEncoding('utf8');
       stream.on('data', (chunk: string) => {
