@@ -43,6 +43,11 @@ function isError(value: object): value is Error {
   return value instanceof Error || types.isNativeError(value);
 }
 
+function className(value: object): string {
+  const ctor: unknown = (value as { constructor?: unknown }).constructor;
+  return typeof ctor === 'function' && ctor.name ? ctor.name : 'Object';
+}
+
 function errorType(err: Error): string {
   const ctor: unknown = (err as { constructor?: unknown }).constructor;
   const name = typeof ctor === 'function' ? ctor.name : '';
@@ -81,8 +86,19 @@ function scrubber(secrets: readonly string[]) {
     return out;
   };
   /**
+   * An object that is neither plain, an array nor an error: a driver's client or socket an error
+   * carries along (pg's pool sets `client` on an idle client's error). A line names its class
+   * only; its fields are a live object's state, not the error's.
+   */
+  const isInstance = (v: unknown): boolean => {
+    if (v === null || typeof v !== 'object' || Array.isArray(v) || isError(v)) return false;
+    const proto: unknown = Object.getPrototypeOf(v);
+    return proto !== Object.prototype && proto !== null;
+  };
+  /**
    * An error as a line shows it: `type`, `message`, `code` when it has one, its other own fields
-   * (pg's `detail`, `constraint`, a system error's `syscall`, `address`, `port`), an
+   * (pg's `detail`, `constraint`, a system error's `syscall`, `address`, `port`; an object of a
+   * class by its class name only), an
    * AggregateError's `errors`, the `cause` chain, and `stack` when asked for. Message, stack and
    * fields are text written by others (a driver's message quotes the URL it failed on), so they are
    * scrubbed like the rest of the line.
@@ -98,7 +114,9 @@ function scrubber(secrets: readonly string[]) {
       if (k === 'message' || k === 'stack' || k === 'code' || k === 'cause' || k === 'errors') continue;
       const v = record[k];
       if (v === undefined || typeof v === 'function' || (k === 'name' && v === out.type)) continue;
-      out[k] = REDACT_KEYS.has(k.toLowerCase()) && v ? '[REDACTED]' : scrub(v, depth + 1, withStack, chain);
+      if (REDACT_KEYS.has(k.toLowerCase()) && v) out[k] = '[REDACTED]';
+      else if (isInstance(v)) out[k] = `[${className(v as object)}]`;
+      else out[k] = scrub(v, depth + 1, withStack, chain);
     }
     const errors: unknown = record.errors;
     if (Array.isArray(errors) && errors.length > 0) {

@@ -57,10 +57,14 @@ it('a malformed envelope with a U+0000 header value is quarantined once, escaped
 
 it('a message whose quarantine record the database refuses is terminated, logged and counted, and never comes back', async () => {
   const counted = deliveries();
-  // Every quarantine insert fails for a reason a retry cannot fix.
+  // The database refuses every quarantine record's values (a check of the table's), which no
+  // retry can change.
   await sql`
     CREATE FUNCTION test_refuse_quarantine() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN RAISE EXCEPTION 'quarantine refused by the test'; END $$`.execute(t.db);
+    BEGIN
+      RAISE EXCEPTION 'quarantine refused by the test'
+        USING ERRCODE = 'check_violation', TABLE = 'inbox_quarantine', CONSTRAINT = 'test_refuse_quarantine';
+    END $$`.execute(t.db);
   await sql`
     CREATE TRIGGER test_refuse_quarantine BEFORE INSERT ON inbox_quarantine
     FOR EACH ROW EXECUTE FUNCTION test_refuse_quarantine()`.execute(t.db);

@@ -114,6 +114,23 @@ describe('an error on a line', () => {
     });
   });
 
+  it('names a live object an error carries by its class, and keeps plain fields', () => {
+    // pg's pool sets the idle client on the error it emits for it.
+    class Client {
+      connection = { stream: { destroyed: true } };
+    }
+    const err = Object.assign(new Error('Connection terminated unexpectedly'), {
+      client: new Client(),
+      api: { code: 503, description: 'unavailable' },
+    });
+    expect(logged({ err, event: 'db_idle_error' }).line.err).toEqual({
+      type: 'Error',
+      message: 'Connection terminated unexpectedly',
+      client: '[Client]',
+      api: { code: 503, description: 'unavailable' },
+    });
+  });
+
   it('keeps NATS errors: their type, the JetStream code, and the cause of a failed request', () => {
     const request = new natsErrors.RequestError('no responders: jobs.tabular-parser', {
       cause: new natsErrors.NoRespondersError('jobs.tabular-parser'),
