@@ -24,6 +24,7 @@ import {
 import { startInbox, type Inbox, type InboxOptions } from './inbox.js';
 import { startCommitProbe, type CommitProbe } from './commitProbe.js';
 import { createStatechartRoutes } from '../statecharts/livePage.js';
+import { startHttpFigures, type HttpFigures } from '../http/figures.js';
 import { createDeadLetters, type DeadLetters } from './deadLetters.js';
 import { createPublisher, type Publisher } from './publisher.js';
 import { createWatchdog, type Watchdog } from './watchdog.js';
@@ -43,7 +44,7 @@ export interface DaemonOptions {
     retention?: boolean;
   };
   /** Extra HTTP pages (default: the live statechart, /statechart and /statechart.json). */
-  routes?: (d: { db: Db; metrics: Metrics }) => Record<string, RouteHandler>;
+  routes?: (d: { db: Db; metrics: Metrics; figures: HttpFigures }) => Record<string, RouteHandler>;
   /**
    * The streams, subjects and inbox consumer to run on: the contract's by default; the demo on
    * shared servers gives a namespaced set of its own.
@@ -60,6 +61,8 @@ export interface Daemon {
   nats: Nats;
   metrics: Metrics;
   http: HttpServer | undefined;
+  /** The HTTP endpoints' database figures, on a connection of their own (with the `http` loop). */
+  figures: HttpFigures | undefined;
   inbox: Inbox | undefined;
   watchdog: Watchdog | undefined;
   publisher: Publisher | undefined;
@@ -73,6 +76,22 @@ export interface Daemon {
 async function dbReachable(db: Db): Promise<boolean> {
   await sql`SELECT 1`.execute(db.db);
   return true;
+}
+
+/**
+ * The connection of the HTTP endpoints' figures: a pool of one, apart from the daemon's, so
+ * requests never take a connection the loops need; every statement on it is bounded.
+ */
+function openFiguresDb(cfg: Config, logger: Logger): Db {
+  return openDb(cfg.DATABASE_URL, {
+    max: 1,
+    applicationName: 'recognition-core-http',
+    statementTimeoutMillis: cfg.HTTP_FIGURES_TIMEOUT_MS,
+    // Counting goes through the partial indexes, never through the whole table.
+    settings: { enable_seqscan: 'off', jit: 'off', default_transaction_read_only: 'on' },
+    onIdleError: (err) =>
+      logger.warn({ err, event: 'db_idle_error' }, 'idle PostgreSQL connection (HTTP figures) failed'),
+  });
 }
 
 /**
@@ -108,6 +127,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   let nats: Nats | undefined;
   let commitProbe: CommitProbe | undefined;
   let http: HttpServer | undefined;
+  let figuresDb: Db | undefined;
+  let figures: HttpFigures | undefined;
   let inbox: Inbox | undefined;
   /** The loops started so far: a start that fails later stops them again. */
   const started: Array<{ stop(): Promise<void> }> = [];
@@ -148,20 +169,15 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     // The checks of /readyz, also exported as `recognition_ready{check}`; the commit probe's and
     // the consumer's are added below.
     const n = nats;
+    // With HTTP, the database figures and the database check run on a connection of their own.
+    if (loops.http) figuresDb = openFiguresDb(cfg, logger);
     const checks: ReadinessChecks = {
-      database: () => dbReachable(db),
+      database: () => figures?.databaseCheck() ?? dbReachable(db),
       nats: () => n.isConnected(),
     };
     const metrics = createMetrics({
       readiness: async () => (await readiness(checks)).checks,
-      jobsByStatus: async () => {
-        const rows = await db.db
-          .selectFrom('recognition_job')
-          .select(['status', (eb) => eb.fn.countAll<string>().as('count')])
-          .groupBy('status')
-          .execute();
-        return rows.map((r) => ({ status: r.status, count: Number(r.count) }));
-      },
+      jobsByStatus: () => Promise.resolve(figures?.current()),
       inboxPending: async () => {
         const info = await jsm.consumers.info(names.resultsStream, names.inboxConsumer);
         return { pending: info.num_pending, ackPending: info.num_ack_pending };
@@ -234,16 +250,27 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     retention?.start();
     if (retention) started.push(retention);
 
-    // 4. HTTP. /readyz's consumer check is red until the inbox is bound.
+    // 4. HTTP. /readyz's consumer check is red until the inbox is bound. The first figures are
+    // read before the server listens, so its first scrape has them.
     if (loops.inbox) checks.consumer = () => inbox?.isBound() ?? false;
-    http = loops.http
+    if (figuresDb) {
+      figures = startHttpFigures({
+        db: figuresDb,
+        intervalMs: cfg.HTTP_FIGURES_INTERVAL_MS,
+        logger,
+        onRead: (ok) => metrics.httpFiguresReads.inc({ result: ok ? 'ok' : 'failed' }),
+      });
+      await figures.first;
+    }
+    const f = figures;
+    http = f
       ? await startHttpServer({
           host: cfg.HTTP_HOST,
           port: cfg.HTTP_PORT,
           logger,
           registry: metrics.registry,
           readiness: checks,
-          routes: (opts.routes ?? createStatechartRoutes)({ db, metrics }),
+          routes: (opts.routes ?? createStatechartRoutes)({ db, metrics, figures: f }),
         })
       : undefined;
     // 5. The inbox, last.
@@ -293,6 +320,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       nats,
       metrics,
       http,
+      figures,
       inbox,
       watchdog,
       publisher,
@@ -311,6 +339,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           ]);
           await n.nc.drain().catch(() => undefined);
           await http?.close();
+          await figures?.stop();
+          await figuresDb?.close();
           await db.close();
           logger.info({ event: 'stopped' }, 'stopped');
         })();
@@ -320,6 +350,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   } catch (err) {
     await Promise.allSettled(started.map((loop) => loop.stop()));
     await http?.close().catch(() => undefined);
+    await figures?.stop();
+    await figuresDb?.close().catch(() => undefined);
     await commitProbe?.stop();
     await nats?.nc.close().catch(() => undefined);
     await db.close().catch(() => undefined);

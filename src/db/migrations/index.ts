@@ -17,6 +17,7 @@ import * as m0013 from './0013_step_write_rows.js';
 import * as m0014 from './0014_step_write_assigned.js';
 import * as m0015 from './0015_step_write_details.js';
 import * as m0016 from './0016_step_write_places.js';
+import * as m0017 from './0017_transition_edge_statistics.js';
 
 export const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
@@ -33,4 +34,5 @@ export const migrations: Record<string, Migration> = {
   '0014_step_write_assigned': m0014,
   '0015_step_write_details': m0015,
   '0016_step_write_places': m0016,
+  '0017_transition_edge_statistics': m0017,
 };
