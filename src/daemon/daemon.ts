@@ -79,13 +79,14 @@ async function dbReachable(db: Db): Promise<boolean> {
 }
 
 /**
- * The connection of the HTTP endpoints' figures: a pool of one, apart from the daemon's, so
- * requests never take a connection the loops need; every statement on it is bounded.
+ * A connection of the HTTP endpoints (the figures', the database check's): a pool of one, apart
+ * from the daemon's, so requests never take a connection the loops need; every statement on it
+ * is bounded.
  */
-function openFiguresDb(cfg: Config, logger: Logger): Db {
+function openFiguresDb(cfg: Config, logger: Logger, applicationName: string): Db {
   return openDb(cfg.DATABASE_URL, {
     max: 1,
-    applicationName: 'recognition-core-http',
+    applicationName,
     statementTimeoutMillis: cfg.HTTP_FIGURES_TIMEOUT_MS,
     // Counting goes through the partial indexes, never through the whole table.
     settings: { enable_seqscan: 'off', jit: 'off', default_transaction_read_only: 'on' },
@@ -128,6 +129,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   let commitProbe: CommitProbe | undefined;
   let http: HttpServer | undefined;
   let figuresDb: Db | undefined;
+  let checkDb: Db | undefined;
   let figures: HttpFigures | undefined;
   let inbox: Inbox | undefined;
   /** The loops started so far: a start that fails later stops them again. */
@@ -170,13 +172,23 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     // the consumer's are added below.
     const n = nats;
     // With HTTP, the database figures and the database check run on a connection of their own.
-    if (loops.http) figuresDb = openFiguresDb(cfg, logger);
+    if (loops.http) {
+      figuresDb = openFiguresDb(cfg, logger, 'recognition-core-http');
+      checkDb = openFiguresDb(cfg, logger, 'recognition-core-http-check');
+    }
     const checks: ReadinessChecks = {
       database: () => figures?.databaseCheck() ?? dbReachable(db),
       nats: () => n.isConnected(),
     };
     const metrics = createMetrics({
-      readiness: async () => (await readiness(checks)).checks,
+      // A scrape takes the database check's last answer: it never waits for PostgreSQL.
+      readiness: async () =>
+        (
+          await readiness({
+            ...checks,
+            database: () => figures?.lastDatabaseCheck() ?? checks.database!(),
+          })
+        ).checks,
       jobsByStatus: () => Promise.resolve(figures?.current()),
       inboxPending: async () => {
         const info = await jsm.consumers.info(names.resultsStream, names.inboxConsumer);
@@ -256,6 +268,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     if (figuresDb) {
       figures = startHttpFigures({
         db: figuresDb,
+        checkDb,
         intervalMs: cfg.HTTP_FIGURES_INTERVAL_MS,
         logger,
         onRead: (ok) => metrics.httpFiguresReads.inc({ result: ok ? 'ok' : 'failed' }),
@@ -341,6 +354,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           await http?.close();
           await figures?.stop();
           await figuresDb?.close();
+          await checkDb?.close();
           await db.close();
           logger.info({ event: 'stopped' }, 'stopped');
         })();
@@ -352,6 +366,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     await http?.close().catch(() => undefined);
     await figures?.stop();
     await figuresDb?.close().catch(() => undefined);
+    await checkDb?.close().catch(() => undefined);
     await commitProbe?.stop();
     await nats?.nc.close().catch(() => undefined);
     await db.close().catch(() => undefined);

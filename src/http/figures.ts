@@ -10,8 +10,9 @@
  * (`recognition_http_figures_timestamp_seconds`). A read that fails keeps the last figures; the
  * next one is tried an interval later.
  *
- * The `database` check runs `SELECT 1` on the same connection, at most once a second: concurrent
- * requests share one answer.
+ * The `database` check of /readyz runs `SELECT 1` on a second connection of its own (so a slow
+ * figures read never makes it red), at most once a second: concurrent requests share one answer,
+ * and a scrape of `recognition_ready` takes the last answer without waiting.
  */
 import { sql } from 'kysely';
 import type { Db } from '../db/database.js';
@@ -28,8 +29,13 @@ export interface HttpFigures {
   readonly first: Promise<void>;
   /** Why the last read failed, while it did; undefined after a success. */
   lastError(): string | undefined;
-  /** The `database` readiness check: `SELECT 1` on the figures' connection, shared, at most once a second. */
+  /** The `database` readiness check: `SELECT 1` on the check's connection, shared, at most once a second. */
   databaseCheck(): Promise<boolean>;
+  /**
+   * The last answer of {@link HttpFigures.databaseCheck} without waiting (a new check is started
+   * when due); undefined before the first answer.
+   */
+  lastDatabaseCheck(): boolean | undefined;
   /** Stop the loop and wait for a read in flight. The caller closes the connection. */
   stop(): Promise<void>;
 }
@@ -37,6 +43,8 @@ export interface HttpFigures {
 export interface HttpFiguresOptions {
   /** A pool of one connection, of its own (never the daemon's). */
   db: Db;
+  /** Another pool of one connection, for the `database` check (default: `db`). */
+  checkDb?: Db;
   intervalMs: number;
   logger: Logger;
   /** Called after each read: whether it succeeded. */
@@ -88,24 +96,31 @@ export function startHttpFigures(opts: HttpFiguresOptions): HttpFigures {
   })();
 
   let check: { at: number; answer: Promise<boolean>; settled: boolean } | undefined;
+  let lastCheck: boolean | undefined;
+  const checkDb = opts.checkDb ?? opts.db;
+  const databaseCheck = (): Promise<boolean> => {
+    const now = Date.now();
+    // An answer in flight is shared however long it takes; a settled one, failures included,
+    // for a second: during an outage a burst of requests still asks once.
+    if (!check || (check.settled && now - check.at >= DATABASE_CHECK_REUSE_MS)) {
+      const answer = sql`SELECT 1`.execute(checkDb.db).then(() => true);
+      const c = { at: now, answer, settled: false };
+      check = c;
+      answer.then(
+        () => ((c.settled = true), (lastCheck = true)),
+        () => ((c.settled = true), (lastCheck = false)),
+      );
+    }
+    return check.answer;
+  };
   return {
     current: () => figures,
     first,
     lastError: () => error,
-    databaseCheck() {
-      const now = Date.now();
-      // An answer in flight is shared however long it takes; a settled one, failures included,
-      // for a second: during an outage a burst of requests still asks once.
-      if (!check || (check.settled && now - check.at >= DATABASE_CHECK_REUSE_MS)) {
-        const answer = sql`SELECT 1`.execute(opts.db.db).then(() => true);
-        const c = { at: now, answer, settled: false };
-        check = c;
-        answer.then(
-          () => (c.settled = true),
-          () => (c.settled = true),
-        );
-      }
-      return check.answer;
+    databaseCheck,
+    lastDatabaseCheck() {
+      databaseCheck().catch(() => undefined);
+      return lastCheck;
     },
     async stop() {
       stopped = true;
