@@ -146,8 +146,7 @@ export async function readFigures(
   const f = rows[0]!.figures;
   const byStatus = new Map(f.jobs.map((j) => [j.status, j]));
   const jobs = JOB_STATUSES.map(
-    (status) =>
-      byStatus.get(status as JobStatus) ?? { status: status as JobStatus, count: 0, exact: true },
+    (status) => byStatus.get(status as JobStatus) ?? { status: status as JobStatus, count: 0, exact: true },
   );
   return {
     at: new Date(f.at),

@@ -67,7 +67,8 @@ export function startHttpFigures(opts: HttpFiguresOptions): HttpFigures {
   const readOnce = async () => {
     try {
       figures = await read(opts.db.db);
-      if (error !== undefined) opts.logger.info({ event: 'http_figures_recovered' }, 'HTTP figures read again');
+      if (error !== undefined)
+        opts.logger.info({ event: 'http_figures_recovered' }, 'HTTP figures read again');
       error = undefined;
       opts.onRead?.(true);
     } catch (err) {

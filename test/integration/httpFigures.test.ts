@@ -19,7 +19,9 @@ const INTERVAL_MS = 1_500;
 const CONCURRENT = 200;
 
 const t = useHarness({
-  pgCluster: { settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' } },
+  pgCluster: {
+    settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' },
+  },
   database: { max: 2 },
   nats: true,
   daemon: {
@@ -141,8 +143,8 @@ describe('the HTTP figures', () => {
       await c.query('LOCK TABLE recognition_job IN ACCESS EXCLUSIVE MODE');
       await waitFor(
         async () =>
-          (sample((await get('/metrics')).body, 'recognition_http_figures_reads_total', 'result="failed"') ?? 0) >
-          failed,
+          (sample((await get('/metrics')).body, 'recognition_http_figures_reads_total', 'result="failed"') ??
+            0) > failed,
         'a failed read counted',
       );
       // Meanwhile the endpoints answer with the figures they had.
@@ -155,7 +157,8 @@ describe('the HTTP figures', () => {
       await c.query('ROLLBACK');
       // Released: fresh figures within an interval or two.
       await waitFor(
-        async () => sample((await get('/metrics')).body, 'recognition_http_figures_timestamp_seconds')! > stale,
+        async () =>
+          sample((await get('/metrics')).body, 'recognition_http_figures_timestamp_seconds')! > stale,
         'fresh figures after the lock',
       );
     } finally {
