@@ -135,10 +135,7 @@ export async function measureHttp(
     log(`  /metrics on ${of}: ${jobsLines.join('; ')}`);
 
     // The figures statement itself, on one connection, as the daemon runs it.
-    const f = openDb(env.databaseUrl, {
-      max: 1,
-      settings: { enable_seqscan: 'off', jit: 'off', default_transaction_read_only: 'on' },
-    });
+    const f = openDb(env.databaseUrl, { max: 1 });
     const readMs: number[] = [];
     try {
       for (let i = 0; i <= 10; i++) {

@@ -123,7 +123,7 @@ export const CONFIG_VARIABLES = {
   HTTP_FIGURES_TIMEOUT_MS: [
     int(100),
     '5000',
-    'statement timeout of that connection (the figures read and the database check of /readyz)',
+    'bound of each read of those figures (its statement timeout) and of connecting for it or for the database check of /readyz',
   ],
   LOG_LEVEL: [
     z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {

@@ -31,10 +31,6 @@ export interface DbOptions {
   /** Called on errors of idle clients (a restarted server), so they are logged, not thrown. */
   onIdleError?: (err: Error) => void;
   applicationName?: string;
-  /** Fail a statement that runs longer than this (server side, `statement_timeout`). */
-  statementTimeoutMillis?: number;
-  /** Session settings each new connection takes (`set_config`) before its first statement. */
-  settings?: Record<string, string>;
 }
 
 const defaultTimestamptz = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ, 'text') as (
@@ -89,7 +85,6 @@ export function openDb(url: string, opts: DbOptions = {}): Db {
     application_name: opts.applicationName ?? 'recognition-core',
     keepAlive: true,
     types,
-    ...(opts.statementTimeoutMillis !== undefined ? { statement_timeout: opts.statementTimeoutMillis } : {}),
   });
   pool.on('error', (err) => opts.onIdleError?.(err));
   // A connection that breaks while checked out (between two statements of a transaction) emits
@@ -98,15 +93,6 @@ export function openDb(url: string, opts: DbOptions = {}): Db {
   pool.on('connect', (client) => {
     client.on('error', (err) => opts.onIdleError?.(err));
     noteUnusable(client);
-    // Queued before any statement of the pool's user: a client runs its queries in order.
-    const settings = Object.entries(opts.settings ?? {});
-    if (settings.length > 0)
-      client
-        .query(
-          `SELECT ${settings.map((_, i) => `set_config($${2 * i + 1}, $${2 * i + 2}, false)`).join(', ')}`,
-          settings.flat(),
-        )
-        .catch(() => undefined);
   });
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: discardingUnusable(pool) }) });
   return { db, pool, close: () => db.destroy() };

@@ -134,15 +134,29 @@ function figuresSql(limit: number) {
 }
 
 /**
- * Read the figures in one statement. Every status of the machine is in `jobs` (0 when none);
- * `transitions` holds the edges that have any. Run it on a connection of its own, never on the
- * inbox's pool (src/http/figures.ts).
+ * Read the figures in one statement, in a read-only transaction whose settings bound it: the
+ * statement timeout, no sequential scan (counting goes through the partial indexes, never
+ * through the whole table) and no JIT compilation (which would cost more than the counts).
+ * Transaction-local settings hold behind a pooler in transaction mode too. Every status of the
+ * machine is in `jobs` (0 when none); `transitions` holds the edges that have any. Run it on a
+ * connection of its own, never on the inbox's pool (src/http/figures.ts).
  */
 export async function readFigures(
   db: Kysely<Database>,
-  { exactLimit = EXACT_COUNT_LIMIT }: { exactLimit?: number } = {},
+  {
+    exactLimit = EXACT_COUNT_LIMIT,
+    statementTimeoutMs = 5_000,
+  }: { exactLimit?: number; statementTimeoutMs?: number } = {},
 ): Promise<DbFigures> {
-  const { rows } = await figuresSql(exactLimit).execute(db);
+  const { rows } = await db
+    .transaction()
+    .setAccessMode('read only')
+    .execute(async (tx) => {
+      await sql`SELECT set_config('statement_timeout', ${String(statementTimeoutMs)}, true),
+                       set_config('enable_seqscan', 'off', true),
+                       set_config('jit', 'off', true)`.execute(tx);
+      return figuresSql(exactLimit).execute(tx);
+    });
   const f = rows[0]!.figures;
   const byStatus = new Map(f.jobs.map((j) => [j.status, j]));
   const jobs = JOB_STATUSES.map(

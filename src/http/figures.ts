@@ -46,6 +46,8 @@ export interface HttpFiguresOptions {
   /** Another pool of one connection, for the `database` check (default: `db`). */
   checkDb?: Db;
   intervalMs: number;
+  /** Bound of each figures read (its statement timeout). */
+  statementTimeoutMs?: number;
   logger: Logger;
   /** Called after each read: whether it succeeded. */
   onRead?: (ok: boolean) => void;
@@ -55,7 +57,8 @@ export interface HttpFiguresOptions {
 
 /** Start the loop; its first read starts now. */
 export function startHttpFigures(opts: HttpFiguresOptions): HttpFigures {
-  const read = opts.read ?? ((db: Db['db']) => readFigures(db));
+  const read =
+    opts.read ?? ((db: Db['db']) => readFigures(db, { statementTimeoutMs: opts.statementTimeoutMs }));
   let figures: DbFigures | undefined;
   let error: string | undefined;
   let stopped = false;
