@@ -24,7 +24,7 @@ import {
 import { startInbox, type Inbox, type InboxOptions } from './inbox.js';
 import { startCommitProbe, type CommitProbe } from './commitProbe.js';
 import { createStatechartRoutes } from '../statecharts/livePage.js';
-import { startHttpFigures, type HttpFigures } from '../http/figures.js';
+import { sharedAnswer, startHttpFigures, type HttpFigures } from '../http/figures.js';
 import { createDeadLetters, type DeadLetters } from './deadLetters.js';
 import { createPublisher, type Publisher } from './publisher.js';
 import { createWatchdog, type Watchdog } from './watchdog.js';
@@ -188,10 +188,11 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           })
         ).checks,
       jobsByStatus: () => Promise.resolve(figures?.current()),
-      inboxPending: async () => {
+      // One JetStream request a second at most, however many scrapes.
+      inboxPending: sharedAnswer(async () => {
         const info = await jsm.consumers.info(names.resultsStream, names.inboxConsumer);
         return { pending: info.num_pending, ackPending: info.num_ack_pending };
-      },
+      }, 1_000),
     });
     // Readiness follows progress too: `commits` is red while a write transaction cannot commit.
     if (loops.http) {

@@ -99,24 +99,19 @@ export function startHttpFigures(opts: HttpFiguresOptions): HttpFigures {
     }
   })();
 
-  let check: { at: number; answer: Promise<boolean>; settled: boolean } | undefined;
   let lastCheck: boolean | undefined;
   const checkDb = opts.checkDb ?? opts.db;
-  const databaseCheck = (): Promise<boolean> => {
-    const now = Date.now();
-    // An answer in flight is shared however long it takes; a settled one, failures included,
-    // for a second: during an outage a burst of requests still asks once.
-    if (!check || (check.settled && now - check.at >= DATABASE_CHECK_REUSE_MS)) {
-      const answer = sql`SELECT 1`.execute(checkDb.db).then(() => true);
-      const c = { at: now, answer, settled: false };
-      check = c;
-      answer.then(
-        () => ((c.settled = true), (lastCheck = true)),
-        () => ((c.settled = true), (lastCheck = false)),
-      );
-    }
-    return check.answer;
-  };
+  const databaseCheck = sharedAnswer(
+    () =>
+      sql`SELECT 1`.execute(checkDb.db).then(
+        () => (lastCheck = true),
+        (err: unknown) => {
+          lastCheck = false;
+          throw err;
+        },
+      ),
+    DATABASE_CHECK_REUSE_MS,
+  );
   return {
     current: () => figures,
     first,
@@ -132,5 +127,24 @@ export function startHttpFigures(opts: HttpFiguresOptions): HttpFigures {
       wake?.();
       await loop;
     },
+  };
+}
+
+/**
+ * `ask`, shared: an answer in flight is every caller's however long it takes, and a settled one,
+ * failures included, is reused for `reuseMs`: a burst of requests asks once, during an outage too.
+ */
+export function sharedAnswer<T>(ask: () => Promise<T>, reuseMs: number): () => Promise<T> {
+  let last: { at: number; answer: Promise<T>; settled: boolean } | undefined;
+  return () => {
+    const now = Date.now();
+    if (!last || (last.settled && now - last.at >= reuseMs)) {
+      const answer = ask();
+      const entry = { at: now, answer, settled: false };
+      last = entry;
+      const settle = () => void (entry.settled = true);
+      answer.then(settle, settle);
+    }
+    return last.answer;
   };
 }
