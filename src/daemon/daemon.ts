@@ -24,7 +24,8 @@ import {
 import { startInbox, type Inbox, type InboxOptions } from './inbox.js';
 import { startCommitProbe, type CommitProbe } from './commitProbe.js';
 import { createStatechartRoutes } from '../statecharts/livePage.js';
-import { sharedAnswer, startHttpFigures, type HttpFigures } from '../http/figures.js';
+import { startHttpFigures, type HttpFigures } from '../http/figures.js';
+import { sharedAnswer } from '../http/shared.js';
 import { createDeadLetters, type DeadLetters } from './deadLetters.js';
 import { createPublisher, type Publisher } from './publisher.js';
 import { createWatchdog, type Watchdog } from './watchdog.js';

@@ -18,6 +18,7 @@ import { sql } from 'kysely';
 import type { Db } from '../db/database.js';
 import { readFigures, type DbFigures } from '../db/figures.js';
 import type { Logger } from '../logger.js';
+import { sharedAnswer } from './shared.js';
 
 /** The `database` check's answer is reused for this long. */
 export const DATABASE_CHECK_REUSE_MS = 1_000;
@@ -127,24 +128,5 @@ export function startHttpFigures(opts: HttpFiguresOptions): HttpFigures {
       wake?.();
       await loop;
     },
-  };
-}
-
-/**
- * `ask`, shared: an answer in flight is every caller's however long it takes, and a settled one,
- * failures included, is reused for `reuseMs`: a burst of requests asks once, during an outage too.
- */
-export function sharedAnswer<T>(ask: () => Promise<T>, reuseMs: number): () => Promise<T> {
-  let last: { at: number; answer: Promise<T>; settled: boolean } | undefined;
-  return () => {
-    const now = Date.now();
-    if (!last || (last.settled && now - last.at >= reuseMs)) {
-      const answer = ask();
-      const entry = { at: now, answer, settled: false };
-      last = entry;
-      const settle = () => void (entry.settled = true);
-      answer.then(settle, settle);
-    }
-    return last.answer;
   };
 }

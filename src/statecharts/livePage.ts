@@ -162,30 +162,35 @@ ${transitionsTable(graph, s)}
  */
 export function createStatechartRoutes(deps: { figures: HttpFigures }): Record<string, RouteHandler> {
   const graph = readMachineGraph();
-  let drawn: { of: DbFigures; snapshot: Promise<StatechartSnapshot> } | undefined;
-  const snapshot = (): Promise<StatechartSnapshot> | undefined => {
+  // The page and the JSON, rendered once per read of the figures: a request only sends them.
+  let drawn: { of: DbFigures; bodies: Promise<{ html: Buffer; json: Buffer }> } | undefined;
+  const bodies = () => {
     const figures = deps.figures.current();
     if (!figures) return undefined;
-    if (drawn?.of !== figures) drawn = { of: figures, snapshot: statechartSnapshot(figures, { graph }) };
-    return drawn.snapshot;
+    if (drawn?.of !== figures) {
+      const rendered = statechartSnapshot(figures, { graph }).then((s) => ({
+        html: Buffer.from(renderPage(graph, s)),
+        json: Buffer.from(JSON.stringify(s) + '\n'),
+      }));
+      drawn = { of: figures, bodies: rendered };
+    }
+    return drawn.bodies;
   };
-  const send = (res: ServerResponse, status: number, type: string, body: string) => {
+  const send = (res: ServerResponse, status: number, type: string, body: string | Buffer) => {
     res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store' });
     res.end(body);
   };
-  const answer = async (res: ServerResponse, ok: (s: StatechartSnapshot) => [string, string]) => {
-    const s = snapshot();
-    if (!s) {
+  const answer = async (res: ServerResponse, kind: 'html' | 'json') => {
+    const b = bodies();
+    if (!b) {
       const why = deps.figures.lastError() ?? 'not read yet';
       return send(res, 503, 'text/plain', `the job counts are not available: ${redactUrl(why)}\n`);
     }
-    const [type, body] = ok(await s);
-    send(res, 200, type, body);
+    const body = (await b)[kind];
+    send(res, 200, kind === 'html' ? 'text/html; charset=utf-8' : 'application/json', body);
   };
   return {
-    '/statechart': (_req: IncomingMessage, res: ServerResponse) =>
-      answer(res, (s) => ['text/html; charset=utf-8', renderPage(graph, s)]),
-    '/statechart.json': (_req: IncomingMessage, res: ServerResponse) =>
-      answer(res, (s) => ['application/json', JSON.stringify(s) + '\n']),
+    '/statechart': (_req: IncomingMessage, res: ServerResponse) => answer(res, 'html'),
+    '/statechart.json': (_req: IncomingMessage, res: ServerResponse) => answer(res, 'json'),
   };
 }
