@@ -7,6 +7,8 @@ import { describe, expect, it } from 'vitest';
 import type { Db } from '../../src/db/database.js';
 import type { DbFigures } from '../../src/db/figures.js';
 import { startHttpFigures } from '../../src/http/figures.js';
+import { METRICS_REUSE_MS, startHttpServer } from '../../src/http/server.js';
+import { Registry } from 'prom-client';
 import { createLogger } from '../../src/logger.js';
 import { createMetrics } from '../../src/metrics.js';
 
@@ -90,5 +92,33 @@ describe('startHttpFigures', () => {
     expect(text).toContain('recognition_jobs_estimated{status="pending"} 0');
     expect(text).toContain(`recognition_http_figures_timestamp_seconds ${at.getTime() / 1000}`);
     expect(text).toContain('recognition_http_figures_reads_total{result="failed"} 0');
+  });
+});
+
+describe('GET /metrics', () => {
+  it('renders one body for a burst of concurrent scrapes, and a fresh one after the reuse time', async () => {
+    const registry = new Registry();
+    let renders = 0;
+    const metrics = registry.metrics.bind(registry);
+    registry.metrics = () => {
+      renders++;
+      return metrics();
+    };
+    const http = await startHttpServer({ host: '127.0.0.1', port: 0, logger, registry, readiness: {} });
+    try {
+      const scrape = () => fetch(`http://127.0.0.1:${http.port}/metrics`).then((r) => r.status);
+      const started = Date.now();
+      const statuses = await Promise.all(Array.from({ length: 200 }, scrape));
+      const elapsed = Date.now() - started;
+      expect(statuses.every((s) => s === 200)).toBe(true);
+      // One render per reuse time the burst lasted (one, unless the machine stalls).
+      expect(renders).toBeLessThanOrEqual(Math.floor(elapsed / METRICS_REUSE_MS) + 1);
+      const before = renders;
+      await sleep(METRICS_REUSE_MS + 50);
+      await scrape();
+      expect(renders).toBe(before + 1);
+    } finally {
+      await http.close();
+    }
   });
 });
