@@ -21,6 +21,7 @@ let failures = 0;
 let refused = 0;
 let lastMetrics = '';
 const started = performance.now();
+const cpu0 = process.cpuUsage();
 while (!stopping) {
   const wave = performance.now();
   await Promise.all(
@@ -42,6 +43,7 @@ while (!stopping) {
   await new Promise((r) => setTimeout(r, Math.max(0, waveMs - (performance.now() - wave))));
 }
 const seconds = (performance.now() - started) / 1000;
+const cpu = process.cpuUsage(cpu0);
 ms.sort((a, b) => a - b);
 /** The daemon's figures reads over its life so far, from its last /metrics. */
 const reads = [
@@ -56,6 +58,8 @@ process.send?.(
     p50Ms: ms.length ? percentile(ms, 50) : null,
     p99Ms: ms.length ? percentile(ms, 99) : null,
     maxMs: ms.length ? ms[ms.length - 1]! : null,
+    /** The clients' own CPU, as a share of one core over the run. */
+    cpuShare: (cpu.user + cpu.system) / 1e6 / seconds,
     figuresReads: reads.length ? reads.reduce((a, m) => a + Number(m[1]), 0) : null,
   },
   () => process.exit(0),
