@@ -27,6 +27,8 @@ export interface HttpLoad {
   p50Ms: number | null;
   p99Ms: number | null;
   maxMs: number | null;
+  /** The clients' own CPU, as a share of one core over their run. */
+  cpuShare: number;
   /** `recognition_http_figures_reads_total` at the run's last /metrics: the daemon's reads in its life. */
   figuresReads: number | null;
 }
@@ -173,6 +175,13 @@ export async function measureHttp(
 
 const ms = (n: number | null) => (n === null ? '?' : `${n.toFixed(1)} ms`);
 
+/** The daemon's node CPU per answered request: the loaded run's above the idle one's. */
+function perRequestMs(r: HttpResult): number {
+  const extraMs = (((r.loaded.cpu.nodeUs ?? 0) - (r.quiet.cpu.nodeUs ?? 0)) * r.loaded.envelopes) / 1000;
+  const requests = r.loads.reduce((a, l) => a + l.requests, 0) / Math.max(1, r.loads.length);
+  return extraMs / Math.max(1, requests);
+}
+
 /** The section's lines under the run's table: the ratio and the scrape latency against their targets. */
 export function renderHttp(r: HttpResult): string {
   const reads = r.loads
@@ -190,8 +199,9 @@ export function renderHttp(r: HttpResult): string {
       `- ratio loaded / idle: ${r.ratio.toFixed(2)}× (target ≥ 0.90: ${r.ratio >= 0.9 ? 'met' : 'NOT met'})`,
       ...r.loads.map(
         (l, i) =>
-          `- clients, round ${i + 1}: ${l.requests} answered (${l.perSecond.toFixed(0)}/s), ${l.failures} failed, p50 ${ms(l.p50Ms)}, p99 ${ms(l.p99Ms)}, max ${ms(l.maxMs)}`,
+          `- clients, round ${i + 1}: ${l.requests} answered (${l.perSecond.toFixed(0)}/s), ${l.failures} failed, p50 ${ms(l.p50Ms)}, p99 ${ms(l.p99Ms)}, max ${ms(l.maxMs)}; the clients' process took ${(l.cpuShare * 100).toFixed(0)} % of a core`,
       ),
+      `- the daemon's node CPU per request (loaded minus idle, median runs): ${perRequestMs(r).toFixed(2)} ms`,
       `- figures statement runs: ${reads} (at most one per interval)`,
       `- one /metrics scrape, idle daemon, each rendered afresh: p50 ${ms(r.scrape.p50Ms)}, p95 ${ms(r.scrape.p95Ms)}, max ${ms(r.scrape.maxMs)} over ${r.scrape.runs} (target ≤ 50 ms, read on the p95: ${r.scrape.p95Ms <= 50 ? 'met' : 'NOT met'})`,
       `- the figures statement itself: p50 ${ms(r.figuresRead.p50Ms)}, max ${ms(r.figuresRead.maxMs)} over ${r.figuresRead.runs}`,
