@@ -38,7 +38,7 @@ function importBans(bans) {
 }
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'visualizations/**', 'bench/results/**'] },
+  { ignores: ['dist/**', 'service-kit/dist/**', 'node_modules/**', 'visualizations/**', 'bench/results/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   { languageOptions: { globals: globals.node } },
@@ -154,6 +154,24 @@ export default tseslint.config(
       message: 'test/ never imports bench/: shared process helpers live in workshop/localServers',
     },
   ]),
+  {
+    // The service kit is a package of its own: it imports its own files and its dependencies,
+    // never the daemon, the workshop or anything else of the repository.
+    files: ['service-kit/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^\\.\\./\\.\\.(?:/|$)',
+              message: 'service-kit/ is a package of its own: it never imports the rest of the repository',
+            },
+          ],
+        },
+      ],
+    },
+  },
   {
     // Every integration test file sets up its servers through the one harness, which takes them
     // down in one order. This block repeats test/'s bench ban: a later rule replaces an earlier one.

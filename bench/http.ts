@@ -119,7 +119,7 @@ export async function measureHttp(
     for (const l of loads) log(`  clients: ${JSON.stringify(l)}`);
 
     // Single scrapes of the idle daemon, each past the reuse of the last one's body: every one renders.
-    const daemon = await startInboxDaemon(env, 'warn', undefined, port);
+    const daemon = await startInboxDaemon(env, 'warn', undefined, {}, port);
     const scrapeMs: number[] = [];
     let body = '';
     try {

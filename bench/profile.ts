@@ -202,7 +202,7 @@ async function statementCpu(
       const at = 2 * size * i;
       // An inbox batch on the unlocked path.
       const items = results(jobs.slice(at, at + size)).map((d) => envelopeToJobEvent(d.envelope, d.msgId));
-      if ((await applyEventsOptimistic(measured, items)) === null) {
+      if ((await applyEventsOptimistic(measured, items, { resultsBucket: 'arm-ka' })) === null) {
         throw new Error('a batch of fresh results left the unlocked path');
       }
       // The ceiling's transaction on as many other jobs.

@@ -11,6 +11,7 @@ import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path';
 import { CLI_LABELS, type CliCommand, type CliResult } from './cliStartup.js';
 import type { GrownResult } from './grown.js';
+import type { PoolerResult } from './pooler.js';
 import type { LatencyResult } from './latency.js';
 import type { ThroughputResult } from './throughput.js';
 import type { SweepResult, WatchdogResult } from './watchdog.js';
@@ -43,6 +44,8 @@ export interface BenchReport {
   drain?: ThroughputResult;
   /** The inbox, the watchdog and the admin queries on an empty database and on one with a history. */
   grown?: GrownResult;
+  /** The inbox directly and through PgBouncer (bench/pooler.ts). */
+  pooler?: PoolerResult;
   /** The inbox with and without concurrent HTTP requests, on a history; single /metrics scrapes. */
   http?: HttpResult;
 }
@@ -274,6 +277,13 @@ export function renderTable(r: BenchReport): string {
       `${p95(admin.grown)} (empty ${p95(admin.empty)})`,
       'grown_admin_p95_ms',
     );
+  }
+  if (r.pooler) {
+    const { direct, directUnnamed, transaction, session } = r.pooler;
+    const of = (t: ThroughputResult) => ` = ${(t.perSecond / direct.perSecond).toFixed(2)}× direct`;
+    rows.push([direct.name, rateText(direct), '(reported)', '']);
+    for (const t of [directUnnamed, transaction, session])
+      rows.push([t.name, rateText(t) + of(t), '(reported)', '']);
   }
 
   const us = (v: number | null) => (v === null ? '–' : v.toFixed(0));

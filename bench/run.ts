@@ -15,9 +15,11 @@ import { findNatsServerBinary } from '../workshop/localServers/natsServer.js';
 import { CEILING_NAME } from './ceiling.js';
 import { measureCliStartup } from './cliStartup.js';
 import { startBenchEnv, type CpuSplit } from './env.js';
+import { measureFlood } from './flood.js';
 import { measureGrown } from './grown.js';
 import { measureHttp, renderHttp } from './http.js';
 import { measureLatency, type LatencyResult } from './latency.js';
+import { measurePooler } from './pooler.js';
 import { collectionPauses, recordRun, renderTable, type BenchReport } from './report.js';
 import {
   measureCeiling,
@@ -28,7 +30,18 @@ import {
 } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
 
-const SECTIONS = ['inbox', 'cold', 'latency', 'watchdog', 'cli', 'drain', 'grown', 'http'] as const;
+const SECTIONS = [
+  'inbox',
+  'cold',
+  'latency',
+  'watchdog',
+  'cli',
+  'drain',
+  'grown',
+  'http',
+  'pooler',
+  'flood',
+] as const;
 type Section = (typeof SECTIONS)[number];
 
 const positive = (integer: boolean) => (v: string) => {
@@ -75,7 +88,8 @@ const only =
   o.only ??
   new Set(
     SECTIONS.filter(
-      (s) => (s !== 'drain' || o.drain) && (s !== 'grown' || o.grown) && (s !== 'http' || o.http),
+      (s) =>
+        (s !== 'drain' || o.drain) && (s !== 'grown' || o.grown) && (s !== 'http' || o.http) && s !== 'flood',
     ),
   );
 const record = o.only === undefined && o.dryRun !== true;
@@ -107,6 +121,7 @@ const sizes = {
   watchdogRows: Math.round(1_000_000 * s),
   watchdogDue: Math.round(100_000 * s),
   cliRuns: 15,
+  pooler: Math.round(20_000 * s),
 };
 // The daemon's loops run in this process as they run in the daemon's: with its V8 settings.
 applyV8Flags();
@@ -258,6 +273,17 @@ try {
     );
     const args = { jobs: o.httpJobs, batched: sizes.batched, warmup: sizes.warmup, concurrency: 200 };
     report.http = await measureHttp(args, compared, log);
+  }
+  if (only.has('pooler')) {
+    log(
+      `pooler: the inbox directly and through PgBouncer on ${fmt(sizes.pooler)} results, ${o.rounds} round(s)`,
+    );
+    report.pooler = await measurePooler(env, sizes.pooler, compared);
+  }
+  if (only.has('flood')) {
+    // On request only (`--only flood`): a hostile sender, not a throughput figure.
+    log('flood: a daemon process against schema-invalid envelopes among good results');
+    await measureFlood(env, log);
   }
 } finally {
   await env.close();

@@ -120,12 +120,14 @@ export async function startInboxDaemon(
   env: BenchEnv,
   logLevel: LogLevel,
   afterInboxCommit?: DaemonOptions['afterInboxCommit'],
+  overrides: Record<string, string> = {},
   /** The HTTP endpoints too, on this port (bench/http.ts). */
   httpPort?: number,
 ): Promise<{ config: Config; stop(): Promise<void> }> {
   const http = httpPort !== undefined;
   const config = env.config({
     LOG_LEVEL: logLevel,
+    ...overrides,
     ...(http ? { HTTP_PORT: String(httpPort), HTTP_HOST: '127.0.0.1' } : {}),
   });
   const dir = mkdtempSync(join(tmpdir(), 'bench-log-'));
@@ -149,13 +151,19 @@ export async function startInboxDaemon(
 /** The daemon's inbox in this process ({@link startInboxDaemon}), end to end. */
 export async function measureInbox(
   env: BenchEnv,
-  opts: { name: string; logLevel: LogLevel; timed?: TimedHooks; httpPort?: number },
+  opts: {
+    name: string;
+    logLevel: LogLevel;
+    timed?: TimedHooks;
+    overrides?: Record<string, string>;
+    httpPort?: number;
+  },
   n: number,
 ): Promise<ThroughputResult> {
-  const config = env.config({ LOG_LEVEL: opts.logLevel });
+  const config = env.config({ LOG_LEVEL: opts.logLevel, ...opts.overrides });
   // The daemon's pool connects as `recognition-core` (src/db/database.ts).
   const run = await inProcess(env, n, 'recognition-core', opts.timed, () =>
-    startInboxDaemon(env, opts.logLevel, undefined, opts.httpPort),
+    startInboxDaemon(env, opts.logLevel, undefined, opts.overrides, opts.httpPort),
   );
   const { INBOX_BATCH_SIZE: batchSize, INBOX_CONCURRENCY: concurrency } = config;
   return { name: opts.name, ...run, batchSize, concurrency, logLevel: opts.logLevel };

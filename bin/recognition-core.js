@@ -1,13 +1,14 @@
 #!/usr/bin/env node
 // Composition root of the `recognition-core` command (compiled TypeScript: npm run build). The
 // product is dist/src. A development checkout also has dist/workshop, whose commands (the demo,
-// the reference service, the statecharts and simulate) are added to the product's program; the
-// container image carries dist/src only, and the product never imports the workshop.
+// the reference service, the conformance check, the statecharts and simulate) are added to the
+// product's program; the container image carries dist/src only, and the product never imports
+// the workshop.
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 /** The workshop's commands: absent where dist/workshop is (workshop/cli/register.ts). */
-const WORKSHOP_COMMANDS = ['statecharts', 'simulate', 'demo', 'service'];
+const WORKSHOP_COMMANDS = ['statecharts', 'simulate', 'demo', 'service', 'conformance'];
 
 const built = (path) => new URL(`../dist/${path}`, import.meta.url);
 const cli = built('src/cli.js');

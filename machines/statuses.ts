@@ -75,6 +75,11 @@ export const QUARANTINE_REASON = {
   PAYLOAD_TOO_LARGE: 'PAYLOAD_TOO_LARGE',
   /** An ack or result whose `service.name` is not the job's `target_service`. */
   SERVICE_MISMATCH: 'SERVICE_MISMATCH',
+  /**
+   * A result whose `result_s3` is not the job's own object: outside the results bucket or the
+   * job's prefix `results/<file_id>/<job_id>/`, or an object `s3_object` already holds.
+   */
+  RESULT_OBJECT_NOT_OWNED: 'RESULT_OBJECT_NOT_OWNED',
 } as const;
 export type QuarantineReason = (typeof QUARANTINE_REASON)[keyof typeof QUARANTINE_REASON];
 export const QUARANTINE_REASONS = Object.values(QUARANTINE_REASON) as readonly QuarantineReason[];

@@ -163,11 +163,20 @@ export const CONFIG_VARIABLES = {
     'safety-net poll for due pending jobs (NOTIFY wakes it sooner)',
   ],
   PUBLISHER_BATCH_SIZE: [int(1, 10000), '100', 'pending jobs published per transaction'],
-  RESULTS_BUCKET: [z.string().trim().min(1), 'arm-ka', 'bucket named in job messages for the results'],
+  RESULTS_BUCKET: [
+    z.string().trim().min(1),
+    'arm-ka',
+    "bucket named in job messages for the results; the only one a result's object may be in",
+  ],
   MAX_ENVELOPE_BYTES: [
     int(64, 64 * 1024 * 1024),
     '1048576',
-    'larger envelopes are quarantined PAYLOAD_TOO_LARGE',
+    'larger envelopes are quarantined PAYLOAD_TOO_LARGE; with NATS_PROVISION, RECOGNITION_RESULTS gets max_msg_size = this + 4096 (headers)',
+  ],
+  QUARANTINE_PAYLOAD_MAX_BYTES: [
+    int(0, 64 * 1024 * 1024),
+    '65536',
+    'payload bytes a quarantine row keeps; a longer payload is stored cut, with its length in details.payload_bytes',
   ],
   INBOX_BATCH_SIZE: [int(1, 10000), '200', 'envelopes applied per transaction, at most'],
   INBOX_CONCURRENCY: [int(1, 64), '4', 'batch transactions at once in this instance'],
@@ -206,6 +215,26 @@ export const CONFIG_VARIABLES = {
   ],
   DB_POOL_SIZE: [int(1, 1000), '10', 'PostgreSQL connections of this instance'],
   SHUTDOWN_TIMEOUT_MS: [int(100), '30000', 'longest graceful shutdown before exiting anyway'],
+  DATABASE_POOLER: [
+    z.enum(['none', 'session', 'transaction'], { message: 'must be none, session or transaction' }),
+    'none',
+    'the connection pooler DATABASE_URL goes through: none, session mode, or transaction mode (unnamed statements; the publisher LISTENs only on DATABASE_LISTEN_URL, else polls every PUBLISHER_POLL_INTERVAL_MS)',
+  ],
+  DATABASE_LISTEN_URL: [
+    z
+      .string()
+      .trim()
+      .refine((v) => {
+        if (v === '') return true;
+        try {
+          return ['postgres:', 'postgresql:'].includes(new URL(v).protocol);
+        } catch {
+          return false;
+        }
+      }, 'must be a URL (postgres://… or postgresql://…)'),
+    '',
+    'a direct PostgreSQL URL for the publisher’s LISTEN connection, past a pooler (unset: DATABASE_URL, but not with DATABASE_POOLER=transaction)',
+  ],
 } as const;
 
 type Vars = typeof CONFIG_VARIABLES;
@@ -220,6 +249,7 @@ type ConfigName = keyof Vars;
  */
 export const FILE_VARIABLES: ReadonlySet<ConfigName> = new Set<ConfigName>([
   'DATABASE_URL',
+  'DATABASE_LISTEN_URL',
   'NATS_URL',
   'NATS_PASSWORD',
   'NATS_TOKEN',
@@ -329,9 +359,43 @@ function withDatabaseTls(cfg: Config): string {
   return fromVariable.size > 0 ? url.toString() : cfg.DATABASE_URL;
 }
 
-/** A URL with its password replaced, for messages and logs. Non-URLs come back unchanged. */
+/** Schemes whose URLs name a user, not a secret, by a lone userinfo (`postgres://app@db/x`). */
+const USER_SCHEMES: ReadonlySet<string> = new Set(['postgres', 'postgresql']);
+
+/**
+ * A URL in a text: its scheme, then everything up to a blank, a quote, or a comma that starts the
+ * next URL of a list (`nats://a@h1,nats://b@h2`). A password may hold `/`, `@`, `?` or `#`
+ * unencoded, so the URL's own syntax cannot tell where its userinfo ends: the last `@` does.
+ */
+const URL_IN_TEXT = /\b([a-z][a-z0-9+.-]*):\/\/((?:[^\s"'`<>,]|,(?![a-z][a-z0-9+.-]*:\/\/))*)/gi;
+
+/**
+ * Every URL in a text with its secrets replaced, for messages and logs: the password of
+ * `user:password@` (whatever characters it holds), a lone userinfo, which is a token
+ * (`nats://TOKEN@host`, `https://TOKEN@host`) except in a PostgreSQL URL, where it is the user, and
+ * a `password=` parameter. Users, hosts and paths stay, so a redacted URL still shows where it
+ * pointed; text without a URL comes back unchanged.
+ */
 export function redactUrl(value: string): string {
-  return value.replace(/(\/\/[^/:@\s]*):[^@/\s]*@/g, '$1:[REDACTED]@');
+  return value.replace(URL_IN_TEXT, (url: string, scheme: string, rest: string) => {
+    const out = redactUserinfo(scheme, rest).replace(/([?&]password=)[^&#]+/gi, '$1[REDACTED]');
+    return out === rest ? url : `${scheme}://${out}`;
+  });
+}
+
+/** What follows `scheme://` with the secret of its userinfo replaced (see {@link redactUrl}). */
+function redactUserinfo(scheme: string, rest: string): string {
+  const at = rest.lastIndexOf('@');
+  // No userinfo without an authority: `file:///srv/node_modules/@scope/…` has none.
+  if (at <= 0 || rest.startsWith('/')) return rest;
+  const userinfo = rest.slice(0, at);
+  const colon = userinfo.indexOf(':');
+  const user = colon >= 0 ? userinfo.slice(0, colon) : userinfo;
+  // A user or a lone token holds no `/`, `?` or `#`: one there ends the authority, and the `@` is
+  // in the path. Only a password may hold them.
+  if (/[/?#]/.test(user)) return rest;
+  if (colon >= 0) return `${user}:[REDACTED]${rest.slice(at)}`;
+  return USER_SCHEMES.has(scheme.toLowerCase()) ? rest : `[REDACTED]${rest.slice(at)}`;
 }
 
 /** The secret values in a configuration, so the logger can scrub them wherever they appear. */
@@ -346,9 +410,17 @@ export function secretsOf(cfg: Config): string[] {
   } catch {
     // loadConfig validated it; nothing to add otherwise.
   }
+  try {
+    const p = cfg.DATABASE_LISTEN_URL ? new URL(cfg.DATABASE_LISTEN_URL).password : '';
+    if (p) secrets.push(p, decodeURIComponent(p));
+  } catch {
+    // validated
+  }
   for (const u of cfg.NATS_URL.split(',')) {
     try {
-      const p = new URL(u.trim()).password;
+      const { username, password } = new URL(u.trim());
+      // A NATS URL's lone userinfo is a token (nats://TOKEN@host).
+      const p = password || username;
       if (p) secrets.push(p, decodeURIComponent(p));
     } catch {
       // validated

@@ -30,11 +30,103 @@ export class MigrationsPendingError extends Error {
 }
 
 /**
- * SQLSTATE classes and codes a retry can fix: connection trouble, deadlocks, serialization,
- * shutdown, and a write refused as read-only (`25006`): the server was a primary and is a standby
- * now (a switchover or a failover), and the retry reaches the new primary on a new connection.
+ * Who a database failure is down to, and whether waiting can end it:
+ * - `fault: 'message'`: the values of the message being applied are refused (a data exception, a
+ *   constraint, a value too large); applying the same message again fails the same way, so the
+ *   inbox quarantines it;
+ * - `fault: 'infrastructure'`: anything else (connection, permission, a prepared statement a
+ *   pooler lost, an unknown SQLSTATE, an internal inconsistency); the message is valid and is
+ *   applied once the fault is gone, so nothing is quarantined for it.
+ * `transient` says whether a retry soon can succeed without anyone acting (connection trouble,
+ * deadlocks, serialization, shutdown, a server that became a standby); the publisher, the
+ * watchdog and the dead-letter loop retry only those, the inbox retries every infrastructure fault.
  */
-const RETRYABLE_SQLSTATE = /^(08|53|57P|40001|40P01|55P03|58|25006)/;
+export interface DatabaseFailureRule {
+  /** A SQLSTATE class (two characters) or a longer prefix of codes; the longest match wins. */
+  sqlstate: string;
+  meaning: string;
+  fault: 'message' | 'infrastructure';
+  transient: boolean;
+}
+
+/**
+ * The one table of database failures, by SQLSTATE class and the codes that differ from their
+ * class. A SQLSTATE it does not list is an infrastructure fault and not transient.
+ */
+export const DATABASE_FAILURES: readonly DatabaseFailureRule[] = [
+  { sqlstate: '08', meaning: 'connection exception', fault: 'infrastructure', transient: true },
+  { sqlstate: '0A', meaning: 'feature not supported', fault: 'infrastructure', transient: false },
+  { sqlstate: '22', meaning: 'data exception: a value refused', fault: 'message', transient: false },
+  {
+    sqlstate: '23',
+    meaning: 'integrity constraint violation: a constraint refuses the values',
+    fault: 'message',
+    transient: false,
+  },
+  { sqlstate: '25', meaning: 'invalid transaction state', fault: 'infrastructure', transient: false },
+  {
+    sqlstate: '25006',
+    meaning: 'read-only transaction: the server is a standby now (a switchover)',
+    fault: 'infrastructure',
+    transient: true,
+  },
+  {
+    sqlstate: '26',
+    meaning: 'invalid statement name: a prepared statement is gone (a transaction-mode pooler)',
+    fault: 'infrastructure',
+    transient: false,
+  },
+  { sqlstate: '28', meaning: 'invalid authorization', fault: 'infrastructure', transient: false },
+  {
+    sqlstate: '3D',
+    meaning: 'invalid catalog name: no such database',
+    fault: 'infrastructure',
+    transient: false,
+  },
+  { sqlstate: '40', meaning: 'transaction rollback', fault: 'infrastructure', transient: false },
+  { sqlstate: '40001', meaning: 'serialization failure', fault: 'infrastructure', transient: true },
+  { sqlstate: '40P01', meaning: 'deadlock detected', fault: 'infrastructure', transient: true },
+  {
+    sqlstate: '42',
+    meaning: 'syntax error or access rule violation (a revoked grant, a missing table)',
+    fault: 'infrastructure',
+    transient: false,
+  },
+  {
+    sqlstate: '42P05',
+    meaning: 'duplicate prepared statement (a transaction-mode pooler)',
+    fault: 'infrastructure',
+    transient: false,
+  },
+  { sqlstate: '53', meaning: 'insufficient resources', fault: 'infrastructure', transient: true },
+  { sqlstate: '54', meaning: 'program limit exceeded', fault: 'infrastructure', transient: false },
+  {
+    sqlstate: '54000',
+    meaning: 'a value too large for its column or index',
+    fault: 'message',
+    transient: false,
+  },
+  { sqlstate: '55', meaning: 'object not in prerequisite state', fault: 'infrastructure', transient: false },
+  { sqlstate: '55P03', meaning: 'lock not available', fault: 'infrastructure', transient: true },
+  { sqlstate: '57', meaning: 'operator intervention', fault: 'infrastructure', transient: false },
+  {
+    sqlstate: '57P',
+    meaning: 'the server is shutting down, restarting or unreachable',
+    fault: 'infrastructure',
+    transient: true,
+  },
+  { sqlstate: '58', meaning: 'system error', fault: 'infrastructure', transient: true },
+  { sqlstate: 'P0', meaning: 'raised by a function or trigger', fault: 'infrastructure', transient: false },
+  { sqlstate: 'XX', meaning: 'internal error', fault: 'infrastructure', transient: false },
+];
+
+/** A failure that is no SQLSTATE's: the default for codes the table does not list and for errors without one. */
+const UNKNOWN_FAILURE: Omit<DatabaseFailureRule, 'sqlstate'> = {
+  meaning: 'unknown',
+  fault: 'infrastructure',
+  transient: false,
+};
+
 const RETRYABLE_NODE_CODES = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -44,6 +136,73 @@ const RETRYABLE_NODE_CODES = new Set([
   'EAI_AGAIN',
   'EHOSTUNREACH',
 ]);
+
+/** Messages of the driver and the pool for a connection that failed: they carry no SQLSTATE. */
+const TRANSIENT_MESSAGE =
+  /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Query read timeout|the database system is (starting up|shutting down)|terminating connection|Client was closed/i;
+
+/** A failure as {@link classifyDatabaseFailure} reads it. */
+export interface DatabaseFailure extends Omit<DatabaseFailureRule, 'sqlstate'> {
+  /** The SQLSTATE (or Node.js error code) found on the error or its causes; null when none. */
+  code: string | null;
+}
+
+/** The table's rule for `sqlstate`: the longest prefix listed, else the unknown one. */
+export function databaseFailureRule(sqlstate: string): Omit<DatabaseFailureRule, 'sqlstate'> {
+  let best: DatabaseFailureRule | undefined;
+  for (const rule of DATABASE_FAILURES)
+    if (sqlstate.startsWith(rule.sqlstate) && (!best || rule.sqlstate.length > best.sqlstate.length))
+      best = rule;
+  return best ?? UNKNOWN_FAILURE;
+}
+
+/**
+ * Classify a failure of database work by {@link DATABASE_FAILURES}, looking through its `cause`
+ * chain. A constraint violation (class 23) counts as the message's only when it names the table
+ * or constraint that refused the values; one raised by a trigger without them (the legal-edges
+ * trigger's refusal of a status change the machine did not make) is an internal inconsistency.
+ * An error without a SQLSTATE is transient when it is a connection's failure, else an unknown
+ * infrastructure fault.
+ */
+export function classifyDatabaseFailure(err: unknown): DatabaseFailure {
+  const seen = new Set<unknown>();
+  for (let e: unknown = err; e instanceof Error && !seen.has(e); e = (e as { cause?: unknown }).cause) {
+    seen.add(e);
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && RETRYABLE_NODE_CODES.has(code))
+      return { code, meaning: 'connection failure', fault: 'infrastructure', transient: true };
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
+      const rule = databaseFailureRule(code);
+      if (rule.fault === 'message' && code.startsWith('23')) {
+        const { table, constraint, column } = e as {
+          table?: unknown;
+          constraint?: unknown;
+          column?: unknown;
+        };
+        if (!table && !constraint && !column)
+          return { code, meaning: 'refused by a trigger', fault: 'infrastructure', transient: false };
+      }
+      return { code, ...rule };
+    }
+    if (TRANSIENT_MESSAGE.test(e.message))
+      return { code: null, meaning: 'connection failure', fault: 'infrastructure', transient: true };
+  }
+  return { code: null, ...UNKNOWN_FAILURE };
+}
+
+/** True when the database refused the values of the message being applied ({@link classifyDatabaseFailure}). */
+export function isMessageFault(err: unknown): boolean {
+  return classifyDatabaseFailure(err).fault === 'message';
+}
+
+/**
+ * The unlocked path found what its write returned not as its plan said (a row missing, a status
+ * absent): a bug, never the message's fault. The inbox applies the batch through the locked path
+ * instead.
+ */
+export class InconsistencyError extends Error {
+  override name = 'InconsistencyError';
+}
 
 /**
  * SQLSTATEs after which a connection must not go back to the pool: it is broken (class 08), its
@@ -68,21 +227,8 @@ export function isUnusableConnection(err: unknown): boolean {
 /**
  * True when retrying the same work later can succeed: the database is unreachable or restarting,
  * a deadlock or serialization failure, a pool timeout, a write refused by a server that is a
- * standby now. Everything else is permanent.
+ * standby now ({@link DATABASE_FAILURES}'s `transient`). Everything else is permanent.
  */
 export function isRetryable(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
-  const code = (err as { code?: unknown }).code;
-  if (typeof code === 'string' && (RETRYABLE_SQLSTATE.test(code) || RETRYABLE_NODE_CODES.has(code)))
-    return true;
-  const msg = err.message;
-  if (
-    /Connection terminated|connection timeout|timeout exceeded when trying to connect|Client has encountered a connection error|Query read timeout|the database system is (starting up|shutting down)|terminating connection|Client was closed/i.test(
-      msg,
-    )
-  ) {
-    return true;
-  }
-  const cause = (err as { cause?: unknown }).cause;
-  return cause !== undefined && cause !== err && isRetryable(cause);
+  return classifyDatabaseFailure(err).transient;
 }

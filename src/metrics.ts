@@ -27,10 +27,16 @@ export interface Metrics {
   buildInfo: Gauge<'version' | 'node'>;
   unknownMigrations: Gauge;
   retention: RetentionMetrics;
+  inboxBatchFailures: Counter<'fault'>;
+  inboxUnlockedFallbacks: Counter;
+  inboxFlood: InboxFloodMetrics;
   jobsEstimated: Gauge<'status'>;
   httpFiguresTimestamp: Gauge;
   httpFiguresReads: Counter<'result'>;
 }
+
+/** `recognition_inbox_batch_failures_total`'s faults (see `classifyDatabaseFailure`). */
+export const INBOX_BATCH_FAULTS = ['transient', 'infrastructure', 'message'] as const;
 
 /** `recognition_inbox_envelopes_total`'s outcomes. */
 export const ENVELOPE_OUTCOMES = [
@@ -235,6 +241,18 @@ export function createMetrics(
       registers,
     }),
     retention: createRetentionMetrics(registers),
+    inboxBatchFailures: new Counter({
+      name: 'recognition_inbox_batch_failures_total',
+      help: 'Inbox batch transactions that failed, by fault: transient and infrastructure (nak, retried with backoff, nothing quarantined), message (applied one by one, the refused envelope quarantined)',
+      labelNames: ['fault'],
+      registers,
+    }),
+    inboxUnlockedFallbacks: new Counter({
+      name: 'recognition_inbox_unlocked_fallbacks_total',
+      help: 'Inbox batches the unlocked path found inconsistent and handed to the locked path',
+      registers,
+    }),
+    inboxFlood: createInboxFloodMetrics(registers),
     jobsEstimated: new Gauge({
       name: 'recognition_jobs_estimated',
       help: "1 when recognition_jobs of that status is the planner's estimate (a final status with many jobs), 0 when it is an exact count",
@@ -266,6 +284,8 @@ export function createMetrics(
   for (const reason of QUARANTINE_REASONS) metrics.quarantine.inc({ reason }, 0);
   for (const result of PUBLISHER_RESULTS) metrics.publisherResults.inc({ result }, 0);
   for (const reason of DEAD_LETTER_REASONS) metrics.deadLetters.inc({ reason }, 0);
+  for (const fault of INBOX_BATCH_FAULTS) metrics.inboxBatchFailures.inc({ fault }, 0);
+  metrics.inboxUnlockedFallbacks.inc(0);
   for (const result of HTTP_FIGURES_READ_RESULTS) metrics.httpFiguresReads.inc({ result }, 0);
   return metrics;
 }
@@ -276,6 +296,8 @@ export interface RetentionMetrics {
   passes: Counter<'outcome'>;
   passDuration: Histogram;
   lastPass: Gauge;
+  lastSuccess: Gauge;
+  interval: Gauge;
 }
 
 /** `recognition_retention_deleted_total`'s tables. */
@@ -313,8 +335,51 @@ function createRetentionMetrics(registers: Registry[]): RetentionMetrics {
       help: 'When the last retention pass of this instance that went through ended (Unix time); 0 before the first',
       registers,
     }),
+    lastSuccess: new Gauge({
+      name: 'recognition_retention_last_success_timestamp_seconds',
+      help: 'When the last successful retention pass of this instance ended (Unix time); 0 before the first',
+      registers,
+    }),
+    interval: new Gauge({
+      name: 'recognition_retention_interval_seconds',
+      help: "The pause between this instance's retention passes (RETENTION_INTERVAL_MS); 0 when it runs none",
+      registers,
+    }),
   };
   for (const table of RETENTION_DELETED_TABLES) m.deleted.inc({ table }, 0);
   for (const outcome of RETENTION_PASS_OUTCOMES) m.passes.inc({ outcome }, 0);
+  return m;
+}
+
+/** The inbox's metrics of hostile or broken senders (src/daemon/inbox.ts). */
+export interface InboxFloodMetrics {
+  quarantinedByService: Counter<'service' | 'reason'>;
+  terminated: Counter;
+}
+
+/**
+ * The `service` label of a sender that is not among the known services: the sender picks its
+ * `service.name`, so only names the core knows become label values (src/daemon/serviceLabels.ts).
+ */
+export const SERVICE_LABEL_OTHER = 'other';
+
+/** Create the inbox flood metrics in `registers`, every known series at 0. */
+function createInboxFloodMetrics(registers: Registry[]): InboxFloodMetrics {
+  const m: InboxFloodMetrics = {
+    quarantinedByService: new Counter({
+      name: 'recognition_inbox_quarantined_by_service_total',
+      help: 'Envelopes quarantined, by the service they name (a known service, or "other") and reason',
+      labelNames: ['service', 'reason'],
+      registers,
+    }),
+    terminated: new Counter({
+      name: 'recognition_inbox_terminated_total',
+      help: 'Messages terminated (term) because not even their bounded quarantine record could be stored',
+      registers,
+    }),
+  };
+  for (const reason of QUARANTINE_REASONS)
+    m.quarantinedByService.inc({ service: SERVICE_LABEL_OTHER, reason }, 0);
+  m.terminated.inc(0);
   return m;
 }

@@ -36,5 +36,8 @@ ALTER DEFAULT PRIVILEGES FOR ROLE recognition_migrator IN SCHEMA public
   GRANT SELECT, INSERT, UPDATE ON TABLES TO recognition_runtime;
 ALTER DEFAULT PRIVILEGES FOR ROLE recognition_migrator IN SCHEMA public
   GRANT USAGE ON SEQUENCES TO recognition_runtime;
+ALTER DEFAULT PRIVILEGES FOR ROLE recognition_migrator IN SCHEMA public
+  GRANT EXECUTE ON FUNCTIONS TO recognition_runtime;
 GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO recognition_runtime;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO recognition_runtime;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO recognition_runtime;

@@ -1,6 +1,7 @@
 -- After the first `recognition-core migrate`, as recognition_migrator (or a superuser), connected
 -- to the database recognition: take from the runtime role what the default privileges of
--- roles.sql gave it and the daemon does not use. Running it again changes nothing.
+-- roles.sql gave it and the daemon does not use, and make sure it holds what the daemon does use.
+-- Running it again changes nothing.
 
 -- The migrations' bookkeeping: the daemon reads which ones ran (it refuses to start when one is
 -- pending) and never takes the migration lock.
@@ -10,3 +11,12 @@ REVOKE ALL ON kysely_migration_lock FROM recognition_runtime;
 REVOKE INSERT, UPDATE ON recognition_job_edge FROM recognition_runtime;
 -- The transition log is written once per transition and never changed.
 REVOKE UPDATE ON recognition_job_transition FROM recognition_runtime;
+-- Retention and `quarantine purge` delete through these functions, which run as their owner. The
+-- default privileges of roles.sql grant them as the migrations create them; this grants them on a
+-- database whose roles were made without those default privileges.
+GRANT EXECUTE ON FUNCTION
+  recognition_retention_delete_jobs(text, timestamptz, timestamptz, uuid, integer),
+  recognition_retention_delete_quarantined(timestamptz, text, integer)
+  TO recognition_runtime;
+-- An object is registered once and never changed: a result never takes over an existing row.
+REVOKE UPDATE ON s3_object FROM recognition_runtime;

@@ -66,7 +66,11 @@ async function replayCommand(o: ReplayOptions): Promise<void> {
     secrets: secretsOf(cfg),
     destination: process.stderr,
   });
-  const db = openDb(cfg.DATABASE_URL, { max: 2, applicationName: 'recognition-core inbox replay' });
+  const db = openDb(cfg.DATABASE_URL, {
+    max: 2,
+    applicationName: 'recognition-core inbox replay',
+    unnamedStatements: cfg.DATABASE_POOLER === 'transaction',
+  });
   let bar: InstanceType<typeof cliProgress.SingleBar> | undefined;
   try {
     const pending = await pendingMigrations(db.db);
@@ -96,6 +100,8 @@ async function replayCommand(o: ReplayOptions): Promise<void> {
         untilSeq: o.untilSeq,
         batchSize: cfg.INBOX_BATCH_SIZE,
         maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
+        quarantinePayloadMaxBytes: cfg.QUARANTINE_PAYLOAD_MAX_BYTES,
+        resultsBucket: cfg.RESULTS_BUCKET,
         dryRun: o.dryRun === true,
         onPlan(plan) {
           if (plan.startAgedOut && plan.oldest)

@@ -55,7 +55,9 @@ export function registerQuarantineCommands(program: Command): void {
       const { withDb } = await import('./withDb.js');
       const cfg = commandConfig();
       const results = await withDb(({ db }) =>
-        replayQuarantine(db, id !== undefined ? { id } : { reason: o.reason! }, cfg.MAX_ENVELOPE_BYTES),
+        replayQuarantine(db, id !== undefined ? { id } : { reason: o.reason! }, cfg.MAX_ENVELOPE_BYTES, {
+          resultsBucket: cfg.RESULTS_BUCKET,
+        }),
       );
       if (id !== undefined && results.length === 0)
         throw new UsageError(`no inbox_quarantine row with id ${id}`);

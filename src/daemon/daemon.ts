@@ -6,7 +6,9 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { sql } from 'kysely';
 import type { Config } from '../config.js';
+import type { ClientConfig } from 'pg';
 import { migrationStatus, openDb, type Db } from '../db/database.js';
+import { pgConnection } from '../db/pgTls.js';
 import { decisionPath, expectedDecisionKinds } from '../../machines/index.js';
 import { MigrationsPendingError } from '../errors.js';
 import type { Logger } from '../logger.js';
@@ -88,10 +90,21 @@ function openFiguresDb(cfg: Config, logger: Logger, applicationName: string): Db
   return openDb(cfg.DATABASE_URL, {
     max: 1,
     applicationName,
+    unnamedStatements: cfg.DATABASE_POOLER === 'transaction',
     connectionTimeoutMillis: cfg.HTTP_FIGURES_TIMEOUT_MS,
     onIdleError: (err) =>
       logger.warn({ err, event: 'db_idle_error' }, 'idle PostgreSQL connection (HTTP figures) failed'),
   });
+}
+
+/**
+ * Where the publisher LISTENs: `DATABASE_LISTEN_URL` when set; else the pool's own settings
+ * (undefined), but behind a transaction-mode pooler nowhere (null): LISTEN needs a session, which
+ * such a pooler gives no client beyond a transaction.
+ */
+function listenConnectionOf(cfg: Config): ClientConfig | null | undefined {
+  if (cfg.DATABASE_LISTEN_URL) return pgConnection(cfg.DATABASE_LISTEN_URL);
+  return cfg.DATABASE_POOLER === 'transaction' ? null : undefined;
 }
 
 /**
@@ -122,6 +135,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   // 1. Database.
   const db = openDb(cfg.DATABASE_URL, {
     max: cfg.DB_POOL_SIZE,
+    unnamedStatements: cfg.DATABASE_POOLER === 'transaction',
     onIdleError: (err) => logger.warn({ err, event: 'db_idle_error' }, 'idle PostgreSQL connection failed'),
   });
   let nats: Nats | undefined;
@@ -161,6 +175,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
             replicas: cfg.NATS_STREAM_REPLICAS,
             ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
             maxAckPending: cfg.INBOX_MAX_ACK_PENDING,
+            maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
             names,
           }),
         )
@@ -229,6 +244,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       ? createPublisher({
           db: db.db,
           pool: db.pool,
+          listenConnection: listenConnectionOf(cfg),
           js,
           isConnected: nats.isConnected,
           onReconnect: nats.onReconnect,
@@ -262,9 +278,15 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     retention?.start();
     if (retention) started.push(retention);
 
-    // 4. HTTP. /readyz's consumer check is red until the inbox is bound. The first figures are
-    // read before the server listens, so its first scrape has them.
-    if (loops.inbox) checks.consumer = () => inbox?.isBound() ?? false;
+    // 4. HTTP. /readyz's consumer check is red until the inbox is bound, and while its batches
+    // fail for a fault that is not the messages'. The first figures are read before the server
+    // listens, so its first scrape has them.
+    if (loops.inbox)
+      checks.consumer = () => {
+        if (!inbox?.isBound()) return false;
+        const reason = inbox.applyFailure();
+        return reason === undefined ? true : { ok: false, reason };
+      };
     if (figuresDb) {
       figures = startHttpFigures({
         db: figuresDb,
@@ -299,6 +321,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           concurrency: cfg.INBOX_CONCURRENCY,
           lingerMs: cfg.INBOX_LINGER_MS,
           maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
+          quarantinePayloadMaxBytes: cfg.QUARANTINE_PAYLOAD_MAX_BYTES,
+          resultsBucket: cfg.RESULTS_BUCKET,
           ackWaitMs: cfg.INBOX_ACK_WAIT_MS,
           names,
           provision,

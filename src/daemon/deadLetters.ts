@@ -11,8 +11,24 @@
  *
  * All instances subscribe in one queue group, so each advisory is handled by one of them. Were two
  * to handle it anyway, the step makes the second a no-op (`ignored`: the job is already `dlq`).
+ *
+ * Trust (docs/nats-permissions.md, "JetStream's events"): an advisory is a plain message on
+ * `$JS.EVENT.>`, which any user allowed to publish there could forge. The shipped NATS
+ * configuration denies that to every user, so only the server publishes them. Besides, the loop
+ * checks what one request to the server per advisory can: the subject it came on names the
+ * stream and consumer its body names; the stream is this loop's; the consumer exists on it, gives
+ * up after `max_deliver` deliveries, starts at or before the message and has moved past it; the
+ * message is on a subject the consumer reads. An advisory failing any of these changes nothing
+ * (logged at warn, `dead_letter_advisory_untrusted`); the watchdog still times the job out.
+ * JetStream keeps no per-message delivery count that a client can read, so `deliveries` is
+ * checked against the consumer's `max_deliver` only.
  */
-import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import {
+  jetstreamManager,
+  type ConsumerConfig,
+  type ConsumerInfo,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
 import {
   ConnectionError,
   RequestError,
@@ -44,6 +60,8 @@ const HANDLE_ATTEMPTS = 5;
 const HANDLE_RETRY_BASE_MS = 1_000;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** A name JetStream gives a consumer: no whitespace, no `.`, `*` or `>`. */
+const CONSUMER_NAME = /^[^\s.*>]+$/;
 const JOB_MSG_ID = /^job:([0-9a-f-]{36}):\d+$/i;
 
 /** What {@link createDeadLetters} needs. */
@@ -65,16 +83,17 @@ export interface DeadLetters {
   /** Unsubscribe (handling what was already received) and wait for the advisories in hand. */
   stop(): Promise<void>;
   /**
-   * Handle one advisory payload: read the job message at its stream sequence, find its job and
-   * step it with `DELIVERY_EXHAUSTED`. Resolves with the step's outcome, or undefined when the
-   * advisory or the message cannot name a job (logged at warn). Rejects on failures a retry can
-   * fix (the loop retries; direct callers decide).
+   * Handle one advisory payload (received on `subject`, when given): read the job message at its
+   * stream sequence, check the advisory against its consumer, find its job and step it with
+   * `DELIVERY_EXHAUSTED`. Resolves with the step's outcome, or undefined when the advisory is not
+   * to be trusted or cannot name a job (logged at warn). Rejects on failures a retry can fix (the
+   * loop retries; direct callers decide).
    */
-  handleAdvisory(data: Uint8Array | string): Promise<StepOutcome | undefined>;
+  handleAdvisory(data: Uint8Array | string, subject?: string): Promise<StepOutcome | undefined>;
 }
 
 /** The fields of `io.nats.jetstream.advisory.v1.max_deliver` this loop reads. */
-interface MaxDeliverAdvisory {
+export interface MaxDeliverAdvisory {
   stream: string;
   consumer: string;
   stream_seq: number;
@@ -112,6 +131,49 @@ function jobIdOf(header: { get(k: string): string } | undefined, json: () => unk
   }
 }
 
+/** Whether `subject` is one of those `filter` (a NATS subject with `*` and `>` wildcards) names. */
+export function subjectMatches(filter: string, subject: string): boolean {
+  const f = filter.split('.');
+  const s = subject.split('.');
+  for (let i = 0; i < f.length; i++) {
+    if (f[i] === '>') return s.length > i;
+    if (i >= s.length || (f[i] !== '*' && f[i] !== s[i])) return false;
+  }
+  return f.length === s.length;
+}
+
+/**
+ * Why an advisory is not to be trusted, or undefined when its consumer bears it out: `info` is the
+ * consumer it names (undefined when the stream has none of that name), `messageSubject` the
+ * subject of the message at its stream sequence.
+ */
+export function untrustedBecause(
+  advisory: MaxDeliverAdvisory,
+  info:
+    | {
+        config: Pick<ConsumerConfig, 'max_deliver' | 'filter_subject' | 'filter_subjects' | 'opt_start_seq'>;
+        delivered: Pick<ConsumerInfo['delivered'], 'stream_seq'>;
+      }
+    | undefined,
+  messageSubject: string,
+): string | undefined {
+  if (!info) return 'unknown_consumer';
+  const maxDeliver = info.config.max_deliver ?? -1;
+  if (maxDeliver < 1 || advisory.deliveries < maxDeliver) return 'below_max_deliver';
+  // Its delivery position has not passed the message, or it starts after it.
+  if (
+    info.delivered.stream_seq < advisory.stream_seq ||
+    advisory.stream_seq < (info.config.opt_start_seq ?? 0)
+  )
+    return 'never_delivered';
+  const filters = [
+    ...(info.config.filter_subject ? [info.config.filter_subject] : []),
+    ...(info.config.filter_subjects ?? []),
+  ];
+  if (filters.length > 0 && !filters.some((f) => subjectMatches(f, messageSubject))) return 'not_its_subject';
+  return undefined;
+}
+
 /** NATS failures a retry can fix: no answer in time, no responder yet, the connection is down. */
 function isTransientNatsError(err: unknown): boolean {
   return err instanceof TimeoutError || err instanceof RequestError || err instanceof ConnectionError;
@@ -139,7 +201,19 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
       sleepers.add(wake);
     });
 
-  async function handleAdvisory(data: Uint8Array | string): Promise<StepOutcome | undefined> {
+  /** Log an advisory that is not to be trusted; it changes nothing. */
+  function untrusted(fields: Record<string, unknown>, reason: string): undefined {
+    log.warn(
+      { ...fields, reason, event: 'dead_letter_advisory_untrusted' },
+      'max-deliveries advisory not borne out by its consumer; ignored (the watchdog times the job out)',
+    );
+    return undefined;
+  }
+
+  async function handleAdvisory(
+    data: Uint8Array | string,
+    subject?: string,
+  ): Promise<StepOutcome | undefined> {
     // 1. Parse the advisory.
     const advisory = parseAdvisory(data);
     if (!advisory) {
@@ -154,7 +228,11 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
       consumer: advisory.consumer,
       deliveries: advisory.deliveries,
     };
-    // 2. Read the job message it names.
+    // 2. The subject it came on and its body name the same stream and consumer: this loop's stream.
+    if (advisory.stream !== stream) return untrusted({ ...fields, stream: advisory.stream }, 'other_stream');
+    if (subject !== undefined && subject !== maxDeliveriesAdvisory(stream, { consumer: advisory.consumer }))
+      return untrusted({ ...fields, subject }, 'subject_mismatch');
+    // 3. Read the job message it names.
     jsm ??= await jetstreamManager(nc, { checkAPI: false });
     const stored = await jsm.streams.getMessage(stream, { seq: advisory.stream_seq });
     if (!stored) {
@@ -164,7 +242,16 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
       );
       return undefined;
     }
-    // 3. Find its job.
+    // 4. Its consumer bears it out.
+    const info = !CONSUMER_NAME.test(advisory.consumer)
+      ? undefined
+      : await jsm.consumers.info(stream, advisory.consumer).catch((err: unknown) => {
+          if (/consumer not found/i.test((err as Error).message)) return undefined;
+          throw err;
+        });
+    const distrust = untrustedBecause(advisory, info, stored.subject);
+    if (distrust) return untrusted({ ...fields, subject: stored.subject }, distrust);
+    // 5. Find its job.
     const jobId = jobIdOf(stored.header, () => stored.json());
     if (!jobId) {
       log.warn(
@@ -173,7 +260,7 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
       );
       return undefined;
     }
-    // 4. Step the job (its own transaction), in a span linked to the job message's trace.
+    // 6. Step the job (its own transaction), in a span linked to the job message's trace.
     const msgId = stored.header?.get('Nats-Msg-Id') || null;
     const traced = startDeadLetterTrace({
       jobId,
@@ -185,7 +272,7 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
       step(db, jobId, { type: 'DELIVERY_EXHAUSTED', deliveries: advisory.deliveries }),
     );
     traced?.end(outcome);
-    // 5. Report.
+    // 7. Report.
     const line = {
       ...fields,
       job_id: jobId,
@@ -214,7 +301,7 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
   async function handleWithRetries(m: Msg): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
-        await handleAdvisory(m.data);
+        await handleAdvisory(m.data, m.subject);
         return;
       } catch (err) {
         const retryable = isRetryable(err) || isTransientNatsError(err);

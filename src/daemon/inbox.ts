@@ -15,15 +15,20 @@
  *
  * The hot path runs on the pg pool when one is given: the step's statements are prepared once per
  * connection, and a batch costs one round trip (one write statement, no read before it) whatever
- * its size; one it hands back to the locked path (to quarantine an unknown job or a rejected
- * envelope, or a job not in the state its envelope expects) four more (BEGIN, lock, write, COMMIT).
+ * its size; one it hands back to the locked path (to quarantine an unknown job, a rejected
+ * envelope or a result whose object is not its job's, or a job not in the state its envelope
+ * expects) four more (BEGIN, lock, write, COMMIT), and one to read which of its result objects are
+ * registered already when it has results that name one.
  * Acks are sent without waiting, right after the commit, and go out together with the next flush.
  *
- * Failures: a retryable one (database unreachable, deadlock, serialization) naks the whole batch
- * with a delay that grows with the delivery count — JetStream ignores the consumer's backoff for a
- * plain nak — so it is redelivered as often as it takes. Any other failure of a batch falls back to
- * applying its messages one by one, so a single bad message cannot block its neighbours. Either
- * way the batch settles once, when all of it is acked or nak'd.
+ * Failures are classified by `classifyDatabaseFailure` (src/errors.ts). One that is not the
+ * messages' doing (database unreachable, deadlock, a revoked grant, a prepared statement a pooler
+ * lost, an unknown error) naks the whole batch with a delay that grows with the delivery count —
+ * JetStream ignores the consumer's backoff for a plain nak — so it is redelivered as often as it
+ * takes, and /readyz is red until a batch commits again; nothing is quarantined for it. One where
+ * the database refuses a message's values falls back to applying the batch's messages one by one,
+ * so a single bad message cannot block its neighbours, and the one refused on its own is
+ * quarantined. Either way the batch settles once, when all of it is acked or nak'd.
  *
  * Stop: the reader drains the pull subscription; then everything received is applied and acked.
  */
@@ -31,22 +36,26 @@ import type { JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
 import { QUARANTINE_REASON } from '../../machines/index.js';
 import type { Database } from '../db/schema.js';
-import { isRetryable } from '../errors.js';
+import { classifyDatabaseFailure, type DatabaseFailure } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { decodeEnvelope } from '../messages/decodeEnvelope.js';
 import { CONTRACT_NAMES, type ExchangeNames } from '../nats/subjects.js';
 import { startInboxTrace, type InboxTrace } from '../tracing/jobSpans.js';
 import { runTraced } from '../tracing/tracing.js';
+import { QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT } from '../messages/quarantineRecord.js';
 import {
   applyInboxBatchTx,
+  type InboxBatchHooks,
   type InboxItem,
   type InboxOutcome,
   type PgPool,
+  type QuarantineLimits,
   type RawMessage,
 } from './inboxBatch.js';
 import { startInboxReader } from './inboxReader.js';
 import { InboxScheduler } from './inboxScheduler.js';
+import { ServiceLabels } from './serviceLabels.js';
 
 /** What {@link startInbox} needs: where to read, where to write, and how to batch. */
 export interface InboxOptions {
@@ -66,6 +75,10 @@ export interface InboxOptions {
   /** How long a batch that is not full waits for more envelopes, from its first one (ms). */
   lingerMs?: number | undefined;
   maxEnvelopeBytes: number;
+  /** The longest payload prefix a quarantine row keeps (`QUARANTINE_PAYLOAD_MAX_BYTES`). */
+  quarantinePayloadMaxBytes?: number | undefined;
+  /** The bucket every result's object must be in (`RESULTS_BUCKET`). */
+  resultsBucket: string;
   ackWaitMs: number;
   /** The results stream and inbox consumer to read (the contract's by default). */
   names?: ExchangeNames | undefined;
@@ -89,6 +102,12 @@ export interface Inbox {
   isBound(): boolean;
   /** Messages received and not yet acked or nak'd. */
   inFlight(): number;
+  /**
+   * Why batches fail, while they fail for a fault that is not the messages' (the database refuses
+   * the connection, a grant, a prepared statement; an unknown error): from the first such failure
+   * until a batch commits again; undefined otherwise. For /readyz.
+   */
+  applyFailure(): string | undefined;
 }
 
 /** Delay before a nak'd envelope comes back: grows with its delivery count, capped. */
@@ -156,18 +175,40 @@ function branch<V>(tree: Map<string, Map<string, V>>, key: string): Map<string, 
 
 /**
  * What becomes of a batch, as a function that applies one: one transaction, then ack, log and
- * count (one line per decision); nak on a retryable failure; on any other, each message on its
- * own, and one the database still refuses is quarantined. Resolves when every message of the
- * batch is acked or nak'd; never rejects but for a bug.
+ * count (one line per decision); nak on a failure that is not the messages'; on one that is,
+ * each message on its own, and one the database still refuses is quarantined, or terminated when
+ * not even that can be stored. Resolves when every message of the batch is acked, nak'd or terminated; never rejects
+ * but for a bug.
  */
-function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Promise<void> {
+function batchApplier(
+  opts: InboxOptions,
+  log: Logger,
+): { applyBatch: (batch: Entry[]) => Promise<void>; failing: () => Failing | undefined } {
   const { metrics } = opts;
   const target = opts.pool ?? opts.db;
+  /** Since when batches fail for a fault that is not the messages'; unset once one commits. */
+  let failing: Failing | undefined;
+  const hooks: InboxBatchHooks = {
+    unlockedInconsistent(err) {
+      metrics?.inboxUnlockedFallbacks.inc();
+      log.warn(
+        { err, event: 'unlocked_inconsistent' },
+        'the unlocked path found its write inconsistent: the batch takes the locked path',
+      );
+    },
+  };
+  const limits: QuarantineLimits = {
+    payloadMaxBytes: opts.quarantinePayloadMaxBytes ?? QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT,
+  };
+  const services = new ServiceLabels();
+  const rule = { resultsBucket: opts.resultsBucket };
   /** Log one line per decision (only at the levels enabled); count per batch. */
   function report(entries: readonly Entry[], outs: readonly InboxOutcome[], traced?: InboxTrace): void {
     // Counted per batch by label values, which are the machine's names: no key is built per envelope.
     const envelopes = new Map<string, number>();
     const reasons = new Map<string, number>();
+    /** Quarantined per service label, then reason. */
+    const byService = new Map<string, Map<string, number>>();
     const transitions = new Map<string, Map<string, Map<string, number>>>();
     const info = log.isLevelEnabled('info');
     const warn = info || log.isLevelEnabled('warn');
@@ -177,6 +218,8 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
       if (out.kind === 'quarantined') {
         tally(envelopes, 'quarantined');
         tally(reasons, out.reason);
+        tally(branch(byService, services.labelOf(out.serviceName)), out.reason);
+        // Every field is bounded (quarantineRecord): the line costs a few KiB whatever the message.
         if (warn)
           log.warn(
             {
@@ -184,6 +227,7 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
               msg_id: out.msgId,
               event: 'quarantined',
               reason: out.reason,
+              service: out.serviceName,
               stream_seq: entries[i]!.msg.seq,
               details: out.details,
               ...traced?.logFields(i),
@@ -193,6 +237,9 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
         continue;
       }
       const o = out.outcome;
+      // The machine accepts an envelope only from its job's target_service: a known service.
+      const entry = entries[i]!;
+      if (entry.decoded.ok) services.learn(entry.decoded.envelope.service.name);
       tally(envelopes, o.decision);
       if (o.decision === 'applied') tally(branch(branch(transitions, o.from), o.event), o.to);
       const enabled = o.decision === 'duplicate' ? debug : o.decision === 'late' ? warn : info;
@@ -230,12 +277,14 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
     if (!metrics) return;
     for (const [outcome, n] of envelopes) metrics.envelopes.inc({ outcome }, n);
     for (const [reason, n] of reasons) metrics.quarantine.inc({ reason }, n);
+    for (const [service, byReason] of byService)
+      for (const [reason, n] of byReason) metrics.inboxFlood.quarantinedByService.inc({ service, reason }, n);
     for (const [from, byEvent] of transitions)
       for (const [event, byTo] of byEvent)
         for (const [to, n] of byTo) metrics.transitions.inc({ from, event, to }, n);
   }
 
-  /** Apply one batch; ack after commit, nak on retryable failure, isolate on any other. */
+  /** Apply one batch; ack after commit, nak on a fault that is not the messages', isolate on one that is. */
   async function applyBatch(batch: Entry[]): Promise<void> {
     const started = process.hrtime.bigint();
     // Long batches (a slow database) must not outlive the ack wait: tell JetStream we are working.
@@ -247,7 +296,10 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
       await opts.beforeBatch?.(batch);
       // One span per envelope, child of the envelope's trace context (none without tracing).
       const traced = startInboxTrace(batch);
-      const outcomes = await runTraced(traced, () => applyInboxBatchTx(target, batch));
+      const outcomes = await runTraced(traced, () =>
+        applyInboxBatchTx(target, batch, rule, { hooks, limits }),
+      );
+      failing = undefined;
       traced?.end(outcomes);
       opts.afterCommit?.(batch, outcomes);
       // Acks are fire-and-forget: the client writes them out with the next flush.
@@ -256,17 +308,33 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
       metrics?.stepDuration.observe({ loop: 'inbox' }, Number(process.hrtime.bigint() - started) / 1e9);
       metrics?.batchSize.observe({ loop: 'inbox' }, batch.length);
     } catch (err) {
-      if (isRetryable(err)) {
+      const failure = classifyDatabaseFailure(err);
+      if (failure.fault !== 'message') {
+        // Not the messages' doing: every one of them is valid and is applied once the fault is
+        // gone, so none is quarantined; /readyz is red until a batch commits again.
+        failing ??= { since: Date.now(), failure };
         for (const e of batch) e.msg.nak(nakDelayMs(e.msg.info.deliveryCount));
         metrics?.envelopes.inc({ outcome: 'retried' }, batch.length);
-        log.warn(
-          { err, event: 'batch_retry', size: batch.length },
-          'batch failed for a transient cause: nak, will be redelivered',
-        );
+        metrics?.inboxBatchFailures.inc({ fault: failure.transient ? 'transient' : 'infrastructure' });
+        const line = {
+          err,
+          event: 'batch_retry',
+          size: batch.length,
+          sqlstate: failure.code,
+          cause: failure.meaning,
+          transient: failure.transient,
+        };
+        if (failure.transient) log.warn(line, 'batch failed for a transient cause: nak, will be redelivered');
+        else
+          log.error(
+            line,
+            `batch failed for a database fault that is not the messages' (${failure.meaning}): nak, retried until it is gone`,
+          );
       } else if (batch.length > 1) {
-        log.error(
-          { err, event: 'batch_isolate', size: batch.length },
-          'batch failed: applying its messages one by one',
+        metrics?.inboxBatchFailures.inc({ fault: 'message' });
+        log.warn(
+          { err, event: 'batch_isolate', size: batch.length, sqlstate: failure.code },
+          'the database refused a value of the batch: applying its messages one by one',
         );
         for (const e of batch) await applyBatch([e]);
       } else {
@@ -277,36 +345,69 @@ function batchApplier(opts: InboxOptions, log: Logger): (batch: Entry[]) => Prom
     }
   }
 
-  /** A single valid message the database refuses for a non-transient reason: keep it, ack it. */
+  /**
+   * A single message whose values the database refuses: keep it, ack it. When the database
+   * refuses even its quarantine record's values, it is terminated (never delivered again), with a
+   * log line and `recognition_inbox_terminated_total`: a nak would bring it back without end, since
+   * `core-inbox` has no delivery limit. A failure that is not the record's (connection, grant) naks.
+   */
   async function quarantineUnapplicable(entry: Entry, err: unknown): Promise<void> {
     const message = err instanceof Error ? err.message : String(err);
+    const d = entry.decoded;
     const item: InboxItem = {
       raw: entry.raw,
       decoded: {
         ok: false,
         reason: QUARANTINE_REASON.SCHEMA_INVALID,
-        details: { stage: 'apply', error: message },
-        jobId: entry.decoded.ok ? entry.decoded.envelope.job_id : undefined,
-        msgId: entry.decoded.ok ? entry.decoded.msgId : null,
+        details: { stage: 'apply', error: message, ...(d.ok ? {} : { decoded_reason: d.reason }) },
+        jobId: d.ok ? d.envelope.job_id : d.jobId,
+        msgId: d.msgId ?? null,
+        ...(d.ok
+          ? { serviceName: d.envelope.service.name }
+          : d.serviceName === undefined
+            ? {}
+            : { serviceName: d.serviceName }),
       },
     };
     try {
-      const outcomes = await applyInboxBatchTx(target, [item]);
+      const outcomes = await applyInboxBatchTx(target, [item], rule, { hooks, limits });
       entry.msg.ack();
       report([entry], outcomes);
     } catch (err2) {
-      entry.msg.nak(nakDelayMs(entry.msg.info.deliveryCount));
-      log.error({ err: err2, event: 'quarantine_failed' }, 'could not quarantine an envelope: nak');
+      if (classifyDatabaseFailure(err2).fault !== 'message') {
+        entry.msg.nak(nakDelayMs(entry.msg.info.deliveryCount));
+        metrics?.envelopes.inc({ outcome: 'retried' });
+        log.error({ err: err2, event: 'quarantine_failed' }, 'could not quarantine an envelope: nak');
+        return;
+      }
+      entry.msg.term();
+      metrics?.inboxFlood.terminated.inc();
+      log.error(
+        {
+          err: err2,
+          event: 'envelope_terminated',
+          stream_seq: entry.msg.seq,
+          reason: d.ok ? null : d.reason,
+          delivery_count: entry.msg.info.deliveryCount,
+        },
+        'could not store even the quarantine record of an envelope: terminated, it is not delivered again',
+      );
     }
   }
 
-  return applyBatch;
+  return { applyBatch, failing: () => failing };
+}
+
+/** A fault the inbox is retrying: since when, and the first failure's classification. */
+interface Failing {
+  since: number;
+  failure: DatabaseFailure;
 }
 
 /** Start consuming `core-inbox`. Resolves once the consumer is bound. */
 export async function startInbox(opts: InboxOptions): Promise<Inbox> {
   const log = opts.logger.child({ loop: 'inbox' });
-  const applyBatch = batchApplier(opts, log);
+  const { applyBatch, failing } = batchApplier(opts, log);
   /** The batches in flight, settled when their promise ends. */
   const active = new Set<Promise<void>>();
   /** Wakes the reader waiting for room; set once the reader runs. */
@@ -364,5 +465,12 @@ export async function startInbox(opts: InboxOptions): Promise<Inbox> {
     },
     isBound: reader.isBound,
     inFlight: () => scheduler.held,
+    applyFailure() {
+      const f = failing();
+      if (!f) return undefined;
+      const code = f.failure.code === null ? '' : ` ${f.failure.code}`;
+      const seconds = ((Date.now() - f.since) / 1000).toFixed(1);
+      return `batches have failed for ${seconds} s for a fault that is not the messages' (${f.failure.meaning}${code}): nak'd, retried until it is gone`;
+    },
   };
 }

@@ -3,8 +3,9 @@
  * shared by the live inbox and `quarantine replay`.
  *
  * A batch is applied atomically: the valid envelopes go through the step (in stream order); the
- * invalid ones, the envelopes of unknown jobs and those the machine rejects (from a service other
- * than the job's `target_service`) are written to `inbox_quarantine`. A batch of valid envelopes
+ * invalid ones, the envelopes of unknown jobs, those the machine rejects (from a service other
+ * than the job's `target_service`) and the results whose object is not their job's own are
+ * written to `inbox_quarantine`. A batch of valid envelopes
  * whose jobs are as they expect takes the step's unlocked path (one write statement, its own
  * transaction); any other, one transaction. The caller acks every message after this returns (commit first, ack
  * after), or naks them all when it throws.
@@ -13,8 +14,11 @@ import type { Kysely } from 'kysely';
 import { QUARANTINE_REASON, type QuarantineReason } from '../../machines/index.js';
 import { inPgTransaction, withPgClient, type PgPool } from '../db/pgTransaction.js';
 import type { Database } from '../db/schema.js';
+import { InconsistencyError } from '../errors.js';
 import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
 import { envelopeToJobEvent, serviceMismatchDetails } from '../messages/envelopeToJobEvent.js';
+import { QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT, quarantineRecord } from '../messages/quarantineRecord.js';
+import type { ResultObjectRule } from '../messages/resultObject.js';
 import {
   applyEvents,
   defineStatement,
@@ -49,10 +53,21 @@ export type InboxOutcome =
   | {
       kind: 'quarantined';
       reason: QuarantineReason;
+      /** As stored: bounded, U+0000 escaped (see `quarantineRecord`). */
       jobId: string | null;
       msgId: string | null;
       details: unknown;
+      /** The `service.name` the message claims, when it can be read (not a checked name). */
+      serviceName: string | null;
     };
+
+/** How much of a message a quarantine row keeps. */
+export interface QuarantineLimits {
+  /** The longest payload prefix stored (`QUARANTINE_PAYLOAD_MAX_BYTES`). */
+  payloadMaxBytes: number;
+}
+
+const DEFAULT_LIMITS: QuarantineLimits = { payloadMaxBytes: QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT };
 
 /** The `Nats-Msg-Id` of a message, or undefined ('' counts as missing). */
 export function msgIdOf(raw: RawMessage): string | undefined {
@@ -91,6 +106,39 @@ interface QuarantineInsert {
   jobId: string | null;
   msgId: string | null;
   details: unknown;
+  serviceName: string | null;
+}
+
+/** A quarantine row made bounded and storable, with the outcome the caller logs and counts. */
+interface QuarantineRow {
+  raw: RawMessage;
+  reason: QuarantineReason;
+  record: ReturnType<typeof quarantineRecord>;
+  outcome: Extract<InboxOutcome, { kind: 'quarantined' }>;
+}
+
+function quarantineRow(q: QuarantineInsert, limits: QuarantineLimits): QuarantineRow {
+  const record = quarantineRecord({
+    msgId: q.msgId,
+    jobId: q.jobId,
+    details: q.details,
+    headers: q.raw.headers,
+    data: q.raw.data,
+    payloadMaxBytes: limits.payloadMaxBytes,
+  });
+  return {
+    raw: q.raw,
+    reason: q.reason,
+    record,
+    outcome: {
+      kind: 'quarantined',
+      reason: q.reason,
+      jobId: record.jobId,
+      msgId: record.msgId,
+      details: record.details,
+      serviceName: q.serviceName,
+    },
+  };
 }
 
 const QUARANTINE = defineStatement(
@@ -104,20 +152,28 @@ const QUARANTINE = defineStatement(
   ON CONFLICT (stream, stream_seq) WHERE stream_seq IS NOT NULL DO NOTHING`,
 );
 
-/** Insert quarantine rows; a message already quarantined (same stream sequence) is not written twice. */
-async function quarantine(tx: StepTransaction, rows: QuarantineInsert[]): Promise<void> {
+/**
+ * Insert quarantine rows; a message already quarantined (same stream sequence) is not written
+ * twice. Every row is in its bounded, storable form (`quarantineRecord`), so what a sender put in
+ * a message cannot make the insert fail.
+ */
+async function quarantine(tx: StepTransaction, rows: QuarantineRow[]): Promise<void> {
   if (rows.length === 0) return;
   const json = JSON.stringify(
     rows.map((r) => ({
       stream: r.raw.stream,
       stream_seq: r.raw.streamSeq,
       subject: r.raw.subject,
-      msg_id: r.msgId,
-      job_id: r.jobId,
+      msg_id: r.record.msgId,
+      job_id: r.record.jobId,
       reason: r.reason,
-      details: r.details ?? null,
-      payload: Buffer.from(r.raw.data).toString('base64'),
-      headers: r.raw.headers,
+      details: r.record.details,
+      payload: Buffer.from(
+        r.record.payload.buffer,
+        r.record.payload.byteOffset,
+        r.record.payload.byteLength,
+      ).toString('base64'),
+      headers: r.record.headers,
     })),
   );
   await stepSqlOf(tx).query(QUARANTINE, [json]);
@@ -125,60 +181,75 @@ async function quarantine(tx: StepTransaction, rows: QuarantineInsert[]): Promis
 
 /**
  * Apply a batch inside the caller's transaction. Returns one outcome per item, in order.
- * Envelopes of unknown jobs (`UNKNOWN_JOB`) and envelopes the machine rejects because they come
+ * Envelopes of unknown jobs (`UNKNOWN_JOB`), envelopes the machine rejects because they come
  * from a service other than the job's `target_service` (`SERVICE_MISMATCH`, both names in the
- * details) are quarantined in the same transaction; the job is left as it was.
+ * details) and results whose `result_s3` is not their job's own object (`RESULT_OBJECT_NOT_OWNED`,
+ * checked against `rule`) are quarantined in the same transaction; the job is left as it was.
  */
 export async function applyInboxBatch(
   tx: StepTransaction,
   items: readonly InboxItem[],
+  rule: ResultObjectRule,
+  limits: QuarantineLimits = DEFAULT_LIMITS,
 ): Promise<InboxOutcome[]> {
   const outcomes: InboxOutcome[] = new Array(items.length);
   const steps: StepItem[] = [];
   const stepIndex: number[] = [];
-  const quarantined: QuarantineInsert[] = [];
+  const quarantined: QuarantineRow[] = [];
+  const keep = (i: number, q: QuarantineInsert): void => {
+    const row = quarantineRow(q, limits);
+    quarantined.push(row);
+    outcomes[i] = row.outcome;
+  };
   items.forEach((item, i) => {
     const d = item.decoded;
     if (d.ok) {
       steps.push(envelopeToJobEvent(d.envelope, d.msgId));
       stepIndex.push(i);
     } else {
-      const q = {
+      keep(i, {
         raw: item.raw,
         reason: d.reason,
         jobId: d.jobId ?? null,
         msgId: d.msgId ?? null,
         details: d.details,
-      };
-      quarantined.push(q);
-      outcomes[i] = { kind: 'quarantined', ...q };
+        serviceName: d.serviceName ?? null,
+      });
     }
   });
-  const stepped = await applyEvents(tx, steps);
+  const stepped = await applyEvents(tx, steps, rule);
   stepped.forEach((outcome, n) => {
     const i = stepIndex[n]!;
     const item = items[i]!;
     const msgId = item.decoded.ok ? item.decoded.msgId : null;
+    const serviceName = item.decoded.ok ? item.decoded.envelope.service.name : null;
     if (outcome.decision === 'unknown_job') {
-      const q = {
+      keep(i, {
         raw: item.raw,
         reason: QUARANTINE_REASON.UNKNOWN_JOB,
         jobId: outcome.jobId,
         msgId,
         details: { message: `no recognition_job with id ${outcome.jobId}` },
-      };
-      quarantined.push(q);
-      outcomes[i] = { kind: 'quarantined', ...q };
+        serviceName,
+      });
     } else if (outcome.decision === 'rejected' && item.decoded.ok) {
-      const q = {
+      keep(i, {
         raw: item.raw,
         reason: QUARANTINE_REASON.SERVICE_MISMATCH,
         jobId: outcome.jobId,
         msgId,
         details: serviceMismatchDetails(outcome.targetService, item.decoded.envelope.service.name),
-      };
-      quarantined.push(q);
-      outcomes[i] = { kind: 'quarantined', ...q };
+        serviceName,
+      });
+    } else if (outcome.decision === 'object_not_owned') {
+      keep(i, {
+        raw: item.raw,
+        reason: QUARANTINE_REASON.RESULT_OBJECT_NOT_OWNED,
+        jobId: outcome.jobId,
+        msgId,
+        details: outcome.details,
+        serviceName,
+      });
     } else {
       outcomes[i] = { kind: 'step', outcome, msgId };
     }
@@ -193,6 +264,22 @@ function isKysely(db: Kysely<Database> | PgPool): db is Kysely<Database> {
   return typeof (db as Partial<Kysely<Database>>).transaction === 'function';
 }
 
+/** What {@link applyInboxBatchTx} reports besides its outcomes. */
+export interface InboxBatchHooks {
+  /**
+   * The unlocked path met an inconsistency (its plan or its write's rows are not what they must
+   * be); the batch goes through the locked path instead, which decides every envelope on its
+   * locked row.
+   */
+  unlockedInconsistent?: ((err: InconsistencyError) => void) | undefined;
+}
+
+/** How {@link applyInboxBatchTx} bounds quarantine rows and what it reports besides its outcomes. */
+export interface InboxBatchOptions {
+  limits?: QuarantineLimits | undefined;
+  hooks?: InboxBatchHooks | undefined;
+}
+
 /**
  * Apply a batch in its own transaction (committed when this resolves). On a pg pool the step's
  * statements are prepared and planned once per connection (named statements, generic plans);
@@ -201,27 +288,44 @@ function isKysely(db: Kysely<Database> | PgPool): db is Kysely<Database> {
 export async function applyInboxBatchTx(
   db: Kysely<Database> | PgPool,
   items: readonly InboxItem[],
+  rule: ResultObjectRule,
+  { limits = DEFAULT_LIMITS, hooks = {} }: InboxBatchOptions = {},
 ): Promise<InboxOutcome[]> {
-  if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items));
+  if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items, rule, limits));
   return (
-    (await applyUnlocked(db, items)) ??
-    inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items), { genericPlans: true })
+    (await applyUnlocked(db, items, rule, hooks)) ??
+    inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items, rule, limits), {
+      genericPlans: true,
+    })
   );
 }
 
 /**
  * A batch of valid envelopes on the step's unlocked path: one statement instead of four (see
  * `applyEventsOptimistic`). `null` when the batch holds an invalid envelope, or the path hands the
- * work back (an unknown job, or an envelope the machine rejects, is quarantined by the
- * transaction; a job not as its envelope expects is decided on its locked row); nothing is
- * written then.
+ * work back (an unknown job, an envelope the machine rejects, or a result whose object is not its
+ * job's, is quarantined by the transaction; a job not as its envelope expects is decided on its
+ * locked row; nothing is written then), or the path meets an inconsistency of its own (reported
+ * to `hooks`); the locked path then decides the batch.
  */
-async function applyUnlocked(pool: PgPool, items: readonly InboxItem[]): Promise<InboxOutcome[] | null> {
-  const planned = planUnlocked(items);
-  if (!planned) return null;
-  const { plan, msgIds } = planned;
-  const outcomes = await withPgClient(pool, (client) => writeOptimistic(pgStepSql(client), plan));
-  return outcomes?.map((outcome, i) => ({ kind: 'step', outcome, msgId: msgIds[i] ?? null })) ?? null;
+async function applyUnlocked(
+  pool: PgPool,
+  items: readonly InboxItem[],
+  rule: ResultObjectRule,
+  hooks: InboxBatchHooks,
+): Promise<InboxOutcome[] | null> {
+  try {
+    const planned = planUnlocked(items, rule);
+    if (!planned) return null;
+    const { plan, msgIds } = planned;
+    const outcomes = await withPgClient(pool, (client) => writeOptimistic(pgStepSql(client), plan));
+    return outcomes?.map((outcome, i) => ({ kind: 'step', outcome, msgId: msgIds[i] ?? null })) ?? null;
+  } catch (err) {
+    // An inconsistency is this path's bug, never the batch's: the locked path decides it again.
+    if (!(err instanceof InconsistencyError)) throw err;
+    hooks.unlockedInconsistent?.(err);
+    return null;
+  }
 }
 
 /**
@@ -231,6 +335,7 @@ async function applyUnlocked(pool: PgPool, items: readonly InboxItem[]): Promise
  */
 function planUnlocked(
   items: readonly InboxItem[],
+  rule: ResultObjectRule,
 ): { plan: ExpectedWrite; msgIds: Array<string | null> } | null {
   const steps: StepItem[] = [];
   const msgIds: Array<string | null> = [];
@@ -240,6 +345,6 @@ function planUnlocked(
     msgIds.push(item.decoded.msgId);
   }
   if (steps.length === 0) return null;
-  const plan = planOptimistic(steps);
+  const plan = planOptimistic(steps, rule);
   return plan && { plan, msgIds };
 }

@@ -215,7 +215,7 @@ export async function startInboxReader(opts: InboxReaderOptions): Promise<InboxR
       consumer: names.inboxConsumer,
       provision: opts.provision !== undefined,
       missing_ms: now - missing.since,
-      error: err instanceof Error ? err.message : String(err),
+      err,
     };
     const name =
       what === 'stream'

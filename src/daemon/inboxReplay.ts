@@ -24,7 +24,8 @@ import { randomUUID } from 'node:crypto';
 import type { JetStreamClient, JetStreamManager, JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
-import { isRetryable } from '../errors.js';
+import { isMessageFault, isRetryable } from '../errors.js';
+import type { ResultObjectRule } from '../messages/resultObject.js';
 import { RESULTS_STREAM, RESULT_SUBJECT } from '../nats/subjects.js';
 import {
   applyInboxBatch,
@@ -52,6 +53,10 @@ export interface InboxReplayOptions {
   /** Messages per transaction. */
   batchSize: number;
   maxEnvelopeBytes: number;
+  /** The longest payload prefix a quarantine row keeps (`QUARANTINE_PAYLOAD_MAX_BYTES`; 64 KiB if unset). */
+  quarantinePayloadMaxBytes?: number | undefined;
+  /** The bucket every result's object must be in (`RESULTS_BUCKET`), as the inbox checks it. */
+  resultsBucket: string;
   /**
    * Decide every message and write nothing: each batch runs in a transaction that is rolled back,
    * so it is decided on the database as it is, without the earlier batches' effects.
@@ -139,10 +144,14 @@ class DryRunRollback extends Error {
 }
 
 /** Apply `items` in one transaction and roll it back: the outcomes, nothing written. */
-async function decideOnly(db: Kysely<Database>, items: readonly InboxItem[]): Promise<InboxOutcome[]> {
+async function decideOnly(
+  db: Kysely<Database>,
+  items: readonly InboxItem[],
+  rule: ResultObjectRule,
+): Promise<InboxOutcome[]> {
   try {
     await db.transaction().execute(async (tx) => {
-      throw new DryRunRollback(await applyInboxBatch(tx, items));
+      throw new DryRunRollback(await applyInboxBatch(tx, items, rule));
     });
   } catch (err) {
     if (err instanceof DryRunRollback) return err.outcomes;
@@ -221,12 +230,20 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
 
     // 3. Batches in stream order.
     const target = opts.pool ?? opts.db;
+    const rule = { resultsBucket: opts.resultsBucket };
     const apply = (items: readonly InboxItem[]) =>
-      opts.dryRun ? decideOnly(opts.db, items) : applyInboxBatchTx(target, items);
+      opts.dryRun
+        ? decideOnly(opts.db, items, rule)
+        : applyInboxBatchTx(target, items, rule, {
+            limits:
+              opts.quarantinePayloadMaxBytes === undefined
+                ? undefined
+                : { payloadMaxBytes: opts.quarantinePayloadMaxBytes },
+          });
 
     /**
-     * Apply `items`: retried while the cause is transient, isolated when the database refuses
-     * them. `refused`: the item is already a refused message on its way to quarantine.
+     * Apply `items`: retried while the cause is transient, stopped on any other fault that is not
+     * the messages', isolated when the database refuses their values. `refused`: the item is already a refused message on its way to quarantine.
      */
     const settle = async (items: readonly InboxItem[], refused = false): Promise<InboxOutcome[]> => {
       for (let attempt = 1; ; attempt++) {
@@ -239,6 +256,10 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
             await sleep(retryDelayMs(attempt));
             continue;
           }
+          // A fault that is not the messages' quarantines nothing: the replay stops, and runs again
+          // once it is gone (it is idempotent).
+          if (!isMessageFault(err))
+            throw new InboxReplayStoppedError(items[0]!.raw.streamSeq!, summary, { cause: err });
           if (items.length > 1) {
             const outcomes: InboxOutcome[] = [];
             for (const item of items) outcomes.push(...(await settle([item])));

@@ -13,6 +13,7 @@ import type { JetStreamClient, PubAck } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/nats-core';
 import type { Config } from '../config.js';
 import { checkJobMessage, type JobMessage } from '../messages/schemas.js';
+import { resultKeyPrefix } from '../messages/resultObject.js';
 import { jobMsgId, jobSubject, RESULT_SUBJECT, type ExchangeNames } from '../nats/subjects.js';
 import { endPublishTrace, startPublishTrace, type PublishTrace } from '../tracing/jobSpans.js';
 import { headerFieldsOf } from '../tracing/tracing.js';
@@ -47,7 +48,10 @@ export function buildJobMessage(
     file_id: row.file_id,
     attempt: row.attempt,
     source_s3: { bucket: row.source_bucket, key: row.source_key },
-    result_s3_prefix: { bucket: opts.resultsBucket, key_prefix: `results/${row.file_id}/${row.job_id}/` },
+    result_s3_prefix: {
+      bucket: opts.resultsBucket,
+      key_prefix: resultKeyPrefix({ fileId: row.file_id, jobId: row.job_id }),
+    },
     reply_subject: RESULT_SUBJECT,
     reply_deadline: new Date(row.db_now.getTime() + opts.replyTimeoutMs).toISOString(),
     published_at: row.db_now.toISOString(),

@@ -26,14 +26,15 @@
  * stream kept; the stored (later) deadline is the one the watchdog enforces, so a service that
  * honours its copy's earlier deadline is never cut short.
  *
- * Wake-ups: a `LISTEN recognition_job_created` connection (the insert trigger NOTIFYs), a timer to
+ * Wake-ups: a `LISTEN recognition_job_created` connection (the insert trigger NOTIFYs; none behind
+ * a transaction-mode pooler without a direct URL of its own), a timer to
  * the earliest future `next_publish_at` (backoff retries), and a poll every
  * `PUBLISHER_POLL_INTERVAL_MS` as the safety net. A round that filled its batch is followed by
  * another at once. During an outage only the outage pause and the client's reconnects wake it.
  */
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { sql, type Kysely } from 'kysely';
-import type { Pool } from 'pg';
+import type { ClientConfig, Pool } from 'pg';
 import type { Config } from '../config.js';
 import { listenForNotifications, type NotificationListener } from '../db/notifications.js';
 import type { Database } from '../db/schema.js';
@@ -80,6 +81,12 @@ export interface PublisherOptions {
    * and takes no pool slot). Without it the publisher relies on its timers and poll only.
    */
   pool?: Pool;
+  /**
+   * Where the LISTEN connection goes instead of the pool's settings: a direct connection past a
+   * pooler (`DATABASE_LISTEN_URL`), or `null` for none at all (a transaction-mode pooler keeps no
+   * session to listen on): the publisher then finds new jobs by its poll.
+   */
+  listenConnection?: ClientConfig | null | undefined;
   js: JetStreamClient;
   /**
    * Whether the NATS connection is up (`Nats.isConnected`). While it is down no job is handed to the
@@ -264,9 +271,10 @@ export function createPublisher(opts: PublisherOptions): Publisher {
       running = true;
       // 1. LISTEN first, so no job created from now on waits for the poll. A job created during an
       //    outage waits for the outage's next try like the others.
-      if (opts.pool) {
+      const connection = opts.listenConnection === undefined ? opts.pool?.options : opts.listenConnection;
+      if (connection) {
         listener = await listenForNotifications({
-          connection: opts.pool.options,
+          connection,
           channel: JOB_CREATED_CHANNEL,
           applicationName: 'recognition-core:publisher-listen',
           logger: log,

@@ -6,6 +6,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { QuarantineReason } from '../../machines/index.js';
 import type { Database, QuarantineRow } from '../db/schema.js';
+import type { ResultObjectRule } from '../messages/resultObject.js';
 import { applyInboxBatch, decodeItem, type InboxOutcome } from './inboxBatch.js';
 
 export interface ReplayResult {
@@ -22,11 +23,15 @@ export function describeOutcome(o: InboxOutcome): string {
     : o.outcome.decision;
 }
 
-/** Replay quarantined messages chosen by id or by reason, one transaction each. */
+/**
+ * Replay quarantined messages chosen by id or by reason, one transaction each, checking results'
+ * objects against `rule` as the inbox does.
+ */
 export async function replayQuarantine(
   db: Kysely<Database>,
   which: { id?: string; reason?: QuarantineReason },
   maxEnvelopeBytes: number,
+  rule: ResultObjectRule,
 ): Promise<ReplayResult[]> {
   let q = db.selectFrom('inbox_quarantine').selectAll().orderBy('id');
   if (which.id !== undefined) q = q.where('id', '=', which.id);
@@ -45,7 +50,7 @@ export async function replayQuarantine(
         },
         maxEnvelopeBytes,
       );
-      const [out] = await applyInboxBatch(tx, [item]);
+      const [out] = await applyInboxBatch(tx, [item], rule);
       const text = describeOutcome(out!);
       await tx
         .updateTable('inbox_quarantine')

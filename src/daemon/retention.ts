@@ -7,13 +7,13 @@
  *
  * One pass, {@link runRetentionPass}, is what the daemon runs every `RETENTION_INTERVAL_MS` and
  * what `recognition-core retention run` runs once:
- *   1. take the retention lock (`pg_try_advisory_lock`, never waiting): one instance at a time
- *      deletes; a pass that finds the lock taken does nothing and says so (`busy`);
+ *   1. each batch transaction first takes the retention lock (`pg_try_advisory_xact_lock`, never
+ *      waiting; released when the transaction ends): one instance at a time deletes; a pass whose
+ *      batch finds the lock taken stops there and says so (`busy`);
  *   2. for each final status whose class has a retention, walk through its expired jobs in
  *      batches, one short transaction each: look at the next `batchSize`, delete those that are
  *      not current (locked `SKIP LOCKED`, so never waiting for the inbox nor holding it up);
- *   3. delete expired quarantined messages, in batches too;
- *   4. release the lock.
+ *   3. delete expired quarantined messages, in batches too.
  *
  * Most expired jobs stay: a file's last job is its current one, so the expired range of a status
  * is mostly jobs that are looked at and left. The daemon therefore remembers, per status, where
@@ -41,7 +41,7 @@ import { createPeriodicLoop, type RunControl } from './periodicLoop.js';
 import type { Metrics, RETENTION_DELETED_TABLES } from '../metrics.js';
 
 /**
- * Key of the session-level advisory lock a pass holds: the ASCII bytes of `rcretent` as a bigint.
+ * Key of the advisory lock each batch of a pass holds: the ASCII bytes of `rcretent` as a bigint.
  * Fixed, so that every instance and every version of the command contend for the same lock.
  */
 export const RETENTION_LOCK_KEY = '8242557523088207476';
@@ -169,19 +169,28 @@ export function restAfterBatch(batchMs: number, maxBusyPercent: number): number 
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-/** Steps 2 and 3 of a pass, on the connection that holds the lock. */
+/** A batch found the retention lock taken: another instance's pass is under way. */
+class RetentionBusy extends Error {}
+
+/** Steps 2 and 3 of a pass: each batch a transaction of its own, which holds the lock. */
 async function deleteExpired(
-  conn: Kysely<Database>,
+  db: Kysely<Database>,
   opts: RetentionPassOptions,
   positions: Map<FinalJobStatus, FinishedKey>,
   result: RetentionPassResult,
 ): Promise<void> {
   const { settings, control, onBatch } = opts;
   const limit = settings.batchSize;
-  /** Run one batch's transaction, then rest as `maxBusyPercent` asks. */
+  /** Run one batch's transaction under the lock, then rest as `maxBusyPercent` asks. */
   const batched = async <T>(run: (tx: Transaction<Database>) => Promise<T>): Promise<T> => {
     const started = performance.now();
-    const out = await conn.transaction().execute(run);
+    const out = await db.transaction().execute(async (tx) => {
+      // 1. The lock, or nothing: held by this transaction, released by its end.
+      const { rows } = await sql<{ locked: boolean }>`
+        SELECT pg_try_advisory_xact_lock(${RETENTION_LOCK_KEY}::bigint) AS locked`.execute(tx);
+      if (!rows[0]!.locked) throw new RetentionBusy();
+      return run(tx);
+    });
     const rest = restAfterBatch(performance.now() - started, settings.maxBusyPercent);
     if (rest > 0) await sleep(rest);
     result.restedMs += rest;
@@ -233,20 +242,16 @@ export async function runRetentionPass(
   if (opts.dryRun) {
     await dryRun(db, opts.settings, result);
   } else {
-    // A session-level lock, held on one connection for the whole pass: batches of the pass run on
-    // that connection, and a connection that dies takes the lock with it.
-    await db.connection().execute(async (conn) => {
-      // 1. The lock, or nothing.
-      const { rows } = await sql<{ locked: boolean }>`
-        SELECT pg_try_advisory_lock(${RETENTION_LOCK_KEY}::bigint) AS locked`.execute(conn);
-      if (!rows[0]!.locked) return void (result.busy = true);
-      try {
-        await deleteExpired(conn, opts, positions, result);
-      } finally {
-        // 4. Release.
-        await sql`SELECT pg_advisory_unlock(${RETENTION_LOCK_KEY}::bigint)`.execute(conn);
-      }
-    });
+    // The lock is transaction-scoped, taken by each batch: nothing of a pass outlives a
+    // transaction, so a pass runs the same through a transaction-mode pooler, and a batch whose
+    // connection dies releases it. A batch that finds it taken ends the pass as busy: another
+    // instance's pass is deleting, and takes the rest.
+    try {
+      await deleteExpired(db, opts, positions, result);
+    } catch (err) {
+      if (!(err instanceof RetentionBusy)) throw err;
+      result.busy = true;
+    }
   }
   result.durationMs = Math.round(performance.now() - started);
   return result;
@@ -284,6 +289,8 @@ export function createRetention(opts: RetentionOptions): Retention {
   const { db, metrics, settings, intervalMs } = opts;
   const now = opts.now ?? Date.now;
   const log = opts.logger.child({ loop: 'retention' });
+  // With the time of the last successful pass, what the alert on passes that stop compares.
+  metrics?.retention.interval.set(intervalMs / 1000);
   const positions = new Map<FinalJobStatus, FinishedKey>();
   let lastFullWalk: number | undefined;
 
@@ -308,7 +315,9 @@ export function createRetention(opts: RetentionOptions): Retention {
     const outcome = result.busy ? 'busy' : result.halted ? 'halted' : 'done';
     metrics?.retention.passes.inc({ outcome });
     if (outcome === 'done') {
-      metrics?.retention.lastPass.set(Date.now() / 1000);
+      const endedAt = Date.now() / 1000;
+      metrics?.retention.lastPass.set(endedAt);
+      metrics?.retention.lastSuccess.set(endedAt);
       if (result.fullWalk) lastFullWalk = startedAt;
     }
     log.info(

@@ -31,6 +31,12 @@ export interface DbOptions {
   /** Called on errors of idle clients (a restarted server), so they are logged, not thrown. */
   onIdleError?: (err: Error) => void;
   applicationName?: string;
+  /**
+   * Send every statement unnamed, also those the hot paths name to have them prepared once per
+   * connection: behind a transaction-mode pooler (`DATABASE_POOLER=transaction`) each transaction
+   * may get another server connection, where a named statement is missing or already exists.
+   */
+  unnamedStatements?: boolean | undefined;
 }
 
 const defaultTimestamptz = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ, 'text') as (
@@ -93,6 +99,7 @@ export function openDb(url: string, opts: DbOptions = {}): Db {
   pool.on('connect', (client) => {
     client.on('error', (err) => opts.onIdleError?.(err));
     noteUnusable(client);
+    if (opts.unnamedStatements) unnamed(client);
   });
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: discardingUnusable(pool) }) });
   return { db, pool, close: () => db.destroy() };
@@ -117,6 +124,26 @@ function noteUnusable(client: pg.PoolClient): void {
         if (noted[UNUSABLE] === undefined && isUnusableConnection(err)) noted[UNUSABLE] = err as Error;
       });
     return result;
+  };
+}
+
+/**
+ * Make `client` send named statements unnamed: the statement is parsed at each execution on
+ * whichever server connection the pooler gives the transaction, and nothing of it outlives it.
+ */
+function unnamed(client: pg.PoolClient): void {
+  const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+  (client as { query: unknown }).query = (config: unknown, ...rest: unknown[]): unknown => {
+    if (
+      typeof config === 'object' &&
+      config !== null &&
+      typeof (config as { name?: unknown }).name === 'string' &&
+      typeof (config as { submit?: unknown }).submit !== 'function'
+    ) {
+      const { name: _name, ...plain } = config as { name: string };
+      return query(plain, ...rest);
+    }
+    return query(config, ...rest);
   };
 }
 

@@ -11,7 +11,7 @@
  *   table's row estimate (`pg_class.reltuples`), scaled to the table's size now, as the planner
  *   does. A status whose estimate is already past twice the limit is not counted at all;
  * - the transitions are counted exactly while the table holds at most {@link EXACT_COUNT_LIMIT}
- *   rows; beyond that, each edge's share comes from the extended statistics of migration 0017.
+ *   rows; beyond that, each edge's share comes from the extended statistics of migration 0019.
  *
  * Estimates are as fresh as the last `ANALYZE` of the table (autovacuum's included), and each
  * figure says whether it is exact. The final statuses include superseded jobs (attempts a file

@@ -77,6 +77,10 @@ export interface ExpiredBatch {
  * locks), then, of those, the ones that are not their file's current job, locked `FOR UPDATE SKIP
  * LOCKED` and deleted with their transitions, all in one statement.
  *
+ * The statement is the body of `recognition_retention_delete_jobs` (migration 0017), which runs
+ * as the role that owns the tables: the daemon's role holds no DELETE, and can delete only what
+ * that function allows (docs/deployment.md, "Database roles").
+ *
  * A job whose row another transaction holds (a late result the inbox is looking at, another
  * instance's retention) is skipped, never waited for; a later pass takes it. Jobs that are current
  * are looked at and left, so the walk's position moves past them. Both the walk (the partial
@@ -109,7 +113,7 @@ export interface ExpiredBatchOptions {
   limit: number;
 }
 
-/** The statement of {@link deleteExpiredJobs}, not run: a test explains it. */
+/** The call of {@link deleteExpiredJobs}, not run: a test explains the statement it runs. */
 export function expiredJobsBatch(opts: ExpiredBatchOptions) {
   if (!Number.isInteger(opts.limit) || opts.limit < 1)
     throw new Error(`limit must be a positive integer: ${opts.limit}`);
@@ -120,39 +124,13 @@ export function expiredJobsBatch(opts: ExpiredBatchOptions) {
     jobs: number;
     transitions: number;
   }>`
-    WITH scanned AS (
-      SELECT j.id, j.finished_at
-      FROM recognition_job j
-      WHERE j.status = ${sql.lit(opts.status)}
-        AND j.finished_at < ${sinceSql(olderThan(opts.retentionMs))}
-        AND ${afterKey(opts.after)}
-      ORDER BY j.finished_at, j.id
-      LIMIT ${opts.limit}
-    ),
-    doomed AS (
-      SELECT j.id
-      FROM recognition_job j
-      WHERE j.id IN (
-        SELECT s.id FROM scanned s
-        WHERE NOT EXISTS (SELECT 1 FROM stored_file f WHERE f.current_recognition_job_id = s.id)
-      )
-      FOR UPDATE OF j SKIP LOCKED
-    ),
-    gone_transitions AS (
-      DELETE FROM recognition_job_transition t USING doomed d WHERE t.job_id = d.id RETURNING 1
-    ),
-    gone_jobs AS (
-      DELETE FROM recognition_job j USING doomed d WHERE j.id = d.id RETURNING 1
-    ),
-    last AS (
-      SELECT ${FINISHED_KEY_SQL} AS finished_key, j.id
-      FROM scanned j ORDER BY j.finished_at DESC, j.id DESC LIMIT 1
-    )
-    SELECT (SELECT count(*) FROM scanned)::int AS scanned,
-           (SELECT finished_key FROM last) AS last_finished_at,
-           (SELECT id::text FROM last) AS last_id,
-           (SELECT count(*) FROM gone_jobs)::int AS jobs,
-           (SELECT count(*) FROM gone_transitions)::int AS transitions`;
+    SELECT scanned, last_finished_at, last_id::text AS last_id, jobs, transitions
+    FROM recognition_retention_delete_jobs(
+      ${opts.status}::text,
+      ${sinceSql(olderThan(opts.retentionMs))},
+      ${opts.after?.finishedAt ?? null}::timestamptz,
+      ${opts.after?.id ?? null}::uuid,
+      ${opts.limit}::integer)`;
 }
 
 /**
@@ -193,8 +171,10 @@ function quarantineWhere(which: QuarantineSelection) {
 
 /**
  * Runs inside the caller's transaction. Delete up to `limit` quarantined messages of `which`,
- * oldest first, skipping rows another transaction holds. Resolves with how many it deleted; fewer
- * than `limit`: none is left, or the rest were held (a later pass takes them).
+ * oldest first, skipping rows another transaction holds, through
+ * `recognition_retention_delete_quarantined` (migration 0017; it runs as the tables' owner, as
+ * {@link deleteExpiredJobs} says). Resolves with how many it deleted; fewer than `limit`: none is
+ * left, or the rest were held (a later pass takes them).
  */
 export async function deleteQuarantined(
   tx: Kysely<Database>,
@@ -202,15 +182,10 @@ export async function deleteQuarantined(
   limit: number,
 ): Promise<number> {
   const { rows } = await sql<{ deleted: number }>`
-    WITH doomed AS (
-      SELECT q.id FROM inbox_quarantine q
-      WHERE ${quarantineWhere(which)}
-      ORDER BY q.received_at, q.id
-      LIMIT ${limit}
-      FOR UPDATE SKIP LOCKED
-    ),
-    gone AS (DELETE FROM inbox_quarantine q USING doomed d WHERE q.id = d.id RETURNING 1)
-    SELECT count(*)::int AS deleted FROM gone`.execute(tx);
+    SELECT recognition_retention_delete_quarantined(
+      ${sinceSql(which.receivedBefore)}, ${which.reason ?? null}::text, ${limit}::integer) AS deleted`.execute(
+    tx,
+  );
   return rows[0]!.deleted;
 }
 

@@ -5,8 +5,26 @@
 import { isUtf8 } from 'node:buffer';
 import { QUARANTINE_REASON, RESULT_STATUSES } from '../../machines/statuses.js';
 import type { QuarantineReason } from '../../machines/statuses.js';
+import { ID_TEXT_MAX, storableText } from './quarantineRecord.js';
 import { checkResultEnvelope } from './schemas.js';
-import type { ResultEnvelope } from './schemas.js';
+import type { ResultEnvelope, SchemaError } from './schemas.js';
+
+/**
+ * Longest `Nats-Msg-Id` accepted, in characters (docs/contract.md). The contract's ids
+ * (`result:<job_id>:<attempt>`) are about 50; a longer id, or one PostgreSQL cannot store (U+0000,
+ * an unpaired surrogate), is refused: it would be stored on the job and in every log line.
+ */
+export const MSG_ID_MAX_LENGTH = 256;
+
+/**
+ * A payload from this size on is schema-checked by the bounded explanation alone (see
+ * `checkResultEnvelope`): one walk over a hostile object's keys instead of two. Smaller ones,
+ * nearly every envelope, take the faster deciding validator first.
+ */
+const LARGE_PAYLOAD_BYTES = 64 * 1024;
+
+/** Longest `service.name` a refused envelope's quarantine line and metric read (the schema's bound). */
+const SERVICE_NAME_MAX = 200;
 
 /**
  * Deepest nesting of arrays/objects accepted. Envelopes are shallow (metrics a few levels at most);
@@ -41,7 +59,15 @@ function utf8Text(data: Uint8Array): string | null {
 /** What {@link decodeEnvelope} returns: the envelope, or a quarantine reason with its details. */
 export type DecodeResult =
   | { ok: true; envelope: ResultEnvelope; msgId: string | null }
-  | { ok: false; reason: QuarantineReason; details: unknown; jobId?: string; msgId?: string | null };
+  | {
+      ok: false;
+      reason: QuarantineReason;
+      details: unknown;
+      jobId?: string;
+      msgId?: string | null;
+      /** The envelope's `service.name` when it can be read (a string, cut to the schema's bound). */
+      serviceName?: string;
+    };
 
 /** The raw message: its payload, its `Nats-Msg-Id` header (`''` or `undefined` when absent), the size limit. */
 export interface DecodeInput {
@@ -58,12 +84,17 @@ export interface DecodeInput {
  * 2. not UTF-8, not JSON, a `__proto__`/`constructor`/`prototype` key at any depth, nesting deeper
  *    than {@link MAX_JSON_DEPTH}, or a string/key PostgreSQL cannot store (U+0000, an unpaired
  *    surrogate) → `INVALID_JSON`, details `{ message }`;
- * 3. not valid against the result envelope schema → `SCHEMA_INVALID`, details = every Ajv error
- *    (`instancePath`, `schemaPath`, `keyword`, `params`, `message`);
- * 4. a result (`done`/`needs_check`/`error`) without a msg id → `MISSING_MSG_ID`.
+ * 3. not valid against the result envelope schema → `SCHEMA_INVALID`, details `{ errors, error_count }`:
+ *    the first few Ajv errors (`instancePath`, `schemaPath`, `keyword`, `params`, `message`) and
+ *    how many there are in all;
+ * 4. a `Nats-Msg-Id` longer than {@link MSG_ID_MAX_LENGTH} or holding U+0000 or an unpaired
+ *    surrogate → `SCHEMA_INVALID`, one error of keyword `header`;
+ * 5. a result (`done`/`needs_check`/`error`) without a msg id → `MISSING_MSG_ID`.
  *
  * An ack (`processing`) needs no msg id. `msgId` is `null` when the header is absent or empty, the
- * header value otherwise. A failure carries `jobId` whenever the payload has a string `job_id`.
+ * header value otherwise (on a failure, cut and escaped as quarantine stores it). A failure carries
+ * `jobId` whenever the payload has a string `job_id` (cut to the length quarantine stores), and
+ * `serviceName` whenever it has a string `service.name`.
  * Strings in the envelope are kept verbatim; unknown top-level fields are kept too.
  */
 export function decodeEnvelope(input: DecodeInput): DecodeResult {
@@ -81,10 +112,17 @@ export function decodeEnvelope(input: DecodeInput): DecodeResult {
 
 function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
   const msgId = typeof header === 'string' && header !== '' ? header : null;
-  const fail = (reason: QuarantineReason, details: unknown, jobId?: string): DecodeResult =>
-    jobId === undefined
-      ? { ok: false, reason, details, msgId }
-      : { ok: false, reason, details, jobId, msgId };
+  const failMsgId = msgId === null ? null : storableText(msgId, ID_TEXT_MAX).text;
+  /** What of the payload a failure reports, once it is read. */
+  const read: { serviceName?: string } = {};
+  const fail = (reason: QuarantineReason, details: unknown, jobId?: string): DecodeResult => ({
+    ok: false,
+    reason,
+    details,
+    ...(jobId === undefined ? {} : { jobId }),
+    msgId: failMsgId,
+    ...(read.serviceName === undefined ? {} : { serviceName: read.serviceName }),
+  });
 
   if (data.byteLength > maxBytes) {
     return fail(QUARANTINE_REASON.PAYLOAD_TOO_LARGE, { bytes: data.byteLength, limit: maxBytes });
@@ -102,8 +140,11 @@ function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
   if (unsafe !== null) return fail(QUARANTINE_REASON.INVALID_JSON, { message: unsafe });
 
   const jobId = readJobId(value);
-  const check = checkResultEnvelope(value);
-  if (!check.valid) return fail(QUARANTINE_REASON.SCHEMA_INVALID, check.errors, jobId);
+  const serviceName = readServiceName(value);
+  if (serviceName !== undefined) read.serviceName = serviceName;
+  const check = checkResultEnvelope(value, { large: data.byteLength > LARGE_PAYLOAD_BYTES });
+  if (!check.valid)
+    return fail(QUARANTINE_REASON.SCHEMA_INVALID, schemaDetails(check.errors, check.errorCount), jobId);
 
   const envelope = check.value;
   // S3 limits object keys to 1 024 bytes of UTF-8 (the schema can only count characters), and a
@@ -115,17 +156,36 @@ function decode({ data, msgId: header, maxBytes }: DecodeInput): DecodeResult {
     if (bytes > S3_KEY_MAX_BYTES) {
       return fail(
         QUARANTINE_REASON.SCHEMA_INVALID,
-        [
+        schemaDetails([
           {
             instancePath: '/result_s3/key',
+            schemaPath: '#/properties/result_s3/properties/key/maxBytes',
             keyword: 'maxBytes',
             params: { limit: S3_KEY_MAX_BYTES, bytes },
             message: `must be at most ${S3_KEY_MAX_BYTES} bytes of UTF-8`,
           },
-        ],
+        ]),
         jobId,
       );
     }
+  }
+  if (
+    msgId !== null &&
+    (msgId.length > MSG_ID_MAX_LENGTH || storableText(msgId, MSG_ID_MAX_LENGTH).altered)
+  ) {
+    return fail(
+      QUARANTINE_REASON.SCHEMA_INVALID,
+      schemaDetails([
+        {
+          instancePath: '',
+          schemaPath: '#/headers/Nats-Msg-Id',
+          keyword: 'header',
+          params: { header: 'Nats-Msg-Id', limit: MSG_ID_MAX_LENGTH, length: msgId.length },
+          message: `Nats-Msg-Id must be at most ${MSG_ID_MAX_LENGTH} characters, without U+0000 or an unpaired surrogate`,
+        },
+      ]),
+      jobId,
+    );
   }
   if (msgId === null && (RESULT_STATUSES as readonly string[]).includes(envelope.status)) {
     return fail(
@@ -189,10 +249,26 @@ function isStorableText(s: string): boolean {
   return !s.includes('\u0000') && !LONE_SURROGATE.test(s);
 }
 
+/** The details of a `SCHEMA_INVALID` failure: the first errors and how many there are. */
+function schemaDetails(
+  errors: SchemaError[],
+  errorCount = errors.length,
+): { errors: SchemaError[]; error_count: number } {
+  return { errors, error_count: errorCount };
+}
+
 function readJobId(value: unknown): string | undefined {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
   const jobId: unknown = (value as Record<string, unknown>)['job_id'];
-  return typeof jobId === 'string' ? jobId : undefined;
+  return typeof jobId === 'string' ? storableText(jobId, ID_TEXT_MAX).text : undefined;
+}
+
+function readServiceName(value: unknown): string | undefined {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  const service: unknown = (value as Record<string, unknown>)['service'];
+  if (typeof service !== 'object' || service === null || Array.isArray(service)) return undefined;
+  const name: unknown = (service as Record<string, unknown>)['name'];
+  return typeof name === 'string' ? storableText(name, SERVICE_NAME_MAX).text : undefined;
 }
 
 /** A short, storable description of a thrown value (it may embed a fragment of the payload). */

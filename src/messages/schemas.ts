@@ -161,8 +161,28 @@ export interface SchemaError {
   message?: string;
 }
 
-/** Outcome of a schema check: the value, typed, or every error Ajv found (`allErrors`). */
-export type SchemaCheck<T> = { valid: true; value: T } | { valid: false; errors: SchemaError[] };
+/**
+ * Outcome of a schema check: the value, typed, or the errors Ajv reports (`allErrors`) with
+ * `errorCount`, how many there are in all. For a result envelope (a sender's input) only the first
+ * {@link MAX_SCHEMA_ERRORS}; for a job message (the core's own) every one.
+ */
+export type SchemaCheck<T> =
+  { valid: true; value: T } | { valid: false; errors: SchemaError[]; errorCount: number };
+
+/**
+ * The most errors a failed check carries. A hostile value can hold any number of errors (one per
+ * extra key of a closed object): the quarantine row, its log line and the heap of the daemon hold
+ * only these few and the count.
+ */
+export const MAX_SCHEMA_ERRORS = 10;
+
+/**
+ * Extra (unlisted) keys of one object the explaining validator sees, at most. The explaining
+ * validator builds one error object per extra key of a closed object, so it runs on a copy of the
+ * value cut to this many extra keys per object (and as many elements per array); the keys it does
+ * not see are counted instead (see {@link explainBounded}).
+ */
+export const EXPLAIN_EXTRA_KEYS = 32;
 
 // Strict mode makes a typo in a schema keyword fail at module load instead of being ignored.
 // strictRequired is off only because it flags the standard idiom of `then: { required: [...] }`
@@ -183,10 +203,80 @@ const explainResultEnvelope = explains.compile<ResultEnvelope>(resultEnvelopeSch
 const validateJob = decides.compile<JobMessage>(jobMessageSchema);
 const explainJob = explains.compile<JobMessage>(jobMessageSchema);
 
-/** Every error `explain` finds in `value` (which the deciding validator refused). */
-function errorsOf(explain: ValidateFunction, value: unknown): SchemaError[] {
-  explain(value);
-  return toSchemaErrors(explain.errors);
+/** A schema as the bounded explanation reads it: its listed properties, closed or not. */
+interface ShapeSchema {
+  type?: unknown;
+  properties?: Record<string, unknown>;
+  additionalProperties?: unknown;
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/**
+ * `value` cut for the explaining validator: at the top level and in each listed property whose
+ * schema is an object schema, every listed key is kept, and the first {@link EXPLAIN_EXTRA_KEYS}
+ * extra keys (elements, for an array); deeper values are kept as they are (no schema constrains
+ * them beyond their type). `dropped` counts the extra keys cut from closed objects
+ * (`additionalProperties: false`): each is one `additionalProperties` error the full explanation
+ * would report, and nothing else depends on them.
+ */
+function cutForExplain(
+  value: unknown,
+  schema: ShapeSchema,
+  depth: number,
+): { value: unknown; dropped: number } {
+  if (Array.isArray(value)) {
+    return {
+      value: value.length > EXPLAIN_EXTRA_KEYS ? value.slice(0, EXPLAIN_EXTRA_KEYS) : value,
+      dropped: 0,
+    };
+  }
+  if (!isPlainObject(value)) return { value, dropped: 0 };
+  const listed = schema.properties ?? {};
+  const closed = schema.additionalProperties === false;
+  const out: Record<string, unknown> = {};
+  let extra = 0;
+  let dropped = 0;
+  for (const key in value) {
+    if (!Object.prototype.hasOwnProperty.call(value, key)) continue;
+    const sub = Object.prototype.hasOwnProperty.call(listed, key) ? listed[key] : undefined;
+    if (sub === undefined) {
+      extra += 1;
+      if (extra > EXPLAIN_EXTRA_KEYS) {
+        if (closed) dropped += 1;
+        continue;
+      }
+      out[key] = value[key];
+    } else if (depth === 0 && isPlainObject(sub) && sub['type'] === 'object') {
+      const cut = cutForExplain(value[key], sub as ShapeSchema, depth + 1);
+      out[key] = cut.value;
+      dropped += cut.dropped;
+    } else {
+      out[key] = value[key];
+    }
+  }
+  return { value: out, dropped };
+}
+
+/**
+ * The first {@link MAX_SCHEMA_ERRORS} errors `explain` finds in `value` (which the deciding
+ * validator refused) and their count. The explaining validator runs on `value` cut by
+ * {@link cutForExplain}, so it builds at most a few hundred error objects whatever the value holds.
+ */
+function explainBounded(
+  explain: ValidateFunction,
+  schema: ShapeSchema,
+  value: unknown,
+): { errors: SchemaError[]; errorCount: number } {
+  const cut = cutForExplain(value, schema, 0);
+  explain(cut.value);
+  const all = explain.errors ?? [];
+  const errors = toSchemaErrors(all.slice(0, MAX_SCHEMA_ERRORS));
+  const errorCount = all.length + cut.dropped;
+  explain.errors = null;
+  return { errors, errorCount };
 }
 
 function toSchemaErrors(errors: ErrorObject[] | null | undefined): SchemaError[] {
@@ -202,16 +292,34 @@ function toSchemaErrors(errors: ErrorObject[] | null | undefined): SchemaError[]
 /**
  * Checks any value against {@link resultEnvelopeSchema}. Pure and synchronous; never throws for
  * values produced by `JSON.parse`. Does not check the `Nats-Msg-Id` rule (see `decodeEnvelope`).
+ *
+ * `large`: the value comes from a large payload. It is then decided by the bounded explanation
+ * alone: the deciding validator would walk every key of a hostile object once more. The cut value
+ * is valid exactly when the value is, because the keys and elements {@link cutForExplain} leaves
+ * out are constrained by nothing but the `additionalProperties: false` it counts (a unit test
+ * compares both ways with the full validator).
  */
-export function checkResultEnvelope(value: unknown): SchemaCheck<ResultEnvelope> {
+export function checkResultEnvelope(
+  value: unknown,
+  opts: { large?: boolean } = {},
+): SchemaCheck<ResultEnvelope> {
+  if (opts.large) {
+    const explained = explainBounded(explainResultEnvelope, resultEnvelopeSchema, value);
+    return explained.errorCount === 0
+      ? { valid: true, value: value as ResultEnvelope }
+      : { valid: false, ...explained };
+  }
   return validateResultEnvelope(value)
     ? { valid: true, value }
-    : { valid: false, errors: errorsOf(explainResultEnvelope, value) };
+    : { valid: false, ...explainBounded(explainResultEnvelope, resultEnvelopeSchema, value) };
 }
 
 /** Checks any value against {@link jobMessageSchema}; returns the typed value or all errors. Pure. */
 export function checkJobMessage(value: unknown): SchemaCheck<JobMessage> {
-  return validateJob(value) ? { valid: true, value } : { valid: false, errors: errorsOf(explainJob, value) };
+  if (validateJob(value)) return { valid: true, value };
+  explainJob(value);
+  const errors = toSchemaErrors(explainJob.errors);
+  return { valid: false, errors, errorCount: errors.length };
 }
 
 /** Type guard: `true` exactly when `value` is valid against {@link jobMessageSchema}. Pure. */

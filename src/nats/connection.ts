@@ -94,14 +94,18 @@ export function connectFailureReason(cfg: NatsConfig, err: unknown): string {
 /**
  * Connect to NATS. The first connection must succeed (a wrong URL or credentials end the start
  * with a clear error); afterwards the client reconnects forever and the status is logged.
- * `name`: the connection's name as the server shows it (`recognition-core` unless given).
+ * `name`: the connection's name as the server shows it (`recognition-core` unless given);
+ * `inboxPrefix`: where replies arrive (`_INBOX` unless given), for a user allowed only its own.
  */
 export async function connectNats(
   cfg: NatsConfig,
   logger: Logger,
-  { name = 'recognition-core' }: { name?: string | undefined } = {},
+  {
+    name = 'recognition-core',
+    inboxPrefix,
+  }: { name?: string | undefined; inboxPrefix?: string | undefined } = {},
 ): Promise<Nats> {
-  const nc = await connect(natsOptions(cfg, name));
+  const nc = await connect({ ...natsOptions(cfg, name), ...(inboxPrefix ? { inboxPrefix } : {}) });
   let connected = true;
   const reconnectListeners = new Set<() => void>();
   void (async () => {

@@ -22,7 +22,21 @@ export interface ProvisionOptions {
   maxAckPending: number;
   /** The streams, subjects and inbox consumer to create (the contract's by default). */
   names?: ExchangeNames;
+  /**
+   * `MAX_ENVELOPE_BYTES`: the results stream's `max_msg_size` is this plus
+   * {@link RESULT_HEADERS_ALLOWANCE_BYTES}, so JetStream refuses at publish a message the inbox
+   * would quarantine `PAYLOAD_TOO_LARGE` by far, while an envelope of exactly this size with its
+   * headers still passes (JetStream counts headers and payload together, the inbox the payload
+   * only). Unset: the stream's limit is left as it is.
+   */
+  maxEnvelopeBytes?: number;
 }
+
+/**
+ * Room for a result's headers above `MAX_ENVELOPE_BYTES` in the results stream's `max_msg_size`:
+ * `Nats-Msg-Id` (at most 256 characters), `traceparent` and `tracestate` take well under it.
+ */
+export const RESULT_HEADERS_ALLOWANCE_BYTES = 4096;
 
 /** How long the streams keep messages: a week, so operators can inspect and replay. */
 const MAX_AGE_MS = 7 * 24 * 3600 * 1000;
@@ -37,12 +51,14 @@ async function ensureStream(
     const differs =
       JSON.stringify(c.subjects) !== JSON.stringify(cfg.subjects) ||
       c.duplicate_window !== cfg.duplicate_window ||
-      c.num_replicas !== cfg.num_replicas;
+      c.num_replicas !== cfg.num_replicas ||
+      (cfg.max_msg_size !== undefined && c.max_msg_size !== cfg.max_msg_size);
     if (differs) {
       await jsm.streams.update(cfg.name, {
         subjects: cfg.subjects!,
         duplicate_window: cfg.duplicate_window!,
         num_replicas: cfg.num_replicas!,
+        ...(cfg.max_msg_size === undefined ? {} : { max_msg_size: cfg.max_msg_size }),
       });
     }
   } catch (err) {
@@ -61,7 +77,14 @@ export async function provisionStreams(jsm: JetStreamManager, opts: ProvisionOpt
     num_replicas: opts.replicas,
     max_age: nanos(MAX_AGE_MS),
   };
-  await ensureStream(jsm, { name: names.resultsStream, subjects: [names.resultSubject], ...common });
+  await ensureStream(jsm, {
+    name: names.resultsStream,
+    subjects: [names.resultSubject],
+    ...common,
+    ...(opts.maxEnvelopeBytes === undefined
+      ? {}
+      : { max_msg_size: opts.maxEnvelopeBytes + RESULT_HEADERS_ALLOWANCE_BYTES }),
+  });
   await ensureStream(jsm, { name: names.jobsStream, subjects: [`${names.jobSubjectPrefix}>`], ...common });
   const consumer = {
     durable_name: names.inboxConsumer,

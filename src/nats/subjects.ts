@@ -81,3 +81,12 @@ export function maxDeliveriesAdvisory(
 ): string {
   return `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${stream}.${consumer}`;
 }
+
+/**
+ * The inbox prefix of service `service`'s NATS client (docs/nats-permissions.md): its replies and
+ * pulled job messages arrive on `<prefix>.>`, the one inbox its user may subscribe to, so it
+ * never reads another client's replies.
+ */
+export function serviceInboxPrefix(service: string): string {
+  return `_INBOX_${service}`;
+}

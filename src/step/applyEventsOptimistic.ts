@@ -2,6 +2,7 @@
  * The unlocked path, for a batch of events (the inbox's batches): one autocommit statement
  * instead of BEGIN, lock, write, COMMIT, and no read of the jobs before it.
  */
+import type { ResultObjectRule } from '../messages/resultObject.js';
 import { WRITE_CHUNK } from './decideAndWrite.js';
 import { planExpected, type ExpectedWrite, type StepItem, type StepOutcome } from './plan.js';
 import type { StepSql } from './sql.js';
@@ -23,26 +24,30 @@ const SERIALIZATION_FAILURE = '40001';
  *
  * One statement is one transaction: the outcome is exactly that of the locked path run at the
  * moment of the write. Resolves with `null` when this path cannot finish the work — an event
- * without an expected decision, two events of one job, more events than one write holds, a job
+ * without an expected decision, two events of one job, more events than one write holds, a result
+ * object that is not under its job's prefix in the results bucket, a job
  * not as expected (it does not exist, its status or service differ, the result is a duplicate,
- * its file has moved on), or rows that kept changing — and the caller then runs the locked path;
+ * its file has moved on), or rows that kept changing or a result object already registered (each
+ * a serialization failure of the write) — and the caller then runs the locked path;
  * nothing has been written.
  */
 export async function applyEventsOptimistic(
   sql: StepSql,
   items: readonly StepItem[],
+  rule?: ResultObjectRule,
 ): Promise<StepOutcome[] | null> {
   if (items.length === 0) return [];
-  const plan = planOptimistic(items);
+  const plan = planOptimistic(items, rule);
   return plan && writeOptimistic(sql, plan);
 }
 
 /**
  * The decisions and the write of {@link applyEventsOptimistic}, made before anything is sent;
- * null when this path cannot take `items`. Pure.
+ * null when this path cannot take `items`. `rule`: what a result's object is checked against (see
+ * `planExpected`). Pure.
  */
-export function planOptimistic(items: readonly StepItem[]): ExpectedWrite | null {
-  return items.length > WRITE_CHUNK ? null : planExpected(items);
+export function planOptimistic(items: readonly StepItem[], rule?: ResultObjectRule): ExpectedWrite | null {
+  return items.length > WRITE_CHUNK ? null : planExpected(items, rule);
 }
 
 /** Send `plan`'s write (see {@link applyEventsOptimistic}); null when the locked path must take it. */

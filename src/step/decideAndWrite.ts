@@ -2,7 +2,7 @@
  * Steps 2–3 of every locked entry point: decide a batch against the rows it read and send its
  * writes, chunk by chunk, each chunk's write overlapping the next chunk's decisions.
  */
-import { planBatch, type StepItem, type StepOutcome } from './plan.js';
+import { planBatch, type ResultObjects, type StepItem, type StepOutcome } from './plan.js';
 import type { StepSql } from './sql.js';
 import { WRITE, type StepRow, type WrittenRow } from './statements.js';
 
@@ -24,6 +24,8 @@ export interface BatchToWrite {
   items: readonly StepItem[];
   /** The batch's rows, as step 1 read them, locked by this transaction. */
   rows: readonly StepRow[];
+  /** What its results' objects are checked against (none: it takes no result object). */
+  objects?: ResultObjects | undefined;
 }
 
 /**
@@ -34,8 +36,9 @@ export async function decideAndWrite({
   sql,
   items,
   rows,
+  objects,
 }: BatchToWrite): Promise<{ outcomes: StepOutcome[]; wrote: boolean }> {
-  const plan = planBatch(rows);
+  const plan = planBatch(rows, objects);
   // 2–3. Decide a chunk in order and send its write; decide the next chunk while PostgreSQL
   //      writes this one. One statement at a time on the connection: a chunk's write is sent
   //      only once the previous one has succeeded, and planned only once it has returned the new

@@ -28,7 +28,7 @@ export {
   type RetryOutcome,
   type RetryRequest,
 } from './applyRetries.js';
-export type { ExpectedWrite, StepItem, StepOutcome } from './plan.js';
+export type { ExpectedWrite, ResultObjects, StepItem, StepOutcome } from './plan.js';
 export { pgStepSql, stepSqlOf, type PgQueryable, type StepSql, type StepTransaction } from './sql.js';
 export { defineStatement, type Statement } from './statement.js';
 export {

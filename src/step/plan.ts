@@ -16,6 +16,18 @@ import {
   type JobStatus,
 } from '../../machines/index.js';
 import { CONTEXT_COLUMNS, assignedColumns, rowToReadState, timeOf } from '../db/jobRow.js';
+import { InconsistencyError } from '../errors.js';
+import {
+  claimedFileId,
+  objectKey,
+  resultObjectBreach,
+  resultObjectDetails,
+  type RegisteredObject,
+  type ResultObjectBreach,
+  type ResultObjectDetails,
+  type ResultObjectRule,
+  type ResultOwner,
+} from '../messages/resultObject.js';
 import { arrayLiteral, type ArrayElement } from './arrayLiteral.js';
 import {
   WRITE_PARAMETERS,
@@ -32,10 +44,12 @@ export interface StepItem {
 }
 
 /**
- * What happened to one item. `unknown_job` when no job has that id. A decided item names the job's
- * file and its `target_service` as read (what a `rejected` envelope is told apart from). Not the
- * decision's effects: the write makes them rows, and an outcome, kept until its envelope is
- * settled, holds no more than its report needs.
+ * What happened to one item. `unknown_job` when no job has that id. `object_not_owned` when the
+ * machine would apply a result but its object is not the job's own (outside the results bucket or
+ * the job's prefix, or already in `s3_object`): the job stays as it was, and `details` says why.
+ * A decided item names the job's file and its `target_service` as read (what a `rejected` envelope
+ * is told apart from). Not the decision's effects: the write makes them rows, and an outcome, kept
+ * until its envelope is settled, holds no more than its report needs.
  */
 export type StepOutcome =
   | ({ jobId: string; event: JobEventInput['type'] } & Omit<JobDecision, 'context' | 'effects'> & {
@@ -49,7 +63,28 @@ export type StepOutcome =
       from: null;
       to: null;
       reason: null;
+    }
+  | {
+      jobId: string;
+      event: JobEventInput['type'];
+      decision: 'object_not_owned';
+      from: JobStatus;
+      to: JobStatus;
+      reason: ResultObjectBreach;
+      fileId: string;
+      targetService: string;
+      details: ResultObjectDetails;
     };
+
+/**
+ * What a locked batch checks its results' objects against: the rule (the results bucket), and the
+ * objects among them that `s3_object` already holds, read in the transaction that writes.
+ */
+export interface ResultObjects {
+  rule: ResultObjectRule;
+  /** By {@link objectKey}. */
+  registered: ReadonlyMap<string, RegisteredObject>;
+}
 
 /**
  * One write statement's worth: its parameters ({@link WRITE_PARAMETERS}, then the batch's distinct
@@ -119,10 +154,13 @@ interface TransitionRow {
 }
 
 /** The expectations the locked paths' writes check: none, their rows are locked and read already. */
-const NO_EXPECTATIONS = [null, null, null] as const;
+const NO_EXPECTATIONS = [null, null, null, null] as const;
 
-/** Start planning a batch against the rows its read returned. */
-export function planBatch(rows: readonly StepRow[]): BatchPlan {
+/**
+ * Start planning a batch against the rows its read returned. `objects`: what its results' objects
+ * are checked against; a batch without one takes no result that registers an object.
+ */
+export function planBatch(rows: readonly StepRow[], objects?: ResultObjects): BatchPlan {
   /** Each job's state as last written (or read). */
   const written = new Map<string, JobState>();
   /** Each job's state after the events decided so far. */
@@ -139,11 +177,13 @@ export function planBatch(rows: readonly StepRow[]): BatchPlan {
   }
   /** Jobs a write has changed whose new address is not known yet. */
   const unsettled = new Set<string>();
+  /** The objects this batch's results registered so far, by {@link objectKey}. */
+  const claimed = new Map<string, RegisteredObject>();
 
   const plan: BatchPlan = {
     decide(items) {
       const outcomes: StepOutcome[] = [];
-      return { outcomes, effects: decideAll(items, current, now, outcomes) };
+      return { outcomes, effects: decideAll(items, current, now, outcomes, { objects, claimed }) };
     },
     waitsForMoved(chunk) {
       if (unsettled.size === 0) return false;
@@ -172,12 +212,23 @@ export function planBatch(rows: readonly StepRow[]): BatchPlan {
   return plan;
 }
 
-/** Step 2 for `items`: decide each in order against `current` (updated), appending to `outcomes`. */
+/** The objects a batch's decisions are checked against, and those they registered (updated). */
+interface ObjectContext {
+  objects: ResultObjects | undefined;
+  claimed: Map<string, RegisteredObject>;
+}
+
+/**
+ * Step 2 for `items`: decide each in order against `current` (updated), appending to `outcomes`.
+ * A result the machine applies whose object is not the job's own is not applied: its job stays as
+ * it was for the items after it.
+ */
 function decideAll(
   items: readonly StepItem[],
   current: Map<string, JobState>,
   now: Date | undefined,
   outcomes: StepOutcome[],
+  owned: ObjectContext,
 ): Effects {
   const fx = noEffects();
   for (const item of items) {
@@ -197,6 +248,25 @@ function decideAll(
     // builds this literal as an object the machine's guards and actions read fast, where
     // `{ ...event, now }`, a clone of the event with a property added after, is read slower.
     const d = decide(state, { now, ...item.event } as JobEvent);
+    const object = d.decision === 'applied' ? registeredObjectOf(d) : undefined;
+    if (object) {
+      const details = objectRefusal(object, state.context, owned);
+      if (details) {
+        outcomes.push({
+          jobId: item.jobId,
+          fileId: state.context.fileId,
+          targetService: state.context.targetService,
+          event: item.event.type,
+          decision: 'object_not_owned',
+          from: state.status,
+          to: state.status,
+          reason: details.breach,
+          details,
+        });
+        continue;
+      }
+      owned.claimed.set(objectKey(object), { bucket_role: 'results', created_by: object.createdBy });
+    }
     current.set(item.jobId, { status: d.to, context: d.context });
     outcomes.push({
       jobId: item.jobId,
@@ -211,6 +281,31 @@ function decideAll(
     collectEffects(fx, item.jobId, state.context.fileId, d, d.from);
   }
   return fx;
+}
+
+/** The object a decision registers, if any. */
+function registeredObjectOf(d: JobDecision): JobEffects['registerResultObject'] | undefined {
+  for (const effect of d.effects) if (effect.type === 'registerResultObject') return effect.params;
+  return undefined;
+}
+
+/**
+ * Why `object` cannot be the result of `owner`'s job, or null when it can: the rule (bucket and
+ * prefix), then whether `s3_object` holds it already or an earlier result of the batch took it.
+ */
+function objectRefusal(
+  object: JobEffects['registerResultObject'],
+  owner: ResultOwner,
+  { objects, claimed }: ObjectContext,
+): ResultObjectDetails | null {
+  if (!objects)
+    throw new Error('a result object is registered only against the results bucket: give the rule');
+  const got = { bucket: object.bucket, key: object.key };
+  const breach = resultObjectBreach(got, owner, objects.rule);
+  if (breach) return resultObjectDetails(breach, got, owner, objects.rule);
+  const key = objectKey(got);
+  const registered = objects.registered.get(key) ?? claimed.get(key);
+  return registered ? resultObjectDetails('registered', got, owner, objects.rule, registered) : null;
 }
 
 function noEffects(): Effects {
@@ -371,15 +466,16 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
   };
   if (jobIds.length === 0 && fx.files.size === 0 && fx.transitions.length === 0 && fx.objects.size === 0)
     return null;
-  // One upsert row per (bucket, key), in a stable order: a row is never affected twice, and
-  // concurrent batches take the unique index's locks in the same order.
+  // One insert row per (bucket, key), in a stable order: concurrent batches take the unique
+  // index's locks in the same order. No two results of a batch register one object (the
+  // decisions refuse the second), so no job is pointed at an object another job registered.
   const objects = columnsOf('objects');
   const sorted = [...fx.objects.values()].sort(byBucketAndKey);
   for (let i = 0; i < sorted.length; i++) {
     const o = sorted[i]!;
     const next = sorted[i + 1];
-    // Of the objects with one bucket and key, the last registered stands (the sort is stable).
-    if (next !== undefined && next.bucket === o.bucket && next.key === o.key) continue;
+    if (next !== undefined && next.bucket === o.bucket && next.key === o.key)
+      throw new Error(`two results of a batch register ${o.bucket}/${o.key}`);
     objects.bucket.push(o.bucket);
     objects.key.push(o.key);
     objects.created_by.push(o.createdBy);
@@ -427,7 +523,7 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
 const NOT_READ = { address: null, version: null } as const;
 
 /** A decided item's outcome. */
-type DecidedOutcome = Extract<StepOutcome, { fileId: string }>;
+type DecidedOutcome = Exclude<Extract<StepOutcome, { fileId: string }>, { decision: 'object_not_owned' }>;
 
 /**
  * The unlocked path's write, and the outcomes it makes once the write has returned its rows. It
@@ -446,11 +542,14 @@ export interface ExpectedWrite {
 
 /**
  * The unlocked path's plan: each item's expected decision (`decideExpected`), and the write that
- * applies them all where every job still is as they assumed, or nothing. Null when an item has no
- * expected decision, or names a job another item names too: only a decision on the job's row will
- * do then (the locked path).
+ * applies them all where every job still is as they assumed, or nothing. A result's object must
+ * be in the results bucket (`rule`) at `results/<file_id>/<job_id>/…`; the write checks that
+ * `<file_id>` is the job's file, and writes nothing of a batch one of whose objects `s3_object`
+ * holds already (a serialization failure, after which the locked path decides). Null when an
+ * item has no expected decision, names a job another item names too, or names an object the key
+ * alone shows is not its job's: only a decision on the job's row will do then (the locked path).
  */
-export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
+export function planExpected(items: readonly StepItem[], rule?: ResultObjectRule): ExpectedWrite | null {
   const written = new Map<string, JobState>();
   const current = new Map<string, JobState>();
   const at = new Map<string, { address: null; version: null }>();
@@ -459,12 +558,23 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
   const decided: Array<Omit<DecidedOutcome, 'fileId' | 'from'>> = [];
   const statuses: number[] = [];
   const targets: string[] = [];
+  /** Per item: the file id its result object's key names, or null without one. */
+  const resultFiles: Array<string | null> = [];
   const fx = noEffects();
   for (const item of items) {
     if (current.has(item.jobId)) return null;
     const expected = decideExpected(item.event);
     if (!expected) return null;
     const d = expected.decision;
+    const object = registeredObjectOf(d);
+    let resultFile: string | null = null;
+    if (object) {
+      if (!rule)
+        throw new Error('a result object is registered only against the results bucket: give the rule');
+      resultFile = claimedFileId(object, item.jobId, rule);
+      if (resultFile === null) return null;
+    }
+    resultFiles.push(resultFile);
     const targetService = expected.assumed.context.targetService;
     written.set(item.jobId, expected.assumed);
     current.set(item.jobId, { status: d.to, context: d.context });
@@ -485,13 +595,14 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
   // An expected decision is applied: it records a transition, so each job has a row in the write,
   // in the order of the items (the expectations' order).
   if (!w || w.jobIds.length !== items.length)
-    throw new Error('an expected decision must write its job: it is applied');
+    throw new InconsistencyError('an expected decision must write its job: it is applied');
   const params = [
     ...w.params,
     true,
     arrayLiteral('uuid', w.jobIds),
     arrayLiteral('integer', statuses),
     arrayLiteral('text', targets, true),
+    resultFiles.every((f) => f === null) ? null : arrayLiteral('text', resultFiles),
   ];
   return {
     params,
@@ -502,7 +613,7 @@ export function planExpected(items: readonly StepItem[]): ExpectedWrite | null {
       return decided.map((d) => {
         const row = byId.get(d.jobId);
         if (!row?.prior_status || !row.file_id)
-          throw new Error(`the write returned no row of job ${d.jobId}`);
+          throw new InconsistencyError(`the write returned no row of job ${d.jobId}`);
         return {
           jobId: d.jobId,
           fileId: row.file_id,

@@ -123,6 +123,28 @@ export const DUE_LOCK: Readonly<Record<DueEnd, Statement>> = {
   newest: defineStatement('step_due_lock_newest', dueLockSql('DESC')),
 };
 
+/**
+ * The locked paths' check of the result objects a batch names ($1 buckets, $2 keys, side by side):
+ * those `s3_object` already holds, which no result may register again. Read after the jobs are
+ * locked, in the transaction that writes; an object registered after this read makes the write
+ * find it and write nothing (see {@link WRITE}).
+ */
+export const REGISTERED_OBJECTS = defineStatement(
+  'step_registered_objects',
+  `
+  SELECT o.bucket, o.key, o.bucket_role, o.created_by
+  FROM unnest($1::text[], $2::text[]) AS k(bucket, key)
+  JOIN s3_object o ON o.bucket = k.bucket AND o.key = k.key`,
+);
+
+/** A row of {@link REGISTERED_OBJECTS}. */
+export interface RegisteredObjectRow {
+  bucket: string;
+  key: string;
+  bucket_role: string;
+  created_by: string;
+}
+
 /** Step 3's parameters: one typed array per column of each part, in this order. */
 export const WRITE_PARAMETERS = {
   objects: { bucket: 'text', key: 'text', created_by: 'text' },
@@ -186,7 +208,8 @@ const UNNEST = unnestOf();
  * rows name by place), the count of job rows the write must find, whether to return them, and the
  * unlocked path's expectations, one element per job row in the same order (null on the locked
  * paths, whose rows are locked and read already): each job's id, the statuses it may be in (bit i
- * for `JOB_STATUSES[i]`) and the `target_service` it must have.
+ * for `JOB_STATUSES[i]`), the `target_service` it must have, and the file id its result object's
+ * key names (null for a job without one), which must be the job's.
  */
 const PARTS_PARAMETERS = Object.values(WRITE_PARAMETERS).reduce((n, p) => n + Object.keys(p).length, 0);
 const DETAILS = `$${PARTS_PARAMETERS + 1}::jsonb[]`;
@@ -195,6 +218,7 @@ const RETURN_JOBS = `$${PARTS_PARAMETERS + 3}`;
 const EXPECTED_IDS = `$${PARTS_PARAMETERS + 4}::uuid[]`;
 const EXPECTED_STATUSES = `$${PARTS_PARAMETERS + 5}::integer[]`;
 const EXPECTED_TARGETS = `$${PARTS_PARAMETERS + 6}::text[]`;
+const EXPECTED_FILES = `$${PARTS_PARAMETERS + 7}::text[]`;
 
 /**
  * What step 0 checks of a job besides its status and `target_service` is what an expected decision
@@ -216,9 +240,13 @@ const STATUS_BITS = `'{${JOB_STATUSES.join(',')}}'::text[]`;
  *      every locked path locks (so no two transactions wait for each other), waiting for a
  *      transaction holding one, and check each is as its expected decision assumed it: its status
  *      one of the expected ones, its `target_service` the expected one, no result msg id, its file
- *      pointing at it. If one is not, the statement writes nothing and returns no job; the caller
- *      then takes the batch through the locked path;
- *   a. register the result objects (`s3_object`), one multi-row upsert;
+ *      pointing at it, its file the one its result object's key names. If one is not, the
+ *      statement writes nothing and returns no job; the caller then takes the batch through the
+ *      locked path;
+ *   a. register the result objects (`s3_object`), one multi-row insert that never touches a row
+ *      already there: an object is a job's only when this statement creates it, and a job whose
+ *      object is already there (registered before, or by another transaction meanwhile) is not
+ *      written, so the count of written jobs falls short (below);
  *   b. write each job's status and the columns the machine assigned it (the others stay as they
  *      are), at the address it was read or locked at and only while it still has that version; a
  *      result registered in 3a is pointed at by its id; a time given as `now` is the database's
@@ -232,8 +260,11 @@ const STATUS_BITS = `'{${JOB_STATUSES.join(',')}}'::text[]`;
  * another transaction while step 0 waited for it) is not found by 3b. The count of written jobs
  * then falls short, and the statement aborts as a whole with a serialization failure
  * (`recognition_job_versions_checked`, migration 0003); so does a locked path's job not at its
- * address and version any more. Step 0 runs first: the upsert and the update wait for its check
- * (a condition without columns, which PostgreSQL evaluates once, before the first row).
+ * address and version any more, and a job whose result object 3a found already there: the locked
+ * path's next try reads that object before deciding and refuses the result (the unlocked path
+ * hands such a batch to it once its tries are spent). Step 0 runs first: the insert and the
+ * update wait for its check (a condition without columns, which PostgreSQL evaluates once, before
+ * the first row).
  * When asked to, returns each written job's new address and version, with its file and the status
  * step 0 locked it in: a later chunk of the same batch that changes the job again finds it there,
  * and an expected decision learns its `from`. Otherwise it returns one row of nulls, and a batch
@@ -273,9 +304,10 @@ function writeSql(): string {
            (e.statuses >> (array_position(${STATUS_BITS}, j.status) - 1)) & 1 = 1
              AND j.target_service = e.target_service
              AND j.result_msg_id IS NULL
-             AND f.current_recognition_job_id IS NOT DISTINCT FROM j.id AS expected
-    FROM unnest(${EXPECTED_IDS}, ${EXPECTED_STATUSES}, ${EXPECTED_TARGETS})
-      WITH ORDINALITY AS e(id, statuses, target_service, place)
+             AND f.current_recognition_job_id IS NOT DISTINCT FROM j.id
+             AND (e.result_file IS NULL OR j.file_id::text = e.result_file) AS expected
+    FROM unnest(${EXPECTED_IDS}, ${EXPECTED_STATUSES}, ${EXPECTED_TARGETS}, ${EXPECTED_FILES})
+      WITH ORDINALITY AS e(id, statuses, target_service, result_file, place)
     JOIN recognition_job AS j ON j.id = e.id
     JOIN stored_file AS f ON f.id = j.file_id
     ORDER BY j.id
@@ -291,7 +323,7 @@ function writeSql(): string {
     SELECT o.bucket, o.key, 'results', o.created_by
     FROM ${UNNEST.objects.from} AS o
     WHERE (SELECT n FROM guarded) IS NOT NULL
-    ON CONFLICT (bucket, key) DO UPDATE SET bucket = EXCLUDED.bucket
+    ON CONFLICT (bucket, key) DO NOTHING
     RETURNING id, bucket, key
   ),
   job AS (
@@ -304,6 +336,8 @@ function writeSql(): string {
     WHERE j.ctid = COALESCE(c.ctid, g.ctid)
       AND j.ctid = ANY (ARRAY(SELECT unnest($${j.first}::tid[]) UNION ALL SELECT ctid FROM guard))
       AND j.xmin = COALESCE(c.version, g.xmin)
+      -- A job is pointed only at an object this statement created.
+      AND (c.result_key IS NULL OR obj.id IS NOT NULL)
       AND (SELECT n FROM guarded) IS NOT NULL
     RETURNING j.id, j.file_id, c.ordinality AS place, g.prior_status,
               j.ctid::text AS row_address, j.xmin::text AS version

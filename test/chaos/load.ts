@@ -484,6 +484,20 @@ export function invalidMessage(
         msgId: `result:${jobId}:hostile:${someId}`,
       };
     }
+    case 'RESULT_OBJECT_NOT_OWNED': {
+      // A result naming an uploaded file's object. Whether a real job would still take a result
+      // is decided on its row when the message arrives, so the harness cannot expect this reason
+      // of a real job: it names a job that does not exist, which is quarantined first.
+      const body = {
+        ...valid,
+        result_s3: { bucket: 'arm-ka', key: `uploads/chaos-hijack/${someId}.xlsx` },
+      };
+      return {
+        data: enc.encode(json(body)),
+        headers: { ...headers, [EXPECT_HEADER]: 'UNKNOWN_JOB' },
+        msgId: `result:${someId}:1`,
+      };
+    }
   }
 }
 

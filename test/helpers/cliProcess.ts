@@ -50,6 +50,8 @@ export interface SpawnCliOptions {
    * them, so that signals sent to the child reach the CLI.
    */
   wrapper?: string[];
+  /** Another built script than the CLI to run with node (a service built from this checkout). */
+  script?: string;
 }
 
 /** Spawn `node bin/recognition-core.js ...args` with a clean environment plus `env`. */
@@ -64,7 +66,8 @@ export function spawnCli(
     hooked = true;
     process.on('exit', () => live.forEach((c) => c.kill('SIGKILL')));
   }
-  const [command, ...wrapperArgs] = [...(opts.wrapper ?? []), process.execPath, CLI_BIN, ...args];
+  const script = opts.script ?? CLI_BIN;
+  const [command, ...wrapperArgs] = [...(opts.wrapper ?? []), process.execPath, script, ...args];
   const child = spawn(command!, wrapperArgs, {
     env: cliEnv(env),
     stdio: ['ignore', 'pipe', 'pipe'],

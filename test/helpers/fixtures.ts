@@ -106,3 +106,6 @@ export async function loadAll(db: Kysely<Database>, jobId: string) {
     .execute();
   return { job, file, transitions };
 }
+
+/** The results bucket the tests' daemons are configured with (`RESULTS_BUCKET`'s default). */
+export const RESULTS = { resultsBucket: 'arm-ka' } as const;

@@ -34,6 +34,11 @@ import {
   type PgClusterHandle,
   type PgClusterOptions,
 } from '../../workshop/localServers/pgCluster.js';
+import {
+  startPgbouncer,
+  type PgbouncerHandle,
+  type PgbouncerOptions,
+} from '../../workshop/localServers/pgbouncer.js';
 import { dbUrl } from './pgUrls.js';
 import { createServiceClient, type ServiceClient } from './serviceClient.js';
 import { startTcpProxy, type TcpProxy, type TcpProxyTarget } from './tcpProxy.js';
@@ -91,6 +96,8 @@ export interface Harness {
   startPgCluster(opts?: PgClusterOptions): Promise<PgClusterHandle>;
   /** A TCP proxy to `target` for outages, closed at the end (after the daemons, before the servers). */
   proxy(target: TcpProxyTarget): Promise<TcpProxy>;
+  /** A PgBouncer of the file's own in front of the test server, stopped at the end (with the proxies). */
+  startPgbouncer(opts: PgbouncerOptions): Promise<PgbouncerHandle>;
 }
 
 let counter = 0;
@@ -115,6 +122,7 @@ export function useHarness(options: HarnessOptions = {}): Harness {
   const servers: NatsServerHandle[] = [];
   const connections: NatsConnection[] = [];
   const proxies: TcpProxy[] = [];
+  const bouncers: PgbouncerHandle[] = [];
   const daemons: TestDaemon[] = [];
   let failed = false;
 
@@ -194,6 +202,14 @@ export function useHarness(options: HarnessOptions = {}): Harness {
       proxies.push(p);
       return p;
     },
+    async startPgbouncer(opts) {
+      const b = await startPgbouncer({
+        serverPort: Number(new URL(dbUrl('postgres')).port || 5432),
+        ...opts,
+      });
+      bouncers.push(b);
+      return b;
+    },
   };
 
   beforeAll(async () => {
@@ -237,6 +253,7 @@ export function useHarness(options: HarnessOptions = {}): Harness {
     await each(daemons, (d) => d.stop());
     await each(connections, (nc) => nc.close());
     await each(proxies, (p) => p.close());
+    await each(bouncers, (b) => b.cleanup());
     await each(servers, (s) => s.cleanup());
     if (database) {
       const { url, name, shared } = database;

@@ -13,8 +13,8 @@ import { decodeEnvelope } from '../../src/messages/decodeEnvelope.js';
 import { SCHEMA_FILES } from '../../src/messages/schemas.js';
 import { provisionStreams } from '../../src/nats/provision.js';
 import { INBOX_CONSUMER, JOBS_STREAM, RESULTS_STREAM, jobSubject } from '../../src/nats/subjects.js';
+import { INVALID_JOB_MESSAGE } from '../../service-kit/src/serve.js';
 import {
-  INVALID_JOB_MESSAGE,
   TABULAR_PARSER,
   startTabularParser,
   type TabularParserService,

@@ -190,7 +190,7 @@ describe('quarantine', () => {
 });
 
 describe('an installation without the workshop (the container image)', () => {
-  const WORKSHOP = ['statecharts', 'simulate', 'demo', 'service'];
+  const WORKSHOP = ['statecharts', 'simulate', 'demo', 'service', 'conformance'];
   let image: string;
   beforeAll(() => {
     // What the runtime stage of deploy/Dockerfile copies: bin/, package.json and the compiled
@@ -223,6 +223,7 @@ describe('an installation without the workshop (the container image)', () => {
     ['simulate', 'visualizations/scenarios/happy-path.json'],
     ['statecharts', '--check'],
     ['service', 'tabular-parser'],
+    ['conformance', '--service', 'tabular-parser', '--', 'true'],
   ])('%s: one line naming the development checkout, exit 2', async (...args) => {
     const r = await cli(args, {}, image);
     expect(r.code).toBe(2);

@@ -1,7 +1,9 @@
 /**
  * Dead letters against a real nats-server and PostgreSQL: a service consumer that takes the job
  * message and never acks it (max_deliver 2) makes JetStream send its max-deliveries advisory; the
- * job ends `dlq` with `MAX_DELIVERIES` and its file `ERROR`, handled once across instances.
+ * job ends `dlq` with `MAX_DELIVERIES` and its file `ERROR`, handled once across instances. An
+ * advisory its consumer does not bear out (another stream, a consumer that does not exist, that
+ * gives up later, that has not reached the message or reads another subject) changes nothing.
  */
 import { randomUUID } from 'node:crypto';
 import {
@@ -79,6 +81,29 @@ async function publishedJob() {
   expect(await publisher.publishDue()).toBe(1);
   const line = logs.lines.find((l) => l.job_id === job.id && l.event === 'PUBLISHED');
   return { jobId: job.id, fileId: file.id, seq: line!.stream_seq as number };
+}
+
+let consumers = 0;
+/**
+ * A durable consumer of the service's subject, with `maxDeliver`, that has delivered the message
+ * at `seq` (acked, so JetStream never announces it): what a real advisory's consumer looks like.
+ * Returns its name.
+ */
+async function deliveredBy(seq: number, maxDeliver: number): Promise<string> {
+  const name = `dl-${++consumers}`;
+  await jsm.consumers.add(JOBS_STREAM, {
+    durable_name: name,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.StartSequence,
+    opt_start_seq: seq,
+    filter_subject: 'recognition.job.tabular-parser',
+    max_deliver: maxDeliver,
+  });
+  const consumer = await jetstream(await t.connect()).consumers.get(JOBS_STREAM, name);
+  const m = await consumer.next({ expires: 5_000 });
+  expect(m?.seq).toBe(seq);
+  await m!.ackAck();
+  return name;
 }
 
 const handled = (logs: LogSink, jobId: string) =>
@@ -182,16 +207,17 @@ describe('max-deliveries advisory', () => {
       running.push(deadLetters);
       await deadLetters.start();
       const { jobId, seq } = await publishedJob();
+      const consumer = await deliveredBy(seq, 2);
 
       proxy.cut();
       // What JetStream would send; handled by the loop, as a real advisory is.
       const nc = await t.connect();
       nc.publish(
-        `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${JOBS_STREAM}.tabular-parser`,
+        `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${JOBS_STREAM}.${consumer}`,
         JSON.stringify({
           type: 'io.nats.jetstream.advisory.v1.max_deliver',
           stream: JOBS_STREAM,
-          consumer: 'tabular-parser',
+          consumer,
           stream_seq: seq,
           deliveries: 2,
         }),
@@ -219,7 +245,7 @@ describe('max-deliveries advisory', () => {
     const advisory = JSON.stringify({
       type: 'io.nats.jetstream.advisory.v1.max_deliver',
       stream: JOBS_STREAM,
-      consumer: 'tabular-parser',
+      consumer: await deliveredBy(seq, 5),
       stream_seq: seq,
       deliveries: 5,
     });
@@ -254,7 +280,7 @@ describe('max-deliveries advisory', () => {
       expect(publish?.spanContext()).toMatchObject({ traceId, spanId });
       const advisory = JSON.stringify({
         stream: JOBS_STREAM,
-        consumer: 'tabular-parser',
+        consumer: await deliveredBy(seq, 5),
         stream_seq: seq,
         deliveries: 5,
       });
@@ -293,5 +319,73 @@ describe('max-deliveries advisory', () => {
       ['warn', 'dead_letter_message_gone'],
       ['warn', 'dead_letter_advisory_invalid'],
     ]);
+  });
+
+  it('an advisory its consumer does not bear out changes nothing: logged with the reason', async () => {
+    const { deadLetters, logs } = await startDeadLetters();
+    const { jobId, seq } = await publishedJob();
+    const before = await loadAll(t.db, jobId);
+    const genuine = await deliveredBy(seq, 3);
+    // Consumers that exist but could not have given up on the message: one that has not reached
+    // it yet, one that starts after it, one that reads another service's subject.
+    await jsm.consumers.add(JOBS_STREAM, {
+      durable_name: 'dl-idle',
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      filter_subject: 'recognition.job.tabular-parser',
+      max_deliver: 3,
+    });
+    await jsm.consumers.add(JOBS_STREAM, {
+      durable_name: 'dl-behind',
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: seq + 1_000,
+      filter_subject: 'recognition.job.tabular-parser',
+      max_deliver: 3,
+    });
+    await jsm.consumers.add(JOBS_STREAM, {
+      durable_name: 'dl-ocr',
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.New,
+      filter_subject: 'recognition.job.ocr',
+      max_deliver: 3,
+    });
+    const advisory = (over: Record<string, unknown>) =>
+      JSON.stringify({
+        type: 'io.nats.jetstream.advisory.v1.max_deliver',
+        stream: JOBS_STREAM,
+        consumer: genuine,
+        stream_seq: seq,
+        deliveries: 3,
+        ...over,
+      });
+    const cases: Array<[string, string, string | undefined]> = [
+      ['other_stream', advisory({ stream: 'RECOGNITION_RESULTS' }), undefined],
+      [
+        'subject_mismatch',
+        advisory({}),
+        `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${JOBS_STREAM}.another-consumer`,
+      ],
+      ['unknown_consumer', advisory({ consumer: 'no-such-consumer' }), undefined],
+      ['unknown_consumer', advisory({ consumer: undefined }), undefined],
+      ['below_max_deliver', advisory({ deliveries: 2 }), undefined],
+      ['never_delivered', advisory({ consumer: 'dl-idle' }), undefined],
+      ['never_delivered', advisory({ consumer: 'dl-behind' }), undefined],
+      ['not_its_subject', advisory({ consumer: 'dl-ocr' }), undefined],
+    ];
+    for (const [reason, data, subject] of cases)
+      expect(await deadLetters.handleAdvisory(data, subject), reason).toBeUndefined();
+    expect(logs.lines.map((l) => [l.level, l.event, l.reason])).toEqual(
+      cases.map(([reason]) => ['warn', 'dead_letter_advisory_untrusted', reason]),
+    );
+    expect(await loadAll(t.db, jobId)).toEqual(before);
+
+    // The same advisory, borne out by its consumer and on its own subject, is applied.
+    expect(
+      await deadLetters.handleAdvisory(
+        advisory({}),
+        `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${JOBS_STREAM}.${genuine}`,
+      ),
+    ).toMatchObject({ jobId, decision: 'applied', to: 'dlq' });
   });
 });

@@ -1,8 +1,8 @@
 /**
- * A batch the database refuses for a non-transient reason: the inbox applies the batch's messages
+ * A batch with a message whose values the database refuses: the inbox applies the batch's messages
  * one by one, so the message that fails is rolled back and quarantined alone, acked, and its
- * neighbours are applied. Real PostgreSQL refuses: a trigger the test installs raises for one
- * job's transition.
+ * neighbours are applied. Real PostgreSQL refuses: a trigger the test installs raises a check
+ * violation, naming its table and constraint, for one job's transition.
  */
 import { sql } from 'kysely';
 import { expect, it } from 'vitest';
@@ -23,7 +23,10 @@ it('one refused message in a batch: quarantined alone (SCHEMA_INVALID, stage app
   await sql`
     CREATE FUNCTION test_refuse_transition() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-      IF NEW.job_id = ${sql.lit(refused.jobId)}::uuid THEN RAISE EXCEPTION 'refused by the test'; END IF;
+      IF NEW.job_id = ${sql.lit(refused.jobId)}::uuid THEN
+        RAISE EXCEPTION 'refused by the test'
+          USING ERRCODE = 'check_violation', TABLE = 'recognition_job_transition', CONSTRAINT = 'test_refuse';
+      END IF;
       RETURN NEW;
     END $$`.execute(t.db);
   await sql`

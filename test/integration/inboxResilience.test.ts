@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing, dropDatabase, openDb, type Db } from '../../src/db/database.js';
 import { replayQuarantine } from '../../src/daemon/quarantineReplay.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
-import { insertJob, loadAll } from '../helpers/fixtures.js';
+import { insertJob, loadAll, RESULTS } from '../helpers/fixtures.js';
 import { dbUrl } from '../helpers/pgUrls.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
 import { startTcpProxy } from '../helpers/tcpProxy.js';
@@ -114,7 +114,6 @@ describe('quarantine replay', () => {
           job_id: jobId,
           status: 'done',
           service: { name: 'tabular-parser', version: '1' },
-          result_s3: { bucket: 'arm-ka', key: `results/x/${jobId}/result.json` },
         },
         `result:${jobId}:1`,
       );
@@ -129,11 +128,11 @@ describe('quarantine replay', () => {
       );
       expect(row.reason).toBe('UNKNOWN_JOB');
       // Replay before the job exists: still quarantined, no second row.
-      const early = await replayQuarantine(t.db, { id: row.id }, 1 << 20);
+      const early = await replayQuarantine(t.db, { id: row.id }, 1 << 20, RESULTS);
       expect(early).toEqual([{ id: row.id, outcome: 'still quarantined: UNKNOWN_JOB', jobId }]);
       // The job is created late; replay applies it.
       await insertJob(t.db, { status: 'published', jobId });
-      const results = await replayQuarantine(t.db, { id: row.id }, 1 << 20);
+      const results = await replayQuarantine(t.db, { id: row.id }, 1 << 20, RESULTS);
       expect(results).toEqual([{ id: row.id, outcome: 'applied: published -> done', jobId }]);
       const after = await loadAll(t.db, jobId);
       expect(after.job.status).toBe('done');
@@ -147,7 +146,7 @@ describe('quarantine replay', () => {
       expect(stored[0]).toMatchObject({ replay_outcome: 'applied: published -> done' });
       expect(stored[0]!.replayed_at).toBeInstanceOf(Date);
       // Replaying again changes nothing: the result is a duplicate now.
-      expect(await replayQuarantine(t.db, { id: row.id }, 1 << 20)).toEqual([
+      expect(await replayQuarantine(t.db, { id: row.id }, 1 << 20, RESULTS)).toEqual([
         { id: row.id, outcome: 'duplicate', jobId },
       ]);
     } finally {

@@ -5,8 +5,10 @@
  * secrets in files. `migrate` runs as the migration role; the daemon runs as the runtime role with
  * `DATABASE_URL_FILE` and `NATS_PASSWORD_FILE`, over TLS with verify-full, and every loop does its
  * work: the publisher (woken by NOTIFY), the inbox, the quarantine, the watchdog, the dead letters,
- * readiness; so do the CLI's commands an operator runs. Every line the daemon prints is JSON, and
- * no secret appears in any of them. The runtime role can do no more than that.
+ * readiness, retention (an expired job that `jobs retry` superseded goes with its transitions);
+ * so do the CLI's commands an operator runs, `quarantine purge` and `retention run` included.
+ * Every line the daemon prints is JSON, and no secret appears in any of them. The runtime role can
+ * do no more than that: it deletes only through the retention functions, which only it may call.
  */
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -148,18 +150,65 @@ describe('the migration role', () => {
     const r = await cli(['migrate'], env.migrator);
     expect(r.code, r.output).toBe(0);
     expect(r.stdout.join('\n')).toMatch(/^applied 0001_initial, /);
-    await psql('narrow-runtime.sql', {}, { db: DATABASE, role: MIGRATOR });
     admin = openDb(
       `postgres://postgres@localhost:${cluster.port}/${DATABASE}?host=${encodeURIComponent(cluster.dir)}`,
     );
     const owners = await sql<{ owner: string }>`
       SELECT DISTINCT tableowner AS owner FROM pg_tables WHERE schemaname = 'public'`.execute(admin.db);
     expect(owners.rows).toEqual([{ owner: MIGRATOR }]);
+    // The retention functions run as the migration role; the runtime role may call them from the
+    // first `migrate` on (the default privileges of roles.sql: the daemon may start before
+    // narrow-runtime.sql runs), PUBLIC (any other role that can connect) may not.
+    const functions = async () =>
+      (
+        await sql<{ name: string; owner: string; definer: boolean; runtime: boolean; public: boolean }>`
+          SELECT p.proname AS name, pg_get_userbyid(p.proowner) AS owner, p.prosecdef AS definer,
+                 has_function_privilege(${RUNTIME}, p.oid, 'EXECUTE') AS runtime,
+                 has_function_privilege('public', p.oid, 'EXECUTE') AS public
+          FROM pg_proc p WHERE p.proname LIKE 'recognition_retention_%' ORDER BY p.proname`.execute(admin.db)
+      ).rows;
+    const expected = ['recognition_retention_delete_jobs', 'recognition_retention_delete_quarantined'].map(
+      (name) => ({ name, owner: MIGRATOR, definer: true, runtime: true, public: false }),
+    );
+    expect(await functions()).toEqual(expected);
+    await psql('narrow-runtime.sql', {}, { db: DATABASE, role: MIGRATOR });
+    expect(await functions()).toEqual(expected);
   });
 });
 
 describe('the runtime role', () => {
   it('runs every loop of the daemon, started with its secrets from files, over TLS (verify-full)', async () => {
+    // Before the start, so that the daemon's first retention pass finds it: a failed job that
+    // finished long before RETENTION_FAILED (90 days), with its transitions, which an operator
+    // retries as the runtime role; its file then has a newer attempt, and the job is expired.
+    const expired = await insertJob(admin.db, {
+      status: 'error',
+      error_code: 'SERVICE_ERROR',
+      finished_at: sql<Date>`now() - interval '100 days'` as never,
+    });
+    await admin.db
+      .insertInto('recognition_job_transition')
+      .values(
+        (['published', 'error'] as const).map((to, i) => ({
+          job_id: expired.jobId,
+          from_status: (['pending', 'published'] as const)[i]!,
+          to_status: to,
+          event: 'TEST',
+          detail: '{}',
+        })),
+      )
+      .execute();
+    // The archive before retention deletes it, and the retry that supersedes it.
+    const exported = await cli(['jobs', 'export', '--finished-before', '30d']);
+    expect(exported.code, exported.output).toBe(0);
+    expect(exported.stdout.map((l) => (JSON.parse(l) as { id: string }).id)).toEqual([expired.jobId]);
+    const superseded = await cli(['jobs', 'retry', expired.jobId]);
+    expect(superseded.code, superseded.output).toBe(0);
+    const dry = await cli(['retention', 'run', '--dry-run']);
+    expect(dry.code, dry.output).toBe(0);
+    // Its two transitions, and the RETRY_REQUESTED the retry recorded on it.
+    expect(JSON.parse(dry.stdout.join('\n'))).toMatchObject({ failed: { jobs: 1, transitions: 3 } });
+
     daemon = spawnCli(['start'], {
       ...env.runtime,
       HTTP_HOST: '127.0.0.1',
@@ -168,12 +217,31 @@ describe('the runtime role', () => {
       WATCHDOG_INTERVAL_MS: '200',
       // Publication must come from NOTIFY: the safety-net poll would come too late for the waits.
       PUBLISHER_POLL_INTERVAL_MS: '600000',
+      // Retention as configured by default, but a pass every second.
+      RETENTION_INTERVAL_MS: '1000',
     });
     const started = await daemon.waitForLog((l) => l.event === 'started');
     const port = Number(started.http_port);
 
     // Readiness: the database, NATS and the consumer.
     await waitFor(async () => (await fetch(`http://127.0.0.1:${port}/readyz`)).status === 200, '/readyz 200');
+
+    // Retention: a pass deletes the expired job and its transitions (nothing else has expired),
+    // and its success shows on /metrics.
+    const retained = await daemon.waitForLog((l) => l.event === 'retention_pass' && l.failed_jobs === 1);
+    expect(retained).toMatchObject({ outcome: 'done', succeeded_jobs: 0, transitions: 3 });
+    expect(await jobStatus(expired.jobId)).toBeUndefined();
+    expect(
+      await admin.db
+        .selectFrom('recognition_job_transition')
+        .select('id')
+        .where('job_id', '=', expired.jobId)
+        .execute(),
+    ).toEqual([]);
+    const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    expect(metrics).toMatch(/^recognition_retention_last_success_timestamp_seconds [1-9]/m);
+    expect(metrics).toMatch(/^recognition_retention_passes_total\{outcome="failed"\} 0$/m);
+    expect(metrics).toMatch(/^recognition_retention_deleted_total\{table="recognition_job"\} 1$/m);
 
     // A file and a job through the CLI, as the runtime role; NOTIFY wakes the publisher.
     const file = await cli([
@@ -261,6 +329,9 @@ describe('the runtime role', () => {
       ['jobs', 'list', '--json'],
       ['quarantine', 'list'],
       ['jobs', 'retry', late.jobId],
+      ['jobs', 'retry', '--status', 'dlq'],
+      ['inbox', 'replay', '--since', '1h'],
+      ['retention', 'run'],
     ]) {
       const r = await cli(args);
       expect(r.code, `${args.join(' ')}\n${r.output}`).toBe(0);
@@ -281,6 +352,25 @@ describe('the runtime role', () => {
       (await admin.db.selectFrom('inbox_quarantine').select('replayed_at').executeTakeFirstOrThrow())
         .replayed_at,
     ).toBeInstanceOf(Date);
+
+    // `quarantine purge` as the runtime role: a message received two days ago goes, today's stays.
+    const old = await admin.db
+      .insertInto('inbox_quarantine')
+      .values({
+        subject: 'recognition.result',
+        reason: 'INVALID_JSON',
+        payload: Buffer.from('{'),
+        headers: '{}',
+        received_at: sql<Date>`now() - interval '2 days'` as never,
+      })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    const purged = await cli(['quarantine', 'purge', '--older-than', '1d']);
+    expect(purged.code, purged.output).toBe(0);
+    expect(JSON.parse(purged.stdout.join('\n'))).toMatchObject({ dry_run: false, messages: 1 });
+    const quarantined = await admin.db.selectFrom('inbox_quarantine').select('id').execute();
+    expect(quarantined.length).toBe(1);
+    expect(quarantined.map((q) => q.id)).not.toContain(old.id);
 
     daemon.child.kill('SIGTERM');
     expect(await daemon.exited).toEqual({ code: 0, signal: null });
@@ -303,7 +393,7 @@ describe('the runtime role', () => {
     expect(daemon.logs().filter((l) => l.level === 'error' || l.event === 'listen_failed')).toEqual([]);
   });
 
-  it('may not change the schema, delete rows, or write the migrations’ bookkeeping', async () => {
+  it('may not change the schema, delete rows but through the retention functions, or write the migrations’ bookkeeping', async () => {
     const u = new URL(roleUrl(RUNTIME, RUNTIME_PASSWORD));
     u.searchParams.set('sslcert', pki.client.cert);
     u.searchParams.set('sslkey', pki.client.key);
@@ -318,11 +408,37 @@ describe('the runtime role', () => {
         'ALTER TABLE recognition_job ADD COLUMN x int',
         "INSERT INTO kysely_migration (name, timestamp) VALUES ('9999_fake', 'now')",
         'UPDATE recognition_job_transition SET event = event',
+        'UPDATE s3_object SET key = key',
         'DELETE FROM recognition_job_edge',
         'SELECT * FROM kysely_migration_lock',
       ]) {
         await expect(c.query(statement), statement).rejects.toThrow(/permission denied|must be owner/);
       }
+      // The retention functions delete only what retention may: asked for every job of any
+      // status finished before tomorrow, they delete none that is open or a file's current one.
+      const count = async () =>
+        Number(
+          (await sql<{ n: string }>`SELECT count(*) AS n FROM recognition_job`.execute(admin.db)).rows[0]!.n,
+        );
+      const before = await count();
+      for (const status of [
+        'pending',
+        'published',
+        'processing',
+        'done',
+        'needs_check',
+        'error',
+        'timeout',
+        'dlq',
+      ]) {
+        const { rows } = await c.query<{ jobs: number }>(
+          `SELECT jobs FROM recognition_retention_delete_jobs($1, now() + interval '1 day', NULL, NULL, 1000)`,
+          [status],
+        );
+        expect(rows, status).toEqual([{ jobs: ['timeout', 'dlq'].includes(status) ? 1 : 0 }]);
+      }
+      // The two it took: the timed-out and the dead-lettered job, which `jobs retry` superseded.
+      expect(await count()).toBe(before - 2);
     } finally {
       await c.end();
     }

@@ -1,9 +1,9 @@
 /**
  * A database migrated and used by one superuser, moved to the two roles with
  * `deploy/postgres/adopt-database.sql` and `narrow-runtime.sql` (psql, as docs/deployment.md says):
- * the migration role then owns every table and function, `migrate` runs as it, a table a later
- * migration creates reaches the runtime role through the default privileges, and the runtime role
- * reads and writes the existing rows but deletes nothing.
+ * the migration role then owns every table and function, `migrate` runs as it, a table or function
+ * a later migration creates reaches the runtime role through the default privileges, and the
+ * runtime role reads and writes the existing rows but deletes only through the retention functions.
  */
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
@@ -80,7 +80,7 @@ describe('adopt-database.sql', () => {
     expect(r.stdout).toEqual(['migrations are up to date']);
   });
 
-  it('lets the runtime role read and change the existing rows, never delete them', async () => {
+  it('lets the runtime role read and change the existing rows, and delete only through the retention functions', async () => {
     await as('recognition_runtime', async (c) => {
       expect((await c.query('SELECT status FROM recognition_job WHERE id = $1', [job.jobId])).rows).toEqual([
         { status: 'published' },
@@ -90,23 +90,44 @@ describe('adopt-database.sql', () => {
         `INSERT INTO inbox_quarantine (subject, reason, payload) VALUES ('recognition.result', 'INVALID_JSON', '\\x00')`,
       );
       await expect(c.query('DELETE FROM recognition_job')).rejects.toThrow(/permission denied/);
+      // Deleting goes through the retention functions, which it may call, and which delete no
+      // job that is not final.
+      expect(
+        (
+          await c.query(
+            "SELECT recognition_retention_delete_quarantined(now() + interval '1 day', NULL, 10) AS n",
+          )
+        ).rows,
+      ).toEqual([{ n: 1 }]);
+      expect(
+        (
+          await c.query(
+            "SELECT jobs FROM recognition_retention_delete_jobs('published', now() + interval '1 day', NULL, NULL, 10)",
+          )
+        ).rows,
+      ).toEqual([{ jobs: 0 }]);
       await expect(c.query("INSERT INTO kysely_migration VALUES ('x', 'y')")).rejects.toThrow(
         /permission denied/,
       );
     });
   });
 
-  it('gives the runtime role the rows of a table a later migration creates', async () => {
+  it('gives the runtime role the rows of a table, and the functions, a later migration creates', async () => {
     await as('recognition_migrator', async (c) => {
       await c.query(
         'CREATE TABLE later_feature (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, note text)',
       );
       await c.query('ALTER TABLE recognition_job ADD COLUMN later_column int');
+      await c.query(
+        'CREATE FUNCTION later_function() RETURNS int LANGUAGE sql SECURITY DEFINER AS $$ SELECT 1 $$',
+      );
+      await c.query('REVOKE ALL ON FUNCTION later_function() FROM PUBLIC');
     });
     await as('recognition_runtime', async (c) => {
       await c.query("INSERT INTO later_feature (note) VALUES ('a')");
       await c.query("UPDATE later_feature SET note = 'b'");
       expect((await c.query('SELECT note FROM later_feature')).rows).toEqual([{ note: 'b' }]);
+      expect((await c.query('SELECT later_function() AS n')).rows).toEqual([{ n: 1 }]);
       await expect(c.query('DELETE FROM later_feature')).rejects.toThrow(/permission denied/);
       await expect(c.query('CREATE TABLE intruder (id int)')).rejects.toThrow(/permission denied/);
     });

@@ -6,28 +6,22 @@
  * - TLS: a self-signed certificate (the client trusts it through NATS_TLS_CA) and mutual TLS with
  *   a client certificate; without the CA, or without the client certificate, the start fails
  *   clearly;
- * - permissions: the block of docs/nats-permissions.md, read from that file: the reference
- *   service runs a job end to end with it, and everything else it might try is refused;
+ * - permissions: in natsPermissions.test.ts, on the shipped configuration;
  * - hostile input end to end: SQL metacharacters, unicode and very long strings in every string
  *   field, deeply nested and huge JSON, sent as real messages: each applied or quarantined,
  *   stored verbatim where stored, nothing executed.
  */
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { PermissionViolationError, type NatsConnection } from '@nats-io/nats-core';
-import { AckPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/nats-core';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTabularParser } from '../../workshop/reference/tabularParserService.js';
-import { INBOX_CONSUMER, JOBS_STREAM, RESULTS_STREAM, RESULT_SUBJECT } from '../../src/nats/subjects.js';
+import { RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { spawnCli, runCli } from '../helpers/cliProcess.js';
 import { insertJob, loadAll } from '../helpers/fixtures.js';
-import { createLogSink } from '../helpers/logSink.js';
 import type { NatsServerHandle } from '../../workshop/localServers/natsServer.js';
 import { createServiceClient } from '../helpers/serviceClient.js';
 import { inboxDrained, waitFor } from '../helpers/testDaemon.js';
@@ -250,164 +244,6 @@ describe('TLS', () => {
 });
 
 // ---------------------------------------------------------------------------------------------
-// Permissions
-// ---------------------------------------------------------------------------------------------
-
-const PERMISSIONS_DOC = fileURLToPath(new URL('../../docs/nats-permissions.md', import.meta.url));
-
-/** The `conf` block of docs/nats-permissions.md, with the passwords filled in. */
-function documentedBlock(passwords: { core: string; service: string }): string {
-  const doc = readFileSync(PERMISSIONS_DOC, 'utf8');
-  const block = /```conf\n([\s\S]*?)```/.exec(doc)?.[1];
-  if (!block) throw new Error('docs/nats-permissions.md has no ```conf block');
-  return block
-    .replace('$CORE_PASSWORD', JSON.stringify(passwords.core))
-    .replace('$TABULAR_PARSER_PASSWORD', JSON.stringify(passwords.service));
-}
-
-describe('a recognition service limited to its own subjects (docs/nats-permissions.md)', () => {
-  const passwords = { core: 'core-Pw-1x9', service: 'tp-Pw-7q2' };
-  let s: NatsServerHandle;
-  let svcConn: NatsConnection;
-  let coreConn: NatsConnection;
-  const violations: PermissionViolationError[] = [];
-
-  beforeAll(async () => {
-    s = await t.startNats({ configText: documentedBlock(passwords) });
-    await t.startDaemon({
-      natsUrl: s.url,
-      env: {
-        NATS_USER: 'recognition-core',
-        NATS_PASSWORD: passwords.core,
-        PUBLISHER_POLL_INTERVAL_MS: '200',
-      },
-      loops: { inbox: true, publisher: true, watchdog: false, deadLetters: false, http: false },
-    });
-    coreConn = await t.connect({ servers: s.url, user: 'recognition-core', pass: passwords.core });
-    svcConn = await t.connect({
-      servers: s.url,
-      user: 'tabular-parser',
-      pass: passwords.service,
-      inboxPrefix: '_INBOX_tabular-parser',
-    });
-    void (async () => {
-      for await (const st of svcConn.status())
-        if (st.type === 'error' && st.error instanceof PermissionViolationError) violations.push(st.error);
-    })();
-  });
-
-  it('allowed: the reference service takes its job, acks it and answers; a plain subscription to its job subject works', async () => {
-    const watcher = svcConn.subscribe('recognition.job.tabular-parser', { max: 1 });
-    const service = await startTabularParser({
-      nc: svcConn,
-      seed: 1,
-      weights: { done: 1, needs_check: 0, error: 0, silent: 0 },
-      replyDelayMs: 20,
-      logger: createLogSink({ level: 'warn' }).logger,
-    });
-    try {
-      const job = await insertJob(t.db, { status: 'pending' });
-      await waitFor(
-        async () => (await loadAll(t.db, job.jobId)).job.status === 'done',
-        'the job done through the limited service',
-        30_000,
-      );
-      const { job: row, file, transitions } = await loadAll(t.db, job.jobId);
-      expect(row.service_name).toBe('tabular-parser');
-      expect(file.status).toBe('PROCESSING');
-      expect(transitions.map((x) => x.to_status)).toEqual(['published', 'processing', 'done']);
-      for await (const m of watcher) expect(m.json<{ job_id: string }>().job_id).toBe(job.jobId);
-    } finally {
-      await service.stop();
-    }
-    expect(violations).toEqual([]);
-  });
-
-  it('forbidden: publishing jobs, reading other subjects, other consumers, stream management', async () => {
-    const jsm = await jetstreamManager(coreConn);
-    const jobsBefore = (await jsm.streams.info(JOBS_STREAM)).state.messages;
-    const js = jetstream(svcConn);
-    const svcJsm = await jetstreamManager(svcConn);
-    const denied = /Permissions Violation for Publish/;
-
-    // Publishing job messages, through JetStream or plainly.
-    await expect(js.publish('recognition.job.tabular-parser', '{}')).rejects.toThrow(denied);
-    await expect(js.publish('recognition.job.ocr', '{}')).rejects.toThrow(denied);
-    svcConn.publish('recognition.job.ocr', '{}');
-    await svcConn.flush();
-    await waitFor(
-      () => violations.some((v) => v.operation === 'publish' && v.subject === 'recognition.job.ocr'),
-      'the plain publish refused',
-    );
-
-    // Subscribing to what is not its own.
-    for (const subject of ['recognition.job.ocr', 'recognition.job.>', 'recognition.result', '_INBOX.>']) {
-      const sub = svcConn.subscribe(subject);
-      const closedWith = await sub.closed;
-      expect(closedWith, subject).toBeInstanceOf(PermissionViolationError);
-      expect((closedWith as PermissionViolationError).operation).toBe('subscription');
-    }
-
-    // Consumers other than its own, bound to its own subject.
-    const consumer = (name: string, filter: string) =>
-      svcJsm.consumers.add(JOBS_STREAM, {
-        durable_name: name,
-        filter_subject: filter,
-        ack_policy: AckPolicy.Explicit,
-      });
-    await expect(consumer('ocr', 'recognition.job.ocr')).rejects.toThrow(denied);
-    await expect(consumer('tabular-parser', 'recognition.job.>')).rejects.toThrow(denied);
-    await expect(js.consumers.get(RESULTS_STREAM, INBOX_CONSUMER)).rejects.toThrow(denied);
-
-    // Stream management.
-    await expect(svcJsm.streams.delete(JOBS_STREAM)).rejects.toThrow(denied);
-    await expect(svcJsm.streams.purge(RESULTS_STREAM)).rejects.toThrow(denied);
-
-    // Nothing of it had an effect.
-    expect((await jsm.streams.info(JOBS_STREAM)).state.messages).toBe(jobsBefore);
-    expect((await jsm.consumers.list(JOBS_STREAM).next()).map((c) => c.name).sort()).toEqual([
-      'tabular-parser',
-    ]);
-    expect((await jsm.streams.info(RESULTS_STREAM)).state.messages).toBeGreaterThan(0);
-  });
-
-  it("what permissions cannot bind: service.name in a payload; the core's target_service check does", async () => {
-    const refusedBefore = violations.length;
-    const own = await insertJob(t.db, { status: 'published' });
-    const ocrJob = await insertJob(t.db, { status: 'published', target_service: 'ocr' });
-    const js = jetstream(svcConn);
-    const envelope = (jobId: string, name: string) =>
-      JSON.stringify({ job_id: jobId, status: 'processing', service: { name, version: '1' } });
-
-    // NATS accepts both: the user may publish on recognition.result, whatever the payload says.
-    await js.publish(RESULT_SUBJECT, envelope(own.jobId, 'ocr'), { msgID: `ack:${own.jobId}:1` });
-    await js.publish(RESULT_SUBJECT, envelope(ocrJob.jobId, 'ocr'), { msgID: `ack:${ocrJob.jobId}:1` });
-
-    // The core quarantines the envelope whose name is not its job's target_service …
-    const row = await waitFor(
-      () =>
-        t.db.selectFrom('inbox_quarantine').selectAll().where('job_id', '=', own.jobId).executeTakeFirst(),
-      'the mismatching envelope quarantined',
-    );
-    expect(row).toMatchObject({
-      reason: 'SERVICE_MISMATCH',
-      details: expect.objectContaining({ expected: 'tabular-parser', got: 'ocr' }),
-    });
-    expect((await loadAll(t.db, own.jobId)).job.status).toBe('published');
-    // This file's NATS servers share its database and their stream sequences overlap: a row left
-    // here would hold a sequence the hostile-input tests below quarantine under.
-    await t.db.deleteFrom('inbox_quarantine').where('id', '=', row.id).execute();
-    // … but a user allowed to publish envelopes can still claim another service's name for that
-    // service's job: the name is not bound to the NATS user (docs/nats-permissions.md).
-    await waitFor(
-      async () => (await loadAll(t.db, ocrJob.jobId)).job.status === 'processing',
-      "the other service's job acked under its name",
-    );
-    expect(violations.length).toBe(refusedBefore);
-  });
-});
-
-// ---------------------------------------------------------------------------------------------
 // Hostile input, end to end
 // ---------------------------------------------------------------------------------------------
 
@@ -417,11 +253,16 @@ describe('hostile input through real NATS into the real database', () => {
   let nc: NatsConnection;
   let send: ReturnType<typeof createServiceClient>;
   const enc = new TextEncoder();
+  /**
+   * The daemon's results bucket, the only one a result's object may be in: SQL metacharacters, and
+   * as long as the schema allows a bucket (255 characters).
+   */
+  const BUCKET = `'; DROP TABLE s3_object; -- "q" \\ $1 %_`.padEnd(255, 'b');
 
   beforeAll(async () => {
     // Room above MAX_ENVELOPE_BYTES (1 MiB, the default), so an oversized envelope reaches the inbox.
     s = await t.startNats({ configText: 'max_payload: 4194304' });
-    await t.startDaemon({ natsUrl: s.url });
+    await t.startDaemon({ natsUrl: s.url, env: { RESULTS_BUCKET: BUCKET } });
     nc = await t.connect({ servers: s.url });
     send = createServiceClient(nc);
   });
@@ -476,7 +317,11 @@ describe('hostile input through real NATS into the real database', () => {
       job_id: a.jobId,
       status: 'done',
       service,
-      result_s3: { bucket: hostile(1), key: `results/${hostile(0)}/${hostile(6)}/${hostile(4)}` },
+      // Under the job's own prefix in the results bucket; hostile below it.
+      result_s3: {
+        bucket: BUCKET,
+        key: `results/${a.fileId}/${a.jobId}/${hostile(0)}/${hostile(6)}/${hostile(4)}`,
+      },
       result_schema_version: hostile(7),
       metrics,
       sent_at: '2025-03-01T10:00:00Z',
@@ -590,10 +435,12 @@ describe('hostile input through real NATS into the real database', () => {
         '',
       );
     };
-    // S3 itself keeps keys to 1 024 bytes: here 1 024 ASCII characters (quotes, backslashes, $ …).
+    // S3 itself keeps keys to 1 024 bytes: here 1 024 ASCII characters (quotes, backslashes, $ …),
+    // under the job's own prefix, in the results bucket (255 characters long).
     const ascii = (n: number, seed: number) =>
       [...longText(n, seed)].map((ch) => (ch.length === 1 && ch < '\x7f' ? ch : 'x')).join('');
-    const s3 = { bucket: ascii(255, 1), key: ascii(1024, 2) };
+    const prefix = `results/${job.fileId}/${job.jobId}/`;
+    const s3 = { bucket: BUCKET, key: prefix + ascii(1024 - prefix.length, 2) };
     const done = {
       job_id: job.jobId,
       status: 'needs_check',
@@ -606,7 +453,8 @@ describe('hostile input through real NATS into the real database', () => {
       },
       extra_unknown_field: longText(100_000, 8),
     };
-    const msgId = `result:${ascii(2_000, 9)}`;
+    // The longest Nats-Msg-Id accepted: 256 characters.
+    const msgId = `result:${ascii(249, 9).slice(0, 249).padEnd(249, 'm')}`;
     await publish(JSON.stringify(done), msgId);
     const error = {
       job_id: errJob.jobId,
@@ -640,7 +488,7 @@ describe('hostile input through real NATS into the real database', () => {
     });
   });
 
-  it('strings longer than the schema allows, deep nesting, oversized payloads: quarantined once each with the payload verbatim; the job untouched', async () => {
+  it('strings longer than the schema allows, deep nesting, oversized payloads: quarantined once each with the payload (its first 64 KiB); the job untouched', async () => {
     const job = await insertJob(t.db, { status: 'published' });
     const base = { job_id: job.jobId, status: 'done', service: { name: 'tabular-parser', version: '1' } };
     const cases: Array<[string, string, string]> = [
@@ -671,8 +519,11 @@ describe('hostile input through real NATS into the real database', () => {
       ],
       ['objects nested 65 levels', JSON.stringify({ ...base, metrics: nest(65) }), 'INVALID_JSON'],
       ['one byte over MAX_ENVELOPE_BYTES', padTo({ ...base, metrics: {} }, MAX + 1), 'PAYLOAD_TOO_LARGE'],
-      ['three times MAX_ENVELOPE_BYTES', padTo({ ...base, metrics: {} }, 3 * MAX), 'PAYLOAD_TOO_LARGE'],
     ];
+    // Far over MAX_ENVELOPE_BYTES: the results stream's max_msg_size refuses it at publish.
+    await expect(publish(padTo({ ...base, metrics: {} }, 3 * MAX), `bad:${randomUUID()}`)).rejects.toThrow(
+      /maximum/i,
+    );
     const seqs: number[] = [];
     for (const [, payload] of cases)
       seqs.push(
@@ -683,7 +534,15 @@ describe('hostile input through real NATS into the real database', () => {
       const rows = await quarantined(seqs[i]!);
       expect(rows, name).toHaveLength(1);
       expect(rows[0]!.reason, name).toBe(reason);
-      expect(Buffer.from(rows[0]!.payload).equals(Buffer.from(enc.encode(payload))), name).toBe(true);
+      // A payload over QUARANTINE_PAYLOAD_MAX_BYTES (64 KiB) is kept as its prefix, with its length.
+      const bytes = Buffer.from(enc.encode(payload));
+      const kept = bytes.subarray(0, 65_536);
+      expect(Buffer.from(rows[0]!.payload).equals(kept), name).toBe(true);
+      if (bytes.byteLength > kept.byteLength)
+        expect(rows[0]!.details, name).toMatchObject({
+          payload_truncated: true,
+          payload_bytes: bytes.byteLength,
+        });
       expect(rows[0]!.headers['X-Evil'], name).toEqual(["'; DROP TABLE inbox_quarantine; --"]);
     }
     const r = await loadAll(t.db, job.jobId);

@@ -11,7 +11,7 @@ import { withPgClient } from '../../src/db/pgTransaction.js';
 import { RESULTS_STREAM, RESULT_SUBJECT } from '../../src/nats/subjects.js';
 import { applyEventsOptimistic, pgStepSql } from '../../src/step/index.js';
 import { spawnCli } from '../helpers/cliProcess.js';
-import { insertJob, loadAll, snapshotTables, type JobFixture } from '../helpers/fixtures.js';
+import { insertJob, loadAll, RESULTS, snapshotTables, type JobFixture } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
 
 const t = useHarness({ database: true, nats: true, client: true, daemon: true });
@@ -201,7 +201,7 @@ describe('both paths of the step quarantine inside a transaction', () => {
       `ack:${job.jobId}:1`,
     );
     const { body, msgId } = impostor.result(job);
-    const outcomes = await applyInboxBatchTx(t.pool, [own, item(body, msgId)]);
+    const outcomes = await applyInboxBatchTx(t.pool, [own, item(body, msgId)], RESULTS);
     expect(outcomes).toMatchObject([
       { kind: 'step', outcome: { decision: 'applied', from: 'published', to: 'processing' } },
       {
@@ -227,7 +227,7 @@ describe('both paths of the step quarantine inside a transaction', () => {
       ),
       item(impostor.result(b).body, `result:${b.jobId}:impostor-${randomUUID()}`),
     ];
-    const outcomes = await applyInboxBatchTx(t.pool, items);
+    const outcomes = await applyInboxBatchTx(t.pool, items, RESULTS);
     expect(outcomes.map((o) => (o.kind === 'step' ? o.outcome.decision : o.reason))).toEqual([
       'SERVICE_MISMATCH',
       'applied',

@@ -133,7 +133,6 @@ const done = (jobId: string): JobEventInput => ({
   msgId: `result:${jobId}`,
   status: 'done',
   service,
-  resultS3: { bucket: 'results', key: `results/${jobId}.json` },
 });
 
 // ---------------------------------------------------------------------------------------------

@@ -23,8 +23,14 @@ import {
   type StepSql,
   WRITE,
 } from '../../src/step/index.js';
-import { LOCK, UNNEST_FUNCTION, WRITE_PARAMETERS, WRITE_PARTS } from '../../src/step/statements.js';
-import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
+import {
+  LOCK,
+  REGISTERED_OBJECTS,
+  UNNEST_FUNCTION,
+  WRITE_PARAMETERS,
+  WRITE_PARTS,
+} from '../../src/step/statements.js';
+import { insertJob, loadAll, RESULTS, snapshotTables } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
 
 const t = useHarness({ database: true });
@@ -47,7 +53,7 @@ function unlockedBatch(
       return rows;
     },
   });
-  return withPgClient(t.pool, (client) => applyEventsOptimistic(watched(pgStepSql(client)), items));
+  return withPgClient(t.pool, (client) => applyEventsOptimistic(watched(pgStepSql(client)), items, RESULTS));
 }
 
 /** The unlocked path for one event ({@link unlockedBatch}). */
@@ -61,9 +67,9 @@ async function unlocked(
 }
 
 const paths = {
-  locked: (jobId: string, event: JobEventInput) => step(t.db, jobId, event),
+  locked: (jobId: string, event: JobEventInput) => step(t.db, jobId, event, RESULTS),
   unlocked: async (jobId: string, event: JobEventInput) =>
-    (await unlocked(jobId, event)) ?? step(t.db, jobId, event),
+    (await unlocked(jobId, event)) ?? step(t.db, jobId, event, RESULTS),
 };
 const service = { name: 'tabular-parser', version: '2.3.1' };
 
@@ -473,7 +479,7 @@ describe('the unlocked path, a batch of several jobs', () => {
       'a result already applied (a duplicate)',
       async () => {
         const j = await insertJob(t.db, { status: 'processing' });
-        await step(t.db, j.jobId, done(j.jobId, j.fileId));
+        await step(t.db, j.jobId, done(j.jobId, j.fileId), RESULTS);
         return { jobId: j.jobId, event: done(j.jobId, j.fileId) };
       },
     ],
@@ -547,8 +553,10 @@ describe('the unlocked path, a batch of several jobs', () => {
     const orders = [items, [...items].reverse(), [...items.slice(4), ...items.slice(0, 4)]];
     const runs = await Promise.all(
       orders.flatMap((order) => [
-        unlockedBatch(order).then((o) => o ?? t.db.transaction().execute((tx) => applyEvents(tx, order))),
-        t.db.transaction().execute((tx) => applyEvents(tx, order)),
+        unlockedBatch(order).then(
+          (o) => o ?? t.db.transaction().execute((tx) => applyEvents(tx, order, RESULTS)),
+        ),
+        t.db.transaction().execute((tx) => applyEvents(tx, order, RESULTS)),
       ]),
     );
     // Every batch decided every item: one of the six applied each result, the others saw it done.
@@ -611,11 +619,15 @@ describe('a batch larger than one write (the locked path writes it in chunks)', 
     const outcomes = await t.db
       .transaction()
       .execute((tx) =>
-        applyEvents(tx, [
-          { jobId: first.jobId, event: ack(first.jobId) },
-          ...others.map((o) => ({ jobId: o.jobId, event: ack(o.jobId) })),
-          { jobId: first.jobId, event: done(first.jobId, first.fileId) },
-        ]),
+        applyEvents(
+          tx,
+          [
+            { jobId: first.jobId, event: ack(first.jobId) },
+            ...others.map((o) => ({ jobId: o.jobId, event: ack(o.jobId) })),
+            { jobId: first.jobId, event: done(first.jobId, first.fileId) },
+          ],
+          RESULTS,
+        ),
       );
     expect(outcomes.map((o) => o.decision)).toEqual(Array(251).fill('applied'));
     const after = await loadAll(t.db, first.jobId);
@@ -721,7 +733,8 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
   const nodes = (n: PlanNode): PlanNode[] => [n, ...(n.Plans ?? []).flatMap(nodes)];
   /**
    * Each parameter's SQL type, in order: the parts' arrays, the transition details, the count of
-   * jobs, whether to return them, the expectations to check (ids, statuses, target services).
+   * jobs, whether to return them, the expectations to check (ids, statuses, target services, the
+   * files the result objects' keys name).
    */
   const types = [
     ...WRITE_PARTS.flatMap((part) =>
@@ -732,6 +745,7 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
     'boolean',
     'uuid[]',
     'integer[]',
+    'text[]',
     'text[]',
   ];
 
@@ -779,8 +793,13 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
           rows.length,
           path === 'expected',
           ...(path === 'locked'
-            ? [null, null, null]
-            : [column((r) => r.id), column(() => 0b110), column(() => 'tabular-parser')]),
+            ? [null, null, null, null]
+            : [
+                column((r) => r.id),
+                column(() => 0b110),
+                column(() => 'tabular-parser'),
+                column((r) => r.file_id),
+              ]),
         ];
         // A name of its own: a prepared statement outlives the transaction, on a pooled connection.
         const name = `plan_check_${++prepared}`;
@@ -856,7 +875,7 @@ describe("the write's plan (generic, as the hot paths run it)", () => {
 
   it("estimates a batch's rows for every part of the write, not ten", async () => {
     const all = await planFor(3);
-    // The unlocked path's expectations come through a `unnest` of three arrays (a scan of three
+    // The unlocked path's expectations come through a `unnest` of several arrays (a scan of several
     // functions, so no one name), which only drives the lookups of its jobs.
     const parts = all.filter((n) => n['Node Type'] === 'Function Scan' && n['Function Name'] !== undefined);
     // Each part's arrays come through its function (migration 0013), estimated at 100 rows: the
@@ -922,16 +941,25 @@ describe("the inbox's statements are planned once per connection", () => {
       );
       let seq = 0;
       // Ten batches of one job and ten of two jobs (the unlocked path), and ten of a job with a job
-      // that does not exist (the unlocked path hands them to the locked one, which quarantines it).
-      for (const j of jobs.slice(0, 10)) await applyInboxBatchTx(pool, [resultItem(j, ++seq)]);
+      // that does not exist (the unlocked path hands them to the locked one, which quarantines it,
+      // after reading which of the batch's result objects are registered).
+      for (const j of jobs.slice(0, 10)) await applyInboxBatchTx(pool, [resultItem(j, ++seq)], RESULTS);
       for (let i = 10; i < 30; i += 2)
-        await applyInboxBatchTx(pool, [resultItem(jobs[i]!, ++seq), resultItem(jobs[i + 1]!, ++seq)]);
+        await applyInboxBatchTx(
+          pool,
+          [resultItem(jobs[i]!, ++seq), resultItem(jobs[i + 1]!, ++seq)],
+          RESULTS,
+        );
       const more = await Promise.all(
         Array.from({ length: 10 }, () => insertJob(t.db, { status: 'processing' })),
       );
       for (const j of more) {
         const unknown = { jobId: randomUUID(), fileId: randomUUID() };
-        const outcomes = await applyInboxBatchTx(pool, [resultItem(j, ++seq), resultItem(unknown, ++seq)]);
+        const outcomes = await applyInboxBatchTx(
+          pool,
+          [resultItem(j, ++seq), resultItem(unknown, ++seq)],
+          RESULTS,
+        );
         expect(outcomes.map((o) => o.kind)).toEqual(['step', 'quarantined']);
       }
       for (const j of [...jobs, ...more]) expect((await loadAll(t.db, j.jobId)).job.status).toBe('done');
@@ -946,10 +974,12 @@ describe("the inbox's statements are planned once per connection", () => {
           custom: Number(r.custom_plans),
         }));
       });
-      expect(plans.map((p) => p.name).sort()).toEqual([LOCK.name, WRITE.name].sort());
+      expect(plans.map((p) => p.name).sort()).toEqual(
+        [LOCK.name, REGISTERED_OBJECTS.name, WRITE.name].sort(),
+      );
       // PostgreSQL's default tries five custom plans before it settles; with an array of a few
       // ids it never settled, and planned the statement at every one of its executions.
-      const executions = { [WRITE.name]: 40, [LOCK.name]: 10 };
+      const executions = { [WRITE.name]: 40, [LOCK.name]: 10, [REGISTERED_OBJECTS.name]: 10 };
       for (const p of plans) {
         expect(p.custom, p.name).toBeLessThanOrEqual(5);
         // Both paths write with the one statement; every batch is written unlocked first, and the

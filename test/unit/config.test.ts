@@ -140,7 +140,13 @@ describe('secrets from files (NAME_FILE)', () => {
     // Only one newline goes, and nothing else: the value is the file's.
     expect(cfg.NATS_PASSWORD).toBe('  spaced pw\n');
     expect(loadConfig({ NATS_TOKEN_FILE: file('tok-123\r\n') }).NATS_TOKEN).toBe('tok-123');
-    expect([...FILE_VARIABLES].sort()).toEqual(['DATABASE_URL', 'NATS_PASSWORD', 'NATS_TOKEN', 'NATS_URL']);
+    expect([...FILE_VARIABLES].sort()).toEqual([
+      'DATABASE_LISTEN_URL',
+      'DATABASE_URL',
+      'NATS_PASSWORD',
+      'NATS_TOKEN',
+      'NATS_URL',
+    ]);
     expect(configVariableNames()).toEqual(expect.arrayContaining(['DATABASE_URL', 'DATABASE_URL_FILE']));
     expect(configVariableNames()).not.toContain('LOG_LEVEL_FILE');
   });
@@ -304,6 +310,56 @@ describe('redactUrl and secretsOf', () => {
     expect(redactUrl('no url here')).toBe('no url here');
   });
 
+  it.each([
+    ['a password holding / and @', 'postgres://u:p/a@ss@host/db', 'postgres://u:[REDACTED]@host/db'],
+    ['a password holding ? and #', 'postgres://u:p?a#s@host:5432/db', 'postgres://u:[REDACTED]@host:5432/db'],
+    ['an empty user', 'postgres://:pw@host/db', 'postgres://:[REDACTED]@host/db'],
+    ['a NATS token', 'nats://s3cr3tT0ken@127.0.0.1:4222', 'nats://[REDACTED]@127.0.0.1:4222'],
+    ['a token holding @', 'nats://to@k@en@host:4222', 'nats://[REDACTED]@host:4222'],
+    ['a token over TLS', 'tls://t0k%40n@host:4222', 'tls://[REDACTED]@host:4222'],
+    ['a token over websocket', 'wss://tok@host/ws', 'wss://[REDACTED]@host/ws'],
+    ['a token in any other URL', 'https://ghp_t0ken@example.com/x', 'https://[REDACTED]@example.com/x'],
+    ['a user with an empty password (a token to NATS)', 'nats://u:@host', 'nats://u:[REDACTED]@host'],
+    [
+      'a list of NATS URLs, each with its own userinfo',
+      'nats://a:pw1@h1:4222,nats://tok2@h2:4222,nats://h3:4222',
+      'nats://a:[REDACTED]@h1:4222,nats://[REDACTED]@h2:4222,nats://h3:4222',
+    ],
+    [
+      'a password parameter',
+      'postgres://app@db/x?sslmode=require&password=p%2Fw',
+      'postgres://app@db/x?sslmode=require&password=[REDACTED]',
+    ],
+    [
+      'URLs inside a message, quoted and not',
+      'connect "postgres://u:p/a@ss@db/x" then nats://tok@n:4222: refused',
+      'connect "postgres://u:[REDACTED]@db/x" then nats://[REDACTED]@n:4222: refused',
+    ],
+  ])('redacts %s', (_, text, redacted) => {
+    expect(redactUrl(text)).toBe(redacted);
+  });
+
+  it.each([
+    ['a PostgreSQL user without a password', 'postgres://app@db:5432/x'],
+    ['a URL without userinfo', 'nats://127.0.0.1:4222'],
+    ['a stack line through a scoped package', 'at file:///srv/node_modules/@nats-io/nats-core/lib/x.js:1:2'],
+    ['an e-mail address', 'mail ops@example.com'],
+    ['an @ in the path of a URL', 'https://registry.npmjs.org/@nats-io/jetstream'],
+  ])('keeps %s as it is', (_, text) => {
+    expect(redactUrl(text)).toBe(text);
+  });
+
+  it('shows a refused URL without its secrets', () => {
+    const db = configError({ DATABASE_URL: 'mysql://u:p/a@ss@host/db' }).message;
+    expect(db).toContain('mysql://u:[REDACTED]@host/db');
+    expect(db).not.toContain('p/a@ss');
+    const nats = configError({ NATS_URL: 'http://s3cr3tT0ken@host:4222' }).message;
+    expect(nats).not.toContain('s3cr3tT0ken');
+    expect(configError({ NATS_URL: 'nats://h1:4222,ftp://s3cr3tT0ken@h2' }).message).not.toContain(
+      's3cr3tT0ken',
+    );
+  });
+
   it('lists the NATS password, token and the passwords inside the URLs', () => {
     const cfg = loadConfig({
       DATABASE_URL: 'postgres://app:p%40ssw0rd@db/x',
@@ -312,6 +368,11 @@ describe('redactUrl and secretsOf', () => {
       NATS_URL: 'nats://u:urlpass@n:4222',
     });
     expect(secretsOf(cfg).sort()).toEqual(['nats-pw-1', 'p%40ssw0rd', 'p@ssw0rd', 'urlpass'].sort());
+  });
+
+  it('lists a token written as the userinfo of a NATS URL', () => {
+    const cfg = loadConfig({ NATS_URL: 'nats://h1:4222,nats://t0k%2Fen@h2:4222' });
+    expect(secretsOf(cfg).sort()).toEqual(['t0k%2Fen', 't0k/en'].sort());
   });
 
   it('lists a password given as the password parameter of DATABASE_URL', () => {

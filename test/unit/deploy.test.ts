@@ -377,20 +377,35 @@ describe('secrets', () => {
 
   it('compose: NATS takes its users’ passwords from the secrets the services read', () => {
     const command = compose.services.nats!.command!.join(' ');
+    const users = [...natsConf.matchAll(/\{ user: "([^"]+)", password: \$(\w+)\b/g)].map((m) => [
+      m[1]!,
+      m[2]!,
+    ]);
+    expect(users).toEqual([
+      [compose.services.core!.environment!.NATS_USER, 'NATS_CORE_PASSWORD'],
+      [compose.services['tabular-parser']!.environment!.NATS_USER, 'NATS_SERVICE_PASSWORD'],
+    ]);
     for (const [variable, secret] of [
       ['NATS_CORE_PASSWORD', 'nats-core-password'],
       ['NATS_SERVICE_PASSWORD', 'nats-service-password'],
     ]) {
-      expect(natsConf).toContain(`password: $${variable} }`);
       expect(command).toContain(`${variable}="$$(cat /run/secrets/${secret})"`);
       expect(compose.services.nats!.secrets).toContain(secret);
     }
-    expect(natsConf).toContain(
-      `{ user: "${compose.services.core!.environment!.NATS_USER}", password: $NATS_CORE_PASSWORD }`,
+    expect(compose.services.core!.environment!.NATS_PASSWORD_FILE).toBe('/run/secrets/nats-core-password');
+    expect(compose.services['tabular-parser']!.environment!.NATS_PASSWORD_FILE).toBe(
+      '/run/secrets/nats-service-password',
     );
-    expect(natsConf).toContain(
-      `{ user: "${compose.services['tabular-parser']!.environment!.NATS_USER}", password: $NATS_SERVICE_PASSWORD }`,
-    );
+  });
+
+  it('docs/nats-permissions.md shows the authorization block of deploy/nats/recognition.conf as it is', () => {
+    const block = natsConf.slice(natsConf.indexOf('authorization {'));
+    expect(block).toMatch(/^authorization \{\n[\s\S]*\n\}\n$/);
+    expect(read('docs/nats-permissions.md')).toContain(`\`\`\`conf\n${block}\`\`\``);
+    // Every user's publish permissions deny JetStream's events (docs/nats-permissions.md).
+    const entries = block.split(/\n(?= {4}\{ user: )/).slice(1);
+    expect(entries).toHaveLength(2);
+    for (const entry of entries) expect(entry).toMatch(/publish: \{[\s\S]*deny: \[ "\$JS\.EVENT\.>" \]/);
   });
 
   it('systemd: the units read secrets from credentials, the migration role’s only in the migrate unit', () => {

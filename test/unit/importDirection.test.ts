@@ -54,6 +54,10 @@ describe('the import direction is enforced by lint', { timeout: 60_000 }, () => 
     ['machines/__probe.ts', '../workshop/machineSamples.js'],
     ['bench/__probe.ts', '../test/helpers/logSink.js'],
     ['test/integration/__probe.ts', '../../bench/env.js'],
+    // The service kit is a package of its own: nothing of the daemon or the workshop.
+    ['service-kit/src/__probe.ts', '../../src/messages/schemas.js'],
+    ['service-kit/src/__probe.ts', '../../workshop/reference/fates.js'],
+    ['service-kit/examples/__probe.ts', '../../src/nats/subjects.js'],
   ])('%s may not import %s', async (file, specifier) => {
     expect(await rejected(file, specifier)).toBe(true);
   });

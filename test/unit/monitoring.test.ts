@@ -77,6 +77,8 @@ describe('alerting and recording rules', () => {
       'recognition_dead_letters_total',
       'job:recognition_jobs_timed_out:ratio15m',
       'job_loop:recognition_step_duration_seconds:p99_5m',
+      'recognition_retention_passes_total',
+      'recognition_retention_last_success_timestamp_seconds',
     ])
       expect([...used], name).toContain(name);
   });

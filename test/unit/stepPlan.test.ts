@@ -5,13 +5,16 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
-import { planBatch, planExpected, type StepItem } from '../../src/step/plan.js';
+import { planBatch, planExpected, type ResultObjects, type StepItem } from '../../src/step/plan.js';
 import { CONTEXT_COLUMNS } from '../../src/db/jobRow.js';
 import { WRITE_PARAMETERS, WRITE_PARTS, type StepRow, type WritePart } from '../../src/step/statements.js';
 
 const NOW = new Date('2025-03-01T10:00:00.000Z');
 const DEADLINE = new Date('2025-03-01T10:09:00.000Z');
 const service = { name: 'tabular-parser', version: '2.3.1' };
+const RULE = { resultsBucket: 'arm-ka' };
+/** The rule, and no object registered before the batch. */
+const OBJECTS: ResultObjects = { rule: RULE, registered: new Map() };
 
 /** A published job's row as a read returns it (the columns a decision depends on), with its address and version. */
 function publishedRow(n: number, overrides: Partial<StepRow> = {}): StepRow {
@@ -37,12 +40,14 @@ const ack = (jobId: string): JobEventInput => ({
   msgId: `ack:${jobId}`,
   service,
 });
-const done = (jobId: string): JobEventInput => ({
+/** Where `row`'s job's result belongs. */
+const resultKey = (row: StepRow) => `results/${row.file_id}/${row.id}/result.json`;
+const done = (row: StepRow, resultS3 = { bucket: 'arm-ka', key: resultKey(row) }): JobEventInput => ({
   type: 'ENVELOPE_RESULT',
-  msgId: `result:${jobId}`,
+  msgId: `result:${row.id}`,
   status: 'done',
   service,
-  resultS3: { bucket: 'arm-ka', key: `results/${jobId}.json` },
+  resultS3,
   resultSchemaVersion: '1.0',
   metrics: { pages: 3 },
 });
@@ -89,6 +94,7 @@ function parsed(params: unknown[]): {
   expectedIds: unknown;
   expectedStatuses: unknown;
   expectedTargets: unknown;
+  expectedFiles: unknown;
 } {
   let n = 0;
   const out: Record<string, Rows> = {};
@@ -100,7 +106,7 @@ function parsed(params: unknown[]): {
     const arrays = literals.map((l) => (l === null ? Array<null>(rows).fill(null) : elementsOf(l)));
     out[part] = arrays[0]!.map((_, i) => Object.fromEntries(columns.map((c, k) => [c, arrays[k]![i]])));
   }
-  expect(params).toHaveLength(n + 6);
+  expect(params).toHaveLength(n + 7);
   const details = params[n] as string | null;
   return {
     objects: out['objects']!,
@@ -113,6 +119,7 @@ function parsed(params: unknown[]): {
     expectedIds: params[n + 3],
     expectedStatuses: params[n + 4],
     expectedTargets: params[n + 5],
+    expectedFiles: params[n + 6],
   };
 }
 
@@ -150,10 +157,10 @@ function writtenJob(
 describe('planBatch', () => {
   it('two events of one job: one write of its state after both, its object, its file once', () => {
     const row = publishedRow(1);
-    const plan = planBatch([row]);
+    const plan = planBatch([row], OBJECTS);
     const { outcomes, write } = plan.next([
       { jobId: row.id, event: ack(row.id) },
-      { jobId: row.id, event: done(row.id) },
+      { jobId: row.id, event: done(row) },
     ]);
 
     expect(outcomes.map((o) => [o.decision, o.from, o.to])).toEqual([
@@ -162,7 +169,7 @@ describe('planBatch', () => {
     ]);
     const { objects, jobs, files, transitions, details, count } = parsed(write!.params);
     // The registered result object, once.
-    expect(objects).toEqual([{ bucket: 'arm-ka', key: `results/${row.id}.json`, created_by: service.name }]);
+    expect(objects).toEqual([{ bucket: 'arm-ka', key: resultKey(row), created_by: service.name }]);
     // The job's status after both events and every column they assigned (to null too), at the
     // address and version it was read at, pointing at its result object by bucket and key (the
     // statement resolves the id). The columns neither event assigned stay as they are.
@@ -182,7 +189,7 @@ describe('planBatch', () => {
           result_schema_version: '1.0',
           result_msg_id: `result:${row.id}`,
         },
-        { result_bucket: 'arm-ka', result_key: `results/${row.id}.json` },
+        { result_bucket: 'arm-ka', result_key: resultKey(row) },
       ),
     ]);
     // The file change and both transitions name the job by its place among the job rows.
@@ -212,13 +219,14 @@ describe('planBatch', () => {
       expectedIds: null,
       expectedStatuses: null,
       expectedTargets: null,
+      expectedFiles: null,
     });
   });
 
   it("the watchdog's rows: each job at its address and version, its file by id", () => {
     const passed = { reply_deadline: String(NOW.getTime() - 1) };
     const rows = [publishedRow(1, passed), publishedRow(2, passed)];
-    const { write } = planBatch(rows).next(
+    const { write } = planBatch(rows, OBJECTS).next(
       rows.map((r): StepItem => ({ jobId: r.id, event: { type: 'DEADLINE_PASSED' } })),
     );
     const { objects, jobs, files, transitions, count } = parsed(write!.params);
@@ -234,7 +242,7 @@ describe('planBatch', () => {
   it('file changes and transitions name their job by its place among the job rows written', () => {
     // The second job's ack repeats (it is processing already): it changes nothing, has no row.
     const rows = [publishedRow(1), publishedRow(2, { status: 'processing' }), publishedRow(3)];
-    const { write } = planBatch(rows).next([
+    const { write } = planBatch(rows, OBJECTS).next([
       { jobId: rows[2]!.id, event: ack(rows[2]!.id) },
       { jobId: rows[1]!.id, event: ack(rows[1]!.id) },
       { jobId: rows[0]!.id, event: failed(rows[0]!.id) },
@@ -259,7 +267,7 @@ describe('planBatch', () => {
       service,
     });
     const statuses = ['done', 'needs_check', 'done'] as const;
-    const { write } = planBatch(rows).next(
+    const { write } = planBatch(rows, OBJECTS).next(
       rows.map((r, i) => ({ jobId: r.id, event: result(r.id, statuses[i]!) })),
     );
     const { transitions, details } = parsed(write!.params);
@@ -270,20 +278,20 @@ describe('planBatch', () => {
     expect(transitions.map((t) => t['detail'])).toEqual(['1', '2', '1']);
   });
 
-  it('result objects: one upsert row per bucket and key, in their order, the last registered standing', () => {
+  it('result objects: one insert row per bucket and key, in their order, each job pointing at its own', () => {
     const other = { name: 'pdf-parser', version: '1.0.0' };
     const rows = [publishedRow(1), publishedRow(2, { target_service: other.name }), publishedRow(3)];
-    const result = (jobId: string, key: string, by = service): JobEventInput => ({
+    const result = (row: StepRow, name: string, by = service): JobEventInput => ({
       type: 'ENVELOPE_RESULT',
-      msgId: `result:${jobId}`,
+      msgId: `result:${row.id}`,
       status: 'done',
       service: by,
-      resultS3: { bucket: 'arm-ka', key },
+      resultS3: { bucket: 'arm-ka', key: `results/${row.file_id}/${row.id}/${name}` },
     });
-    const { write } = planBatch(rows).next([
-      { jobId: rows[0]!.id, event: result(rows[0]!.id, 'results/shared.json') },
-      { jobId: rows[2]!.id, event: result(rows[2]!.id, 'results/a.json') },
-      { jobId: rows[1]!.id, event: result(rows[1]!.id, 'results/shared.json', other) },
+    const { write } = planBatch(rows, OBJECTS).next([
+      { jobId: rows[2]!.id, event: result(rows[2]!, 'b.json') },
+      { jobId: rows[0]!.id, event: result(rows[0]!, 'z.json') },
+      { jobId: rows[1]!.id, event: result(rows[1]!, 'a.json', other) },
     ]);
     const { objects, jobs, transitions, details } = parsed(write!.params);
     // The details the results share go once: each row names its own by place.
@@ -292,21 +300,77 @@ describe('planBatch', () => {
       { status: 'done', service: other.name },
     ]);
     expect(transitions.map((t) => t['detail'])).toEqual(['1', '1', '2']);
+    const key = (row: StepRow, name: string) => `results/${row.file_id}/${row.id}/${name}`;
     expect(objects).toEqual([
-      { bucket: 'arm-ka', key: 'results/a.json', created_by: service.name },
-      { bucket: 'arm-ka', key: 'results/shared.json', created_by: other.name },
+      { bucket: 'arm-ka', key: key(rows[0]!, 'z.json'), created_by: service.name },
+      { bucket: 'arm-ka', key: key(rows[1]!, 'a.json'), created_by: other.name },
+      { bucket: 'arm-ka', key: key(rows[2]!, 'b.json'), created_by: service.name },
     ]);
-    // Each job still points at its object by bucket and key.
+    // Each job points at its own object by bucket and key.
     expect(jobs.map((j) => j['result_key'])).toEqual([
-      'results/shared.json',
-      'results/a.json',
-      'results/shared.json',
+      key(rows[2]!, 'b.json'),
+      key(rows[0]!, 'z.json'),
+      key(rows[1]!, 'a.json'),
     ]);
+  });
+
+  it("a result whose object is not its job's own is not applied: its job stays as it was, nothing of it is written", () => {
+    const rows = [publishedRow(1), publishedRow(2), publishedRow(3)];
+    // An object registered at the third job's own key before its result came (here: as an upload).
+    const upload = { bucket: 'arm-ka', key: resultKey(rows[2]!) };
+    const objects: ResultObjects = {
+      rule: RULE,
+      registered: new Map([
+        [
+          `${upload.bucket.length}:${upload.bucket}/${upload.key}`,
+          { bucket_role: 'uploads', created_by: 'cli' },
+        ],
+      ]),
+    };
+    const plan = planBatch(rows, objects);
+    const { outcomes, write } = plan.next([
+      // Another job's prefix, another bucket, an object already registered.
+      { jobId: rows[0]!.id, event: done(rows[0]!, { bucket: 'arm-ka', key: resultKey(rows[1]!) }) },
+      { jobId: rows[1]!.id, event: done(rows[1]!, { bucket: 'elsewhere', key: resultKey(rows[1]!) }) },
+      { jobId: rows[2]!.id, event: done(rows[2]!, upload) },
+      // The first job's own object, after its refused result: applied from where the job was.
+      { jobId: rows[0]!.id, event: done(rows[0]!) },
+    ]);
+    expect(outcomes.map((o) => [o.decision, o.from, o.to, o.reason])).toEqual([
+      ['object_not_owned', 'published', 'published', 'prefix'],
+      ['object_not_owned', 'published', 'published', 'bucket'],
+      ['object_not_owned', 'published', 'published', 'registered'],
+      ['applied', 'published', 'done', null],
+    ]);
+    expect(outcomes[0]).toMatchObject({
+      fileId: rows[0]!.file_id,
+      details: {
+        breach: 'prefix',
+        got: { bucket: 'arm-ka', key: resultKey(rows[1]!) },
+        expected: { bucket: 'arm-ka', key_prefix: `results/${rows[0]!.file_id}/${rows[0]!.id}/` },
+      },
+    });
+    expect(outcomes[2]).toMatchObject({
+      details: { breach: 'registered', registered: { bucket_role: 'uploads', created_by: 'cli' } },
+    });
+    const { objects: inserted, jobs, transitions } = parsed(write!.params);
+    expect(inserted).toEqual([{ bucket: 'arm-ka', key: resultKey(rows[0]!), created_by: service.name }]);
+    expect(jobs.map((j) => j['ctid'])).toEqual([rows[0]!.row_address]);
+    expect(transitions).toHaveLength(1);
+  });
+
+  it('a batch that takes no result object: a result naming one is a bug of the caller', () => {
+    const row = publishedRow(1);
+    expect(() => planBatch([row]).next([{ jobId: row.id, event: done(row) }])).toThrow(/results bucket/);
+    // Without an object, or not applied, no rule is needed.
+    expect(planBatch([row]).next([{ jobId: row.id, event: failed(row.id) }]).outcomes[0]).toMatchObject({
+      decision: 'applied',
+    });
   });
 
   it('a job an earlier write changed is written at the address and version that write returned', () => {
     const [a, b] = [publishedRow(1), publishedRow(2)];
-    const plan = planBatch([a, b]);
+    const plan = planBatch([a, b], OBJECTS);
     const later = { laterChunks: true };
     const first = plan.write(plan.decide([{ jobId: a.id, event: ack(a.id) }]), later)!;
     // A write with chunks after it returns where its jobs stand now.
@@ -351,7 +415,7 @@ describe('planBatch', () => {
 
   it('within one chunk, the last change of a file wins', () => {
     const row = publishedRow(1);
-    const { write } = planBatch([row]).next([
+    const { write } = planBatch([row], OBJECTS).next([
       { jobId: row.id, event: ack(row.id) },
       { jobId: row.id, event: failed(row.id) },
     ]);
@@ -362,7 +426,7 @@ describe('planBatch', () => {
 
   it('nothing to write (a repeated ack) plans no write; an unknown job is reported as such', () => {
     const row = publishedRow(1, { status: 'processing' });
-    const plan = planBatch([row]);
+    const plan = planBatch([row], OBJECTS);
     const { outcomes, write } = plan.next([
       { jobId: row.id, event: ack(row.id) },
       { jobId: '00000000-0000-4000-8000-0000000000ff', event: ack('nobody') },
@@ -375,15 +439,15 @@ describe('planBatch', () => {
 describe('planExpected (the unlocked path)', () => {
   /** What the locked path's write holds for `rows`, as the expected write must hold it. */
   const lockedWrite = (rows: StepRow[], items: StepItem[]) =>
-    parsed(planBatch(rows).next(items).write!.params);
+    parsed(planBatch(rows, OBJECTS).next(items).write!.params);
 
   it("plans the locked path's write for the rows it expects, found by id, with its clock and the statuses it expects", () => {
     const rows = [publishedRow(1), publishedRow(2)];
     const items = [
-      { jobId: rows[0]!.id, event: done(rows[0]!.id) },
+      { jobId: rows[0]!.id, event: done(rows[0]!) },
       { jobId: rows[1]!.id, event: ack(rows[1]!.id) },
     ];
-    const planned = parsed(planExpected(items)!.params);
+    const planned = parsed(planExpected(items, RULE)!.params);
     const locked = lockedWrite(rows, items);
     // The same rows, but each job found by its id (no address or version), its times the
     // database's clock at the write (`now`), and its transitions' `from_status` the status the
@@ -403,14 +467,40 @@ describe('planExpected (the unlocked path)', () => {
     // A result is the same in pending, published and processing (bits 0–2); an ack only in published.
     expect(planned.expectedStatuses).toBe('{7,2}');
     expect(planned.expectedTargets).toBe(`{"${service.name}","${service.name}"}`);
+    // The file the result object's key names, for the write to compare with the job's.
+    expect(planned.expectedFiles).toBe(`{"${rows[0]!.file_id}",NULL}`);
+  });
+
+  it("plans nothing for a result whose key alone shows it is not its job's object", () => {
+    const row = publishedRow(1, { id: 'abcdef00-0000-4000-8000-00000000000a' });
+    const other = publishedRow(2);
+    const plan = (resultS3: { bucket: string; key: string }, jobId = row.id) =>
+      planExpected([{ jobId, event: done({ ...row, id: jobId }, resultS3) }], RULE);
+    expect(plan({ bucket: 'arm-ka', key: resultKey(row) })).not.toBeNull();
+    expect(plan({ bucket: 'elsewhere', key: resultKey(row) })).toBeNull();
+    expect(plan({ bucket: 'arm-ka', key: resultKey(other) })).toBeNull();
+    expect(plan({ bucket: 'arm-ka', key: `uploads/${row.file_id}.xlsx` })).toBeNull();
+    expect(plan({ bucket: 'arm-ka', key: `results/${row.file_id}/${row.id}/` })).toBeNull();
+    // A job id not written as PostgreSQL writes it: only its row can tell.
+    const upper = row.id.toUpperCase();
+    expect(plan({ bucket: 'arm-ka', key: `results/${row.file_id}/${upper}/r.json` }, upper)).toBeNull();
+    // Another job's file in the key: the key alone cannot tell, the write compares it.
+    const planned = parsed(
+      plan({ bucket: 'arm-ka', key: `results/${other.file_id}/${row.id}/r.json` })!.params,
+    );
+    expect(planned.expectedFiles).toBe(`{"${other.file_id}"}`);
+    expect(() => planExpected([{ jobId: row.id, event: done(row) }])).toThrow(/results bucket/);
   });
 
   it("makes its outcomes from the rows the write returns: each job's file and the status it was locked in", () => {
     const [a, b] = [publishedRow(1), publishedRow(2)];
-    const plan = planExpected([
-      { jobId: a.id, event: done(a.id) },
-      { jobId: b.id, event: failed(b.id) },
-    ])!;
+    const plan = planExpected(
+      [
+        { jobId: a.id, event: done(a) },
+        { jobId: b.id, event: failed(b.id) },
+      ],
+      RULE,
+    )!;
     const outcomes = plan.outcomes([
       { id: b.id, row_address: null, version: null, file_id: b.file_id, prior_status: 'pending' },
       { id: a.id, row_address: null, version: null, file_id: a.file_id, prior_status: 'processing' },
@@ -444,7 +534,7 @@ describe('planExpected (the unlocked path)', () => {
     expect(
       planExpected([
         { jobId: row.id, event: ack(row.id) },
-        { jobId: row.id, event: done(row.id) },
+        { jobId: row.id, event: done(row) },
       ]),
     ).toBeNull();
     expect(planExpected([{ jobId: row.id, event: { type: 'DEADLINE_PASSED' } }])).toBeNull();

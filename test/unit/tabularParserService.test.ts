@@ -1,9 +1,8 @@
 /**
  * The reference service's pure parts: the seeded generator and the weighted choice of fates, which
- * make a demo run repeatable and guarantee its mix; what it answers to an invalid job message.
+ * make a demo run repeatable and guarantee its mix.
  */
 import { describe, expect, it } from 'vitest';
-import { checkJobMessage, checkResultEnvelope } from '../../src/messages/schemas.js';
 import {
   DEFAULT_WEIGHTS,
   FATES,
@@ -12,11 +11,6 @@ import {
   pickFate,
   type Fate,
 } from '../../workshop/reference/fates.js';
-import {
-  INVALID_JOB_MESSAGE,
-  describeInvalidJob,
-  invalidJobAnswer,
-} from '../../workshop/reference/tabularParserService.js';
 
 describe('mulberry32', () => {
   it('gives the same sequence for the same seed, another for another seed, all in [0, 1)', () => {
@@ -69,59 +63,5 @@ describe('parseWeights', () => {
 
   it.each(['done=x', 'finished=1', 'done=-1', 'done=0,error=0'])('rejects %j', (text) => {
     expect(() => parseWeights(text)).toThrow();
-  });
-});
-
-describe('an invalid job message', () => {
-  const JOB_ID = '3f1b6c1e-8a3c-4c1e-9d5e-2b7a4f0c9e11';
-
-  it('names its job when job_id is a uuid: the error result goes to result:<job_id>:<attempt>', () => {
-    expect(invalidJobAnswer({ job_id: JOB_ID, attempt: 2, source_s3: 'nope' })).toEqual({
-      jobId: JOB_ID,
-      resultMsgId: `result:${JOB_ID}:2`,
-    });
-  });
-
-  it.each([[0], [-1], [1.5], ['2'], [null], [undefined]])(
-    'takes attempt 0 when the attempt (%j) cannot be read, the same on every delivery',
-    (attempt) => {
-      expect(invalidJobAnswer({ job_id: JOB_ID, attempt })).toEqual({
-        jobId: JOB_ID,
-        resultMsgId: `result:${JOB_ID}:0`,
-      });
-    },
-  );
-
-  it.each([[null], [[JOB_ID]], ['text'], [{}], [{ job_id: 42 }], [{ job_id: `urn:uuid:${JOB_ID}` }]])(
-    'names no job for %j: the message is only terminated',
-    (value) => {
-      expect(invalidJobAnswer(value)).toBeNull();
-    },
-  );
-
-  it('describes the validator errors in one bounded line, which the envelope schema accepts', () => {
-    const check = checkJobMessage({ job_id: JOB_ID, attempt: 'x'.repeat(50_000) });
-    expect(check.valid).toBe(false);
-    const text = describeInvalidJob(check.valid ? [] : check.errors);
-    expect(text).toMatch(/^the job message does not match recognition-job-message\.schema\.json: /);
-    expect(text).toContain('/attempt');
-    expect(text).not.toContain('\n');
-    const many = describeInvalidJob(
-      Array.from({ length: 500 }, (_, i) => ({
-        instancePath: `/field_${i}`,
-        schemaPath: '#/required',
-        keyword: 'required',
-        params: {},
-        message: 'must be here',
-      })),
-    );
-    expect(many.length).toBeLessThanOrEqual(2_000);
-    const envelope = {
-      job_id: JOB_ID,
-      status: 'error',
-      service: { name: 'tabular-parser', version: '1' },
-      error: { code: INVALID_JOB_MESSAGE, message: many },
-    };
-    expect(checkResultEnvelope(envelope).valid).toBe(true);
   });
 });

@@ -1,7 +1,7 @@
 /**
  * The workshop's commands, which a development checkout adds to the product's program:
  * `statecharts` and `simulate` (`./statecharts.ts`), `demo` (`./demo.ts`) and `service
- * tabular-parser` (`./service.ts`). The launcher (`bin/recognition-core.js`) imports this module
+ * tabular-parser` (`./service.ts`), `conformance` (`./conformance.ts`). The launcher (`bin/recognition-core.js`) imports this module
  * when the checkout's `dist/workshop/` is there; the container image has none, so there these
  * commands do not exist.
  *
@@ -10,6 +10,7 @@
  * imports what it needs when it runs (`test/unit/cliImports.test.ts`).
  */
 import type { Command } from 'commander';
+import { registerConformanceCommand } from './conformance.js';
 import { registerDemoCommand } from './demo.js';
 import { registerServiceCommands } from './service.js';
 import { registerStatechartsCommands } from './statecharts.js';
@@ -21,4 +22,5 @@ export function registerWorkshopCommands(program: Command): void {
   registerStatechartsCommands(program);
   registerDemoCommand(program);
   registerServiceCommands(program);
+  registerConformanceCommand(program);
 }

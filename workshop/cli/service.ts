@@ -36,11 +36,15 @@ export function registerServiceCommands(program: Command): void {
       const { longRunningConfig } = await import('../../src/cli/commandConfig.js');
       const { commandLogger } = await import('../../src/cli/commandLogger.js');
       const { connectNats } = await import('../../src/nats/connection.js');
+      const { serviceInboxPrefix } = await import('../../src/nats/subjects.js');
       const { withStopSignals } = await import('../../src/process/stopSignals.js');
       const { startTabularParser } = await import('../reference/tabularParserService.js');
       const cfg = longRunningConfig();
       const logger = commandLogger(cfg, { base: { service: TABULAR_PARSER } });
-      const nats = await connectNats(cfg, logger, { name: TABULAR_PARSER });
+      const nats = await connectNats(cfg, logger, {
+        name: TABULAR_PARSER,
+        inboxPrefix: serviceInboxPrefix(TABULAR_PARSER),
+      });
       try {
         await withStopSignals({}, async (stop) => {
           const svc = await startTabularParser({

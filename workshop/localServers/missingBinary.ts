@@ -1,7 +1,8 @@
 /** A server binary this machine lacks, and the one command that installs it. */
 
 /** The Debian package that brings each local server's binaries. */
-export type ServerPackage = 'postgresql' | 'nats-server' | 'patroni' | 'etcd-server' | 'haproxy';
+export type ServerPackage =
+  'postgresql' | 'nats-server' | 'patroni' | 'etcd-server' | 'haproxy' | 'pgbouncer';
 
 /** The one command that installs `packages` on Debian (and Ubuntu). */
 export function installCommand(packages: readonly ServerPackage[]): string {

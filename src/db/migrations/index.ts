@@ -17,7 +17,9 @@ import * as m0013 from './0013_step_write_rows.js';
 import * as m0014 from './0014_step_write_assigned.js';
 import * as m0015 from './0015_step_write_details.js';
 import * as m0016 from './0016_step_write_places.js';
-import * as m0017 from './0017_transition_edge_statistics.js';
+import * as m0017 from './0017_retention_functions.js';
+import * as m0018 from './0018_quarantine_result_object.js';
+import * as m0019 from './0019_transition_edge_statistics.js';
 
 export const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
@@ -34,5 +36,7 @@ export const migrations: Record<string, Migration> = {
   '0014_step_write_assigned': m0014,
   '0015_step_write_details': m0015,
   '0016_step_write_places': m0016,
-  '0017_transition_edge_statistics': m0017,
+  '0017_retention_functions': m0017,
+  '0018_quarantine_result_object': m0018,
+  '0019_transition_edge_statistics': m0019,
 };

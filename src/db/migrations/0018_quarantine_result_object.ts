@@ -1,0 +1,31 @@
+/**
+ * `inbox_quarantine.reason` takes `RESULT_OBJECT_NOT_OWNED`: a result whose `result_s3` is not its
+ * job's own object (outside the results bucket or the job's prefix, or an object already
+ * registered), which the step refuses and the inbox quarantines.
+ *
+ * The constraint is dropped and added again with the whole list, as migration 0007 does. Every
+ * existing row passes (the list only grows). The list is this migration's own, frozen: a later
+ * reason is a later migration.
+ */
+import { sql, type Kysely } from 'kysely';
+import { QUARANTINE_REASONS_0007 } from './0007_quarantine_service_mismatch.js';
+
+/** The reasons this migration allows. Never edit: add a migration. */
+export const QUARANTINE_REASONS_0018 = [...QUARANTINE_REASONS_0007, 'RESULT_OBJECT_NOT_OWNED'] as const;
+
+async function allowReasons(db: Kysely<unknown>, reasons: readonly string[]): Promise<void> {
+  const list = sql.join(reasons.map((r) => sql.lit(r)));
+  await sql`
+    ALTER TABLE inbox_quarantine
+      DROP CONSTRAINT inbox_quarantine_reason_check,
+      ADD CONSTRAINT inbox_quarantine_reason_check CHECK (reason IN (${list}))`.execute(db);
+}
+
+export async function up(db: Kysely<unknown>): Promise<void> {
+  await allowReasons(db, QUARANTINE_REASONS_0018);
+}
+
+/** Fails while a `RESULT_OBJECT_NOT_OWNED` row exists: an operator decides what becomes of it first. */
+export async function down(db: Kysely<unknown>): Promise<void> {
+  await allowReasons(db, QUARANTINE_REASONS_0007);
+}
