@@ -6,6 +6,7 @@
  * `docs/performance.md`, between its markers. Only ratios of one run compare across machines and
  * days; absolute figures are context.
  */
+import type { HttpResult } from './http.js';
 import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CLI_LABELS, type CliCommand, type CliResult } from './cliStartup.js';
@@ -45,6 +46,8 @@ export interface BenchReport {
   grown?: GrownResult;
   /** The inbox directly and through PgBouncer (bench/pooler.ts). */
   pooler?: PoolerResult;
+  /** The inbox with and without concurrent HTTP requests, on a history; single /metrics scrapes. */
+  http?: HttpResult;
 }
 
 /** The headlines of a run: each a ratio to its ceiling of the same run. */

@@ -2,7 +2,7 @@
  * `npm run bench`: the daemon against its ceilings, side by side, in one run, on this machine. It
  * starts a private nats-server and a fresh database (dropped at the end), warms up the inbox and
  * the ceiling on a small untimed run each and checks that they leave the same rows, runs the
- * sections (`inbox`, `cold`, `latency`, `watchdog`, `cli`; `drain`, `grown` on request), the
+ * sections (`inbox`, `cold`, `latency`, `watchdog`, `cli`; `drain`, `grown`, `http` on request), the
  * runs that are compared taking turns over `--rounds`, prints the tables, and a full run records
  * itself (bench/report.ts `recordRun`). `--help` lists the flags.
  */
@@ -17,6 +17,7 @@ import { measureCliStartup } from './cliStartup.js';
 import { startBenchEnv, type CpuSplit } from './env.js';
 import { measureFlood } from './flood.js';
 import { measureGrown } from './grown.js';
+import { measureHttp, renderHttp } from './http.js';
 import { measureLatency, type LatencyResult } from './latency.js';
 import { measurePooler } from './pooler.js';
 import { collectionPauses, recordRun, renderTable, type BenchReport } from './report.js';
@@ -37,6 +38,7 @@ const SECTIONS = [
   'cli',
   'drain',
   'grown',
+  'http',
   'pooler',
   'flood',
 ] as const;
@@ -64,6 +66,8 @@ const o = new Command('bench')
   .option('--drain', 'add the drain section to a full run (several minutes)')
   .option('--grown', 'add the grown section to a full run (a generated history: many minutes)')
   .option('--grown-jobs <n>', "finished jobs in the grown section's history", positive(true), 5_000_000)
+  .option('--http', 'add the http section to a full run (a generated history: many minutes)')
+  .option('--http-jobs <n>', "jobs in the http section's history", positive(true), 1_000_000)
   .option('--only <sections>', `run some sections only (${SECTIONS.join(',')}); records nothing`, sectionList)
   .option('--dry-run', 'a full run that records nothing')
   .allowExcessArguments(false)
@@ -75,12 +79,19 @@ const o = new Command('bench')
     drain?: boolean;
     grown?: boolean;
     grownJobs: number;
+    http?: boolean;
+    httpJobs: number;
     only?: Set<Section>;
     dryRun?: boolean;
   }>();
 const only =
   o.only ??
-  new Set(SECTIONS.filter((s) => (s !== 'drain' || o.drain) && (s !== 'grown' || o.grown) && s !== 'flood'));
+  new Set(
+    SECTIONS.filter(
+      (s) =>
+        (s !== 'drain' || o.drain) && (s !== 'grown' || o.grown) && (s !== 'http' || o.http) && s !== 'flood',
+    ),
+  );
 const record = o.only === undefined && o.dryRun !== true;
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
@@ -256,6 +267,13 @@ try {
     log(`grown: the empty database beside one with a history of ${fmt(o.grownJobs)} finished jobs`);
     report.grown = await measureGrown(env, { ...sizes, jobs: o.grownJobs, rounds: o.rounds }, compared, log);
   }
+  if (only.has('http')) {
+    log(
+      `http: the inbox with and without 200 concurrent HTTP requests, on a history of ${fmt(o.httpJobs)} jobs`,
+    );
+    const args = { jobs: o.httpJobs, batched: sizes.batched, warmup: sizes.warmup, concurrency: 200 };
+    report.http = await measureHttp(args, compared, log);
+  }
   if (only.has('pooler')) {
     log(
       `pooler: the inbox directly and through PgBouncer on ${fmt(sizes.pooler)} results, ${o.rounds} round(s)`,
@@ -272,4 +290,5 @@ try {
 }
 report.durationSeconds = (Date.now() - started) / 1000;
 process.stdout.write('\n' + renderTable(report) + '\n');
+if (report.http) process.stdout.write('\n' + renderHttp(report.http));
 if (record) recordRun(repoRoot, report, log);

@@ -121,8 +121,15 @@ export async function startInboxDaemon(
   logLevel: LogLevel,
   afterInboxCommit?: DaemonOptions['afterInboxCommit'],
   overrides: Record<string, string> = {},
+  /** The HTTP endpoints too, on this port (bench/http.ts). */
+  httpPort?: number,
 ): Promise<{ config: Config; stop(): Promise<void> }> {
-  const config = env.config({ LOG_LEVEL: logLevel, ...overrides });
+  const http = httpPort !== undefined;
+  const config = env.config({
+    LOG_LEVEL: logLevel,
+    ...overrides,
+    ...(http ? { HTTP_PORT: String(httpPort), HTTP_HOST: '127.0.0.1' } : {}),
+  });
   const dir = mkdtempSync(join(tmpdir(), 'bench-log-'));
   const dest = logDestination(join(dir, 'daemon.log'));
   const close = () => {
@@ -132,7 +139,7 @@ export async function startInboxDaemon(
   const daemon = await startDaemon({
     config,
     logger: createLogger({ level: config.LOG_LEVEL, destination: dest }),
-    loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: false },
+    loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http },
     afterInboxCommit,
   }).catch((err: unknown) => {
     close();
@@ -144,13 +151,19 @@ export async function startInboxDaemon(
 /** The daemon's inbox in this process ({@link startInboxDaemon}), end to end. */
 export async function measureInbox(
   env: BenchEnv,
-  opts: { name: string; logLevel: LogLevel; timed?: TimedHooks; overrides?: Record<string, string> },
+  opts: {
+    name: string;
+    logLevel: LogLevel;
+    timed?: TimedHooks;
+    overrides?: Record<string, string>;
+    httpPort?: number;
+  },
   n: number,
 ): Promise<ThroughputResult> {
   const config = env.config({ LOG_LEVEL: opts.logLevel, ...opts.overrides });
   // The daemon's pool connects as `recognition-core` (src/db/database.ts).
   const run = await inProcess(env, n, 'recognition-core', opts.timed, () =>
-    startInboxDaemon(env, opts.logLevel, undefined, opts.overrides),
+    startInboxDaemon(env, opts.logLevel, undefined, opts.overrides, opts.httpPort),
   );
   const { INBOX_BATCH_SIZE: batchSize, INBOX_CONCURRENCY: concurrency } = config;
   return { name: opts.name, ...run, batchSize, concurrency, logLevel: opts.logLevel };

@@ -115,6 +115,16 @@ export const CONFIG_VARIABLES = {
     '10000',
     'the commits check of /readyz is red while its write transaction has waited longer than this',
   ],
+  HTTP_FIGURES_INTERVAL_MS: [
+    int(100),
+    '10000',
+    'how often the database figures of /metrics and /statechart are read, on a connection of their own, whatever the request rate',
+  ],
+  HTTP_FIGURES_TIMEOUT_MS: [
+    int(100),
+    '5000',
+    'bound of each read of those figures (its statement timeout) and of connecting for it or for the database check of /readyz',
+  ],
   LOG_LEVEL: [
     z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
       message: 'must be one of fatal, error, warn, info, debug, trace, silent',

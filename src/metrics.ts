@@ -30,6 +30,9 @@ export interface Metrics {
   inboxBatchFailures: Counter<'fault'>;
   inboxUnlockedFallbacks: Counter;
   inboxFlood: InboxFloodMetrics;
+  jobsEstimated: Gauge<'status'>;
+  httpFiguresTimestamp: Gauge;
+  httpFiguresReads: Counter<'result'>;
 }
 
 /** `recognition_inbox_batch_failures_total`'s faults (see `classifyDatabaseFailure`). */
@@ -51,13 +54,25 @@ export const PUBLISHER_RESULTS = ['published', 'failed', 'dlq'] as const;
 export const DEAD_LETTER_REASONS = [CORE_ERROR_CODE.PUBLISH_FAILED, CORE_ERROR_CODE.MAX_DELIVERIES] as const;
 
 export interface MetricsSources {
-  /** Jobs per status, read on every scrape. */
-  jobsByStatus?: () => Promise<Array<{ status: string; count: number }>>;
+  /**
+   * Jobs per status (`exact: false` for an estimate) and when they were read, on every scrape:
+   * the HTTP figures' last read, from memory (src/http/figures.ts); undefined before the first.
+   */
+  jobsByStatus?: () => Promise<JobFigures | undefined>;
   /** core-inbox's pending and ack-pending counts, read on every scrape. */
   inboxPending?: () => Promise<{ pending: number; ackPending: number } | undefined>;
   /** The readiness checks of /readyz (`true` when that part works), run on every scrape. */
   readiness?: () => Promise<Record<string, boolean>>;
 }
+
+/** What {@link MetricsSources.jobsByStatus} gives. */
+export interface JobFigures {
+  at: Date;
+  jobs: Array<{ status: string; count: number; exact?: boolean }>;
+}
+
+/** `recognition_http_figures_reads_total`'s results. */
+export const HTTP_FIGURES_READ_RESULTS = ['ok', 'failed'] as const;
 
 /**
  * A gauge's `collect`: read `source` on every scrape and show what it returned. A source that
@@ -181,9 +196,10 @@ export function createMetrics(
       help: 'Jobs now in each status',
       labelNames: ['status'],
       registers,
-      collect: readOnScrape(sources.jobsByStatus, (gauge, rows) => {
+      collect: readOnScrape(sources.jobsByStatus, (gauge, figures) => {
+        if (!figures) return;
         gauge.reset();
-        for (const r of rows) gauge.set({ status: r.status }, r.count);
+        for (const r of figures.jobs) gauge.set({ status: r.status }, r.count);
       }),
     }),
     inboxPending: new Gauge({
@@ -237,6 +253,30 @@ export function createMetrics(
       registers,
     }),
     inboxFlood: createInboxFloodMetrics(registers),
+    jobsEstimated: new Gauge({
+      name: 'recognition_jobs_estimated',
+      help: "1 when recognition_jobs of that status is the planner's estimate (a final status with many jobs), 0 when it is an exact count",
+      labelNames: ['status'],
+      registers,
+      collect: readOnScrape(sources.jobsByStatus, (gauge, figures) => {
+        if (!figures) return;
+        for (const r of figures.jobs) gauge.set({ status: r.status }, r.exact === false ? 1 : 0);
+      }),
+    }),
+    httpFiguresTimestamp: new Gauge({
+      name: 'recognition_http_figures_timestamp_seconds',
+      help: 'When the database figures on /metrics and /statechart (recognition_jobs) were read (Unix time, the database clock); 0 before the first read',
+      registers,
+      collect: readOnScrape(sources.jobsByStatus, (gauge, figures) => {
+        gauge.set(figures ? figures.at.getTime() / 1000 : 0);
+      }),
+    }),
+    httpFiguresReads: new Counter({
+      name: 'recognition_http_figures_reads_total',
+      help: 'Reads of the database figures of /metrics and /statechart, by result (ok, failed)',
+      labelNames: ['result'],
+      registers,
+    }),
   };
   metrics.buildInfo.set({ version: packageVersion(), node: process.version }, 1);
   metrics.unknownMigrations.set(0);
@@ -246,6 +286,7 @@ export function createMetrics(
   for (const reason of DEAD_LETTER_REASONS) metrics.deadLetters.inc({ reason }, 0);
   for (const fault of INBOX_BATCH_FAULTS) metrics.inboxBatchFailures.inc({ fault }, 0);
   metrics.inboxUnlockedFallbacks.inc(0);
+  for (const result of HTTP_FIGURES_READ_RESULTS) metrics.httpFiguresReads.inc({ result }, 0);
   return metrics;
 }
 

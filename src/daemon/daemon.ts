@@ -26,6 +26,8 @@ import {
 import { startInbox, type Inbox, type InboxOptions } from './inbox.js';
 import { startCommitProbe, type CommitProbe } from './commitProbe.js';
 import { createStatechartRoutes } from '../statecharts/livePage.js';
+import { startHttpFigures, type HttpFigures } from '../http/figures.js';
+import { sharedAnswer } from '../http/shared.js';
 import { createDeadLetters, type DeadLetters } from './deadLetters.js';
 import { createPublisher, type Publisher } from './publisher.js';
 import { createWatchdog, type Watchdog } from './watchdog.js';
@@ -45,7 +47,7 @@ export interface DaemonOptions {
     retention?: boolean;
   };
   /** Extra HTTP pages (default: the live statechart, /statechart and /statechart.json). */
-  routes?: (d: { db: Db; metrics: Metrics }) => Record<string, RouteHandler>;
+  routes?: (d: { db: Db; metrics: Metrics; figures: HttpFigures }) => Record<string, RouteHandler>;
   /**
    * The streams, subjects and inbox consumer to run on: the contract's by default; the demo on
    * shared servers gives a namespaced set of its own.
@@ -62,6 +64,8 @@ export interface Daemon {
   nats: Nats;
   metrics: Metrics;
   http: HttpServer | undefined;
+  /** The HTTP endpoints' database figures, on a connection of their own (with the `http` loop). */
+  figures: HttpFigures | undefined;
   inbox: Inbox | undefined;
   watchdog: Watchdog | undefined;
   publisher: Publisher | undefined;
@@ -75,6 +79,22 @@ export interface Daemon {
 async function dbReachable(db: Db): Promise<boolean> {
   await sql`SELECT 1`.execute(db.db);
   return true;
+}
+
+/**
+ * A connection of the HTTP endpoints (the figures', the database check's): a pool of one, apart
+ * from the daemon's, so requests never take a connection the loops need. The figures read
+ * bounds its own statement (src/db/figures.ts); the check waits at most its connection timeout.
+ */
+function openFiguresDb(cfg: Config, logger: Logger, applicationName: string): Db {
+  return openDb(cfg.DATABASE_URL, {
+    max: 1,
+    applicationName,
+    unnamedStatements: cfg.DATABASE_POOLER === 'transaction',
+    connectionTimeoutMillis: cfg.HTTP_FIGURES_TIMEOUT_MS,
+    onIdleError: (err) =>
+      logger.warn({ err, event: 'db_idle_error' }, 'idle PostgreSQL connection (HTTP figures) failed'),
+  });
 }
 
 /**
@@ -121,6 +141,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   let nats: Nats | undefined;
   let commitProbe: CommitProbe | undefined;
   let http: HttpServer | undefined;
+  let figuresDb: Db | undefined;
+  let checkDb: Db | undefined;
+  let figures: HttpFigures | undefined;
   let inbox: Inbox | undefined;
   /** The loops started so far: a start that fails later stops them again. */
   const started: Array<{ stop(): Promise<void> }> = [];
@@ -162,24 +185,30 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     // The checks of /readyz, also exported as `recognition_ready{check}`; the commit probe's and
     // the consumer's are added below.
     const n = nats;
+    // With HTTP, the database figures and the database check run on a connection of their own.
+    if (loops.http) {
+      figuresDb = openFiguresDb(cfg, logger, 'recognition-core-http');
+      checkDb = openFiguresDb(cfg, logger, 'recognition-core-http-check');
+    }
     const checks: ReadinessChecks = {
-      database: () => dbReachable(db),
+      database: () => figures?.databaseCheck() ?? dbReachable(db),
       nats: () => n.isConnected(),
     };
     const metrics = createMetrics({
-      readiness: async () => (await readiness(checks)).checks,
-      jobsByStatus: async () => {
-        const rows = await db.db
-          .selectFrom('recognition_job')
-          .select(['status', (eb) => eb.fn.countAll<string>().as('count')])
-          .groupBy('status')
-          .execute();
-        return rows.map((r) => ({ status: r.status, count: Number(r.count) }));
-      },
-      inboxPending: async () => {
+      // A scrape takes the database check's last answer: it never waits for PostgreSQL.
+      readiness: async () =>
+        (
+          await readiness({
+            ...checks,
+            database: () => figures?.lastDatabaseCheck() ?? checks.database!(),
+          })
+        ).checks,
+      jobsByStatus: () => Promise.resolve(figures?.current()),
+      // One JetStream request a second at most, however many scrapes.
+      inboxPending: sharedAnswer(async () => {
         const info = await jsm.consumers.info(names.resultsStream, names.inboxConsumer);
         return { pending: info.num_pending, ackPending: info.num_ack_pending };
-      },
+      }, 1_000),
     });
     // Readiness follows progress too: `commits` is red while a write transaction cannot commit.
     if (loops.http) {
@@ -249,22 +278,35 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     retention?.start();
     if (retention) started.push(retention);
 
-    // 4. HTTP. /readyz's consumer check is red until the inbox is bound.
-    // Red too while the inbox's batches fail for a fault that is not the messages'.
+    // 4. HTTP. /readyz's consumer check is red until the inbox is bound, and while its batches
+    // fail for a fault that is not the messages'. The first figures are read before the server
+    // listens, so its first scrape has them.
     if (loops.inbox)
       checks.consumer = () => {
         if (!inbox?.isBound()) return false;
         const reason = inbox.applyFailure();
         return reason === undefined ? true : { ok: false, reason };
       };
-    http = loops.http
+    if (figuresDb) {
+      figures = startHttpFigures({
+        db: figuresDb,
+        checkDb,
+        intervalMs: cfg.HTTP_FIGURES_INTERVAL_MS,
+        statementTimeoutMs: cfg.HTTP_FIGURES_TIMEOUT_MS,
+        logger,
+        onRead: (ok) => metrics.httpFiguresReads.inc({ result: ok ? 'ok' : 'failed' }),
+      });
+      await figures.first;
+    }
+    const f = figures;
+    http = f
       ? await startHttpServer({
           host: cfg.HTTP_HOST,
           port: cfg.HTTP_PORT,
           logger,
           registry: metrics.registry,
           readiness: checks,
-          routes: (opts.routes ?? createStatechartRoutes)({ db, metrics }),
+          routes: (opts.routes ?? createStatechartRoutes)({ db, metrics, figures: f }),
         })
       : undefined;
     // 5. The inbox, last.
@@ -316,6 +358,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       nats,
       metrics,
       http,
+      figures,
       inbox,
       watchdog,
       publisher,
@@ -334,6 +377,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           ]);
           await n.nc.drain().catch(() => undefined);
           await http?.close();
+          await figures?.stop();
+          await figuresDb?.close();
+          await checkDb?.close();
           await db.close();
           logger.info({ event: 'stopped' }, 'stopped');
         })();
@@ -343,6 +389,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   } catch (err) {
     await Promise.allSettled(started.map((loop) => loop.stop()));
     await http?.close().catch(() => undefined);
+    await figures?.stop();
+    await figuresDb?.close().catch(() => undefined);
+    await checkDb?.close().catch(() => undefined);
     await commitProbe?.stop();
     await nats?.nc.close().catch(() => undefined);
     await db.close().catch(() => undefined);

@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { redactUrl } from '../config.js';
 import type { Logger } from '../logger.js';
+import { sharedAnswer } from './shared.js';
 
 /**
  * What a readiness check answers: `true` when that part works; `false`, or `{ ok: false, reason }`
@@ -42,6 +43,13 @@ export interface HttpServer {
   port: number;
   close(): Promise<void>;
 }
+
+/**
+ * Scrapes within this time of a rendered /metrics body get that body: rendering it (the process
+ * metrics included) costs milliseconds of the daemon's one thread, so a burst of scrapes costs
+ * one render a second.
+ */
+export const METRICS_REUSE_MS = 1_000;
 
 /** A check that does not answer within this time counts as failed, so /readyz never hangs. */
 const CHECK_TIMEOUT_MS = 2_000;
@@ -91,6 +99,7 @@ function send(res: ServerResponse, status: number, type: string, body: string): 
 
 /** Start listening; resolves with the bound port (HTTP_PORT=0 picks a free one). */
 export async function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
+  const metricsBody = sharedAnswer(() => opts.registry.metrics(), METRICS_REUSE_MS);
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0]!;
     void (async () => {
@@ -102,8 +111,7 @@ export async function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
           const r = await readiness(opts.readiness);
           return send(res, r.ready ? 200 : 503, 'application/json', JSON.stringify(r) + '\n');
         }
-        if (path === '/metrics')
-          return send(res, 200, opts.registry.contentType, await opts.registry.metrics());
+        if (path === '/metrics') return send(res, 200, opts.registry.contentType, await metricsBody());
         const route = opts.routes?.[path];
         if (route) return await route(req, res);
         return send(res, 404, 'text/plain', 'not found\n');

@@ -5,80 +5,51 @@
  * page's refresh and for scripts.
  *
  * The numbers come from the database, not from this process's counters, so every replica of the
- * daemon shows the same chart and a restart loses nothing. The page is self-contained: the SVG is
+ * daemon shows the same chart and a restart loses nothing; they are the HTTP figures, read at
+ * most once per `HTTP_FIGURES_INTERVAL_MS` on a connection of their own (src/http/figures.ts). The page is self-contained: the SVG is
  * rendered server-side by Graphviz (WASM), with no script or font from a CDN.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { sql } from 'kysely';
-import type { Db } from '../db/database.js';
+import { redactUrl } from '../config.js';
+import type { DbFigures } from '../db/figures.js';
+import type { HttpFigures } from '../http/figures.js';
 import type { RouteHandler } from '../http/server.js';
-import type { Metrics } from '../metrics.js';
 import { readMachineGraph, type MachineGraph } from './machineGraph.js';
 import { drawnEdges, edgeKey, renderSvg, toDot, type ChartCounts } from './render.js';
 
 /** How often the page refreshes its numbers. */
 export const REFRESH_MS = 3_000;
-/**
- * Numbers younger than this are served from memory: several open pages cost one pair of queries,
- * and counting a large transition table is never repeated faster than the page polls.
- */
-const CACHE_MS = 1_000;
 
 /** What `/statechart.json` returns. */
 export interface StatechartSnapshot {
+  /** When the numbers were read (the database clock); the HTTP figures' read, not the request. */
   generatedAt: string;
-  states: Array<{ name: string; final: boolean; description: string; count: number }>;
-  transitions: Array<{ from: string; to: string; event: string; count: number }>;
+  /** `exact: false`: the count is the planner's estimate (docs/monitoring.md). */
+  states: Array<{ name: string; final: boolean; description: string; count: number; exact: boolean }>;
+  transitions: Array<{ from: string; to: string; event: string; count: number; exact: boolean }>;
   svg: string;
 }
 
-async function loadCounts(db: Db): Promise<ChartCounts & { transitions: StatechartSnapshot['transitions'] }> {
-  const [jobs, transitions] = await Promise.all([
-    db.db
-      .selectFrom('recognition_job')
-      .select(['status', sql<string>`count(*)`.as('count')])
-      .groupBy('status')
-      .execute(),
-    db.db
-      .selectFrom('recognition_job_transition')
-      .select(['from_status', 'to_status', 'event', sql<string>`count(*)`.as('count')])
-      .groupBy(['from_status', 'to_status', 'event'])
-      .orderBy('from_status')
-      .orderBy('to_status')
-      .orderBy('event')
-      .execute(),
-  ]);
-  const states: Record<string, number> = {};
-  for (const r of jobs) states[r.status] = Number(r.count);
-  const edges: Record<string, number> = {};
-  for (const r of transitions) edges[edgeKey(r.from_status, r.to_status, r.event)] = Number(r.count);
-  return {
-    states,
-    edges,
-    transitions: transitions.map((r) => ({
-      from: r.from_status,
-      to: r.to_status,
-      event: r.event,
-      count: Number(r.count),
-    })),
-  };
-}
-
-/** Read the numbers and render the chart with them. */
-export async function loadStatechartSnapshot(
-  db: Db,
+/** The chart with the numbers of `figures` drawn on it. */
+export async function statechartSnapshot(
+  figures: DbFigures,
   { graph = readMachineGraph() }: { graph?: MachineGraph } = {},
 ): Promise<StatechartSnapshot> {
-  const counts = await loadCounts(db);
+  const byStatus = new Map(figures.jobs.map((j) => [j.status as string, j]));
+  const counts: ChartCounts = {
+    states: Object.fromEntries(figures.jobs.map((j) => [j.status, j.count])),
+    edges: Object.fromEntries(figures.transitions.map((t) => [edgeKey(t.from, t.to, t.event), t.count])),
+  };
   return {
-    generatedAt: new Date().toISOString(),
+    generatedAt: figures.at.toISOString(),
     states: graph.states.map((s) => ({
       name: s.name,
       final: s.final,
       description: s.description,
-      count: counts.states[s.name] ?? 0,
+      count: byStatus.get(s.name)?.count ?? 0,
+      exact: byStatus.get(s.name)?.exact ?? true,
     })),
-    transitions: counts.transitions,
+    transitions: figures.transitions,
     svg: await renderSvg(toDot(graph, { counts })),
   };
 }
@@ -98,19 +69,20 @@ function statesTable(s: StatechartSnapshot): string {
     .map(
       (x) =>
         `<tr data-state="${escapeHtml(x.name)}"><th scope="row">${escapeHtml(x.name)}${x.final ? ' <small>(final)</small>' : ''}</th>` +
-        `<td class="count">${x.count}</td><td>${escapeHtml(x.description)}</td></tr>`,
+        `<td class="count">${x.exact ? '' : '≈ '}${x.count}</td><td>${escapeHtml(x.description)}</td></tr>`,
     )
     .join('\n');
 }
 
 function transitionsTable(graph: MachineGraph, s: StatechartSnapshot): string {
-  const counts = new Map(s.transitions.map((t) => [edgeKey(t.from, t.to, t.event), t.count]));
+  const counts = new Map(s.transitions.map((t) => [edgeKey(t.from, t.to, t.event), t]));
   return drawnEdges(graph)
     .map((e) => {
       const key = edgeKey(e.from, e.to, e.event);
+      const t = counts.get(key);
       return (
         `<tr data-edge="${escapeHtml(key)}"><td>${escapeHtml(e.from)}</td><td>${escapeHtml(e.to)}</td>` +
-        `<td>${escapeHtml(e.event)}</td><td class="count">${counts.get(key) ?? 0}</td></tr>`
+        `<td>${escapeHtml(e.event)}</td><td class="count">${t && !t.exact ? '≈ ' : ''}${t?.count ?? 0}</td></tr>`
       );
     })
     .join('\n');
@@ -158,12 +130,13 @@ ${transitionsTable(graph, s)}
         document.getElementById('chart').innerHTML = s.svg.slice(s.svg.indexOf('<svg'));
         s.states.forEach(function (x) {
           var cell = document.querySelector('tr[data-state="' + x.name + '"] td.count');
-          if (cell) cell.textContent = String(x.count);
+          if (cell) cell.textContent = (x.exact ? '' : '≈ ') + String(x.count);
         });
         var byEdge = {};
-        s.transitions.forEach(function (t) { byEdge[t.from + '|' + t.to + '|' + t.event] = t.count; });
+        s.transitions.forEach(function (t) { byEdge[t.from + '|' + t.to + '|' + t.event] = t; });
         document.querySelectorAll('tr[data-edge] td.count').forEach(function (cell) {
-          cell.textContent = String(byEdge[cell.parentNode.getAttribute('data-edge')] || 0);
+          var t = byEdge[cell.parentNode.getAttribute('data-edge')];
+          cell.textContent = t ? (t.exact ? '' : '≈ ') + String(t.count) : '0';
         });
         status.className = '';
         status.setAttribute('data-generated-at', s.generatedAt);
@@ -183,34 +156,41 @@ ${transitionsTable(graph, s)}
 }
 
 /**
- * The daemon's statechart pages. `metrics` is accepted to fit the daemon's `routes` hook; the
- * numbers come from the database (see the file comment).
+ * The daemon's statechart pages, drawn from the HTTP figures (src/http/figures.ts): a request
+ * never queries the database, and the chart is rendered once per read of the figures. Before the
+ * first read succeeded the pages answer 503.
  */
-export function createStatechartRoutes(deps: { db: Db; metrics?: Metrics }): Record<string, RouteHandler> {
+export function createStatechartRoutes(deps: { figures: HttpFigures }): Record<string, RouteHandler> {
   const graph = readMachineGraph();
-  let cached: { at: number; value: Promise<StatechartSnapshot> } | undefined;
-  const snapshot = (): Promise<StatechartSnapshot> => {
-    const now = Date.now();
-    if (!cached || now - cached.at > CACHE_MS) {
-      const value = loadStatechartSnapshot(deps.db, { graph });
-      cached = { at: now, value };
-      // A failed read is not cached: the next request tries again.
-      value.catch(() => {
-        if (cached?.value === value) cached = undefined;
-      });
+  // The page and the JSON, rendered once per read of the figures: a request only sends them.
+  let drawn: { of: DbFigures; bodies: Promise<{ html: Buffer; json: Buffer }> } | undefined;
+  const bodies = () => {
+    const figures = deps.figures.current();
+    if (!figures) return undefined;
+    if (drawn?.of !== figures) {
+      const rendered = statechartSnapshot(figures, { graph }).then((s) => ({
+        html: Buffer.from(renderPage(graph, s)),
+        json: Buffer.from(JSON.stringify(s) + '\n'),
+      }));
+      drawn = { of: figures, bodies: rendered };
     }
-    return cached.value;
+    return drawn.bodies;
   };
-  const send = (res: ServerResponse, type: string, body: string) => {
-    res.writeHead(200, { 'content-type': type, 'cache-control': 'no-store' });
+  const send = (res: ServerResponse, status: number, type: string, body: string | Buffer) => {
+    res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store' });
     res.end(body);
   };
+  const answer = async (res: ServerResponse, kind: 'html' | 'json') => {
+    const b = bodies();
+    if (!b) {
+      const why = deps.figures.lastError() ?? 'not read yet';
+      return send(res, 503, 'text/plain', `the job counts are not available: ${redactUrl(why)}\n`);
+    }
+    const body = (await b)[kind];
+    send(res, 200, kind === 'html' ? 'text/html; charset=utf-8' : 'application/json', body);
+  };
   return {
-    '/statechart': async (_req: IncomingMessage, res: ServerResponse) => {
-      send(res, 'text/html; charset=utf-8', renderPage(graph, await snapshot()));
-    },
-    '/statechart.json': async (_req: IncomingMessage, res: ServerResponse) => {
-      send(res, 'application/json', JSON.stringify(await snapshot()) + '\n');
-    },
+    '/statechart': (_req: IncomingMessage, res: ServerResponse) => answer(res, 'html'),
+    '/statechart.json': (_req: IncomingMessage, res: ServerResponse) => answer(res, 'json'),
   };
 }

@@ -12,7 +12,11 @@ const t = useHarness({
   database: true,
   nats: true,
   client: true,
-  daemon: { loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: true } },
+  daemon: {
+    // The database figures (recognition_jobs) are read every 200 ms here.
+    env: { HTTP_FIGURES_INTERVAL_MS: '200' },
+    loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: true },
+  },
 });
 
 /** One sample of the Prometheus text: `name{labels} value`. */
@@ -74,9 +78,11 @@ describe('/metrics', () => {
     const s = await waitFor(
       async () => {
         const x = await scrape();
-        return envelopes(x, 'applied') === 2 * N ? x : undefined;
+        return envelopes(x, 'applied') === 2 * N && value(x, 'recognition_jobs', { status: 'done' }) === N
+          ? x
+          : undefined;
       },
-      `recognition_inbox_envelopes_total{outcome="applied"} = ${2 * N}`,
+      `recognition_inbox_envelopes_total{outcome="applied"} = ${2 * N} and recognition_jobs{status="done"} = ${N}`,
     );
 
     expect(

@@ -17,6 +17,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { JOB_STATUSES, type JobEventInput, type JobStatus } from '../../machines/index.js';
 import { step } from '../../src/step/index.js';
 import { startHttpServer, type HttpServer } from '../../src/http/server.js';
+import { startHttpFigures, type HttpFigures } from '../../src/http/figures.js';
+import { openDb, type Db } from '../../src/db/database.js';
 import { createLogger } from '../../src/logger.js';
 import { legalEdges } from '../../src/statecharts/machineGraph.js';
 import { createStatechartRoutes } from '../../src/statecharts/livePage.js';
@@ -370,9 +372,13 @@ describe('the Stately inspector', () => {
 describe('GET /statechart in headless Chromium', () => {
   let http: HttpServer | undefined;
   let browser: Browser | undefined;
+  let figuresDb: Db | undefined;
+  let figures: HttpFigures | undefined;
   afterAll(async () => {
     await browser?.close();
     await http?.close();
+    await figures?.stop();
+    await figuresDb?.close();
   });
 
   it('shows every state with the counts in the database, and follows them as jobs move', async () => {
@@ -396,13 +402,18 @@ describe('GET /statechart in headless Chromium', () => {
     await step(t.db, moving[0]!, { type: 'PUBLISHED', replyTimeoutMs: 600_000 });
     await step(t.db, moving[2]!, ack(moving[2]!));
 
+    // The daemon's figures, read every 200 ms on a connection of their own.
+    const logger = createLogger({ level: 'silent' });
+    figuresDb = openDb(t.url, { max: 1 });
+    figures = startHttpFigures({ db: figuresDb, intervalMs: 200, logger });
+    await figures.first;
     http = await startHttpServer({
       host: '127.0.0.1',
       port: 0,
-      logger: createLogger({ level: 'silent' }),
+      logger,
       registry: new Registry(),
       readiness: {},
-      routes: createStatechartRoutes({ db: t.database }),
+      routes: createStatechartRoutes({ figures }),
     });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
@@ -479,7 +490,7 @@ describe('GET /statechart in headless Chromium', () => {
     const res = await fetch(`http://127.0.0.1:${http!.port}/statechart.json`);
     expect(res.headers.get('content-type')).toBe('application/json');
     const body = (await res.json()) as { states: Array<{ name: string; count: number }>; svg: string };
-    await new Promise((r) => setTimeout(r, 1_100)); // past the page's one-second cache
+    await new Promise((r) => setTimeout(r, 500)); // past the next read of the figures
     const fresh = (await (
       await fetch(`http://127.0.0.1:${http!.port}/statechart.json`)
     ).json()) as typeof body;

@@ -29,6 +29,11 @@ export interface JobHistoryOptions {
   days?: number;
   /** Distinguishes the ids of two histories in one database. Default `'h'`. */
   seed?: string;
+  /**
+   * Files get random ids (an md5 of the seed and the file's name), as an uploader that makes its
+   * own version-4 ids gives them, instead of time-ordered ones. Default false.
+   */
+  randomFileIds?: boolean;
 }
 
 /** What {@link generateJobHistory} wrote. */
@@ -83,11 +88,15 @@ const ID_FUNCTION = `
 /** The id of the row named `what` (SQL text) of history `seed`, created at `time` (SQL). */
 const ID = (seed: string, what: string, time: string) => `pg_temp.history_id('${seed}:${what}', ${time})`;
 
-const fillSql = (files: number, seed: string, base: string) => `
+const fillSql = (files: number, seed: string, base: string, randomFileIds: boolean) => `
   WITH j AS (
     SELECT g.*,
            ${ID(seed, "job:' || g.n || ':' || g.attempt || '", 'g.created')} AS id,
-           ${ID(seed, "file:' || g.n || '", "g.created - (g.attempt - 1) * interval '15 minutes'")} AS file_id,
+           ${
+             randomFileIds
+               ? `md5('${seed}:file:' || g.n)::uuid`
+               : ID(seed, "file:' || g.n || '", "g.created - (g.attempt - 1) * interval '15 minutes'")
+           } AS file_id,
            g.created + interval '1 second' AS published,
            CASE g.status
              WHEN 'timeout' THEN g.created + interval '10 minutes 1 second'
@@ -213,7 +222,9 @@ export async function generateJobHistory(
     const { rows: found } = await client.query(`SELECT COALESCE(max(id), 0)::text AS base FROM s3_object`);
     await client.query(ID_FUNCTION);
     await client.query(jobsSql(files, days, retryEvery));
-    const { rows } = await client.query(fillSql(files, seed, String(found[0]!.base)));
+    const { rows } = await client.query(
+      fillSql(files, seed, String(found[0]!.base), options.randomFileIds === true),
+    );
     for (const i of indexes) await client.query(String(i['def']));
     await client.query(
       `SELECT setval(pg_get_serial_sequence('s3_object', 'id'), (SELECT max(id) FROM s3_object))`,
