@@ -4,38 +4,21 @@
  * vacuumed and analysed). The daemon's inbox with its HTTP endpoints runs twice on the same
  * backlog, in turns over the rounds: with nobody asking, and under waves of `concurrency`
  * concurrent requests to /metrics, /statechart, /statechart.json and /readyz, one wave a second,
- * sent by a process of their own (bench/httpLoad.ts). Then, on the idle daemon, single /metrics
+ * sent by wrk (bench/httpLoad.ts). Then, on the idle daemon, single /metrics
  * scrapes one after another, and the figures statement itself on the history.
  */
-import { fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { openDb } from '../src/db/database.js';
 import { readFigures } from '../src/db/figures.js';
 import { METRICS_REUSE_MS } from '../src/http/server.js';
 import { freePort } from '../workshop/localServers/freePort.js';
 import { generateJobHistory } from '../workshop/localServers/jobHistory.js';
 import { checkpoint, startBenchEnv, type BenchEnv } from './env.js';
+import { startHttpLoad, type HttpLoad } from './httpLoad.js';
 import { percentile } from './latency.js';
 import { measureInbox, startInboxDaemon, type ThroughputResult, type TimedHooks } from './throughput.js';
 
-/** What the clients of one loaded run saw (bench/httpLoad.ts). */
-export interface HttpLoad {
-  requests: number;
-  failures: number;
-  refused: number;
-  perSecond: number;
-  p50Ms: number | null;
-  p99Ms: number | null;
-  maxMs: number | null;
-  /** The clients' own CPU, as a share of one core over their run. */
-  cpuShare: number;
-  /** `recognition_http_figures_reads_total` at the run's last /metrics: the daemon's reads in its life. */
-  figuresReads: number | null;
-}
-
 export type HttpResult = Awaited<ReturnType<typeof measureHttp>>;
 
-const LOAD = fileURLToPath(new URL('./httpLoad.js', import.meta.url));
 const WAVE_MS = 1_000;
 const SCRAPES = 20;
 
@@ -61,21 +44,15 @@ async function growHistory(env: BenchEnv, jobs: number) {
 
 /** Timed hooks that run the clients while the run's clock runs; `loads` gets what they saw. */
 function clientsBeside(baseUrl: string, concurrency: number, loads: HttpLoad[]): TimedHooks {
-  let ended = () => Promise.resolve();
+  let clients: { stop(): Promise<HttpLoad> } | undefined;
   return {
     started() {
-      const child = fork(LOAD, [baseUrl, String(concurrency), String(WAVE_MS)], { stdio: 'inherit' });
-      const summary = new Promise<HttpLoad>((resolve, reject) => {
-        child.once('message', (m) => resolve(m as HttpLoad));
-        child.once('exit', (code) => reject(new Error(`the HTTP clients exited with ${code}`)));
-      });
-      ended = async () => {
-        child.send('stop');
-        loads.push(await summary);
-      };
+      clients = startHttpLoad(baseUrl, concurrency, WAVE_MS);
       return Promise.resolve();
     },
-    ended: () => ended(),
+    async ended() {
+      if (clients) loads.push(await clients.stop());
+    },
   };
 }
 

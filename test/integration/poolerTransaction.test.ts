@@ -3,7 +3,7 @@
  * 10 000 results exactly once, publish due jobs (dead-letter one no service acks), time out
  * overdue ones and run a retention pass, and log no error line.
  */
-import { describe, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { useHarness } from '../helpers/harness.js';
 import { runBehindPooler } from '../helpers/poolerScenario.js';
 
@@ -11,6 +11,17 @@ const t = useHarness({ database: true, nats: true, client: true });
 
 describe('behind PgBouncer in transaction mode', () => {
   it('three daemons: 10 000 results applied once, due jobs published or dead-lettered, overdue timed out, a retention pass, no error line', async () => {
-    await runBehindPooler(t, 'transaction', 10_000);
+    expect(await runBehindPooler(t, 'transaction', 10_000)).toEqual({
+      doneTransitions: 10_000,
+      jobsDoneTwice: 0,
+      quarantined: 0,
+      jobMessages: 4,
+      dueJobs: 3,
+      retentionDeleted: 1,
+      expiredLeft: false,
+      listening: [true, false, false],
+      errorLines: [],
+      errorLinesAfterStop: [],
+    });
   }, 90_000);
 });

@@ -1,4 +1,4 @@
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 
 /**
  * Returns a TCP port that was free on 127.0.0.1 a moment ago.
@@ -22,5 +22,19 @@ export function freePort(): Promise<number> {
       const { port } = address;
       server.close((err) => (err ? reject(err) : resolve(port)));
     });
+  });
+}
+
+/** Whether 127.0.0.1:`port` accepts a TCP connection within a second: a server started on it is up. */
+export function acceptsTcp(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    const done = (ok: boolean): void => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+    socket.setTimeout(1_000, () => done(false));
   });
 }

@@ -4,7 +4,6 @@
  * binary.
  */
 import { writeFile } from 'node:fs/promises';
-import { connect } from 'node:net';
 import { join } from 'node:path';
 
 import {
@@ -15,7 +14,7 @@ import {
   startedServer,
 } from './childProcesses.js';
 import type { LocalServerHandle } from './childProcesses.js';
-import { freePort } from './freePort.js';
+import { acceptsTcp, freePort } from './freePort.js';
 import { MissingServerBinaryError } from './missingBinary.js';
 
 /** One PostgreSQL server behind HAProxy, checked through its Patroni REST API. */
@@ -88,19 +87,6 @@ export function haproxyConfig(port: number, opts: HaproxyOptions): string {
     ...opts.backends.map((b) => `  server ${b.name} 127.0.0.1:${b.pgPort} check port ${b.restPort}`),
     '',
   ].join('\n');
-}
-
-function acceptsTcp(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host: '127.0.0.1', port });
-    const done = (ok: boolean): void => {
-      socket.destroy();
-      resolve(ok);
-    };
-    socket.once('connect', () => done(true));
-    socket.once('error', () => done(false));
-    socket.setTimeout(1_000, () => done(false));
-  });
 }
 
 /**

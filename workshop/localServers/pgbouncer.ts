@@ -6,7 +6,6 @@
  * keeps no protocol-level prepared statement across transactions).
  */
 import { chown, writeFile } from 'node:fs/promises';
-import { connect } from 'node:net';
 import { join } from 'node:path';
 
 import {
@@ -17,7 +16,7 @@ import {
   startedServer,
 } from './childProcesses.js';
 import type { LocalServerHandle } from './childProcesses.js';
-import { freePort } from './freePort.js';
+import { acceptsTcp, freePort } from './freePort.js';
 import { MissingServerBinaryError } from './missingBinary.js';
 import { postgresUser } from './pgCluster.js';
 
@@ -77,19 +76,6 @@ export function pgbouncerConfig(port: number, dir: string, opts: PgbouncerOption
     'log_disconnections = 0',
     '',
   ].join('\n');
-}
-
-function acceptsTcp(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host: '127.0.0.1', port });
-    const done = (ok: boolean): void => {
-      socket.destroy();
-      resolve(ok);
-    };
-    socket.once('connect', () => done(true));
-    socket.once('error', () => done(false));
-    socket.setTimeout(1_000, () => done(false));
-  });
 }
 
 /**
