@@ -20,6 +20,7 @@ export interface Metrics {
   publisherNatsUnavailable: Gauge;
   publisherOutageWaits: Counter;
   deadLetters: Counter<'reason'>;
+  untrustedAdvisories: Counter<'reason'>;
   jobsByStatus: Gauge<'status'>;
   inboxPending: Gauge<'kind'>;
   ready: Gauge<'check'>;
@@ -52,6 +53,17 @@ export const ENVELOPE_OUTCOMES = [
 export const PUBLISHER_RESULTS = ['published', 'failed', 'dlq'] as const;
 /** `recognition_dead_letters_total`'s reasons. */
 export const DEAD_LETTER_REASONS = [CORE_ERROR_CODE.PUBLISH_FAILED, CORE_ERROR_CODE.MAX_DELIVERIES] as const;
+
+/** Why the dead-letter loop ignored a max-deliveries advisory (`untrustedBecause` and its checks). */
+export const UNTRUSTED_ADVISORY_REASONS = [
+  'other_stream',
+  'subject_mismatch',
+  'unknown_consumer',
+  'below_max_deliver',
+  'never_delivered',
+  'not_its_subject',
+] as const;
+export type UntrustedAdvisoryReason = (typeof UNTRUSTED_ADVISORY_REASONS)[number];
 
 export interface MetricsSources {
   /**
@@ -191,6 +203,12 @@ export function createMetrics(
       labelNames: ['reason'],
       registers,
     }),
+    untrustedAdvisories: new Counter({
+      name: 'recognition_dead_letter_advisories_untrusted_total',
+      help: 'Max-deliveries advisories the dead-letter loop ignored because their consumer does not bear them out, by reason: not one is expected from the server, each is a forged or stale advisory',
+      labelNames: ['reason'],
+      registers,
+    }),
     jobsByStatus: new Gauge({
       name: 'recognition_jobs',
       help: 'Jobs now in each status',
@@ -284,6 +302,7 @@ export function createMetrics(
   for (const reason of QUARANTINE_REASONS) metrics.quarantine.inc({ reason }, 0);
   for (const result of PUBLISHER_RESULTS) metrics.publisherResults.inc({ result }, 0);
   for (const reason of DEAD_LETTER_REASONS) metrics.deadLetters.inc({ reason }, 0);
+  for (const reason of UNTRUSTED_ADVISORY_REASONS) metrics.untrustedAdvisories.inc({ reason }, 0);
   for (const fault of INBOX_BATCH_FAULTS) metrics.inboxBatchFailures.inc({ fault }, 0);
   metrics.inboxUnlockedFallbacks.inc(0);
   for (const result of HTTP_FIGURES_READ_RESULTS) metrics.httpFiguresReads.inc({ result }, 0);

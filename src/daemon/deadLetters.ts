@@ -41,7 +41,7 @@ import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
 import { isRetryable } from '../errors.js';
 import type { Logger } from '../logger.js';
-import type { Metrics } from '../metrics.js';
+import type { Metrics, UntrustedAdvisoryReason } from '../metrics.js';
 import { JOBS_STREAM, maxDeliveriesAdvisory } from '../nats/subjects.js';
 import { startDeadLetterTrace } from '../tracing/jobSpans.js';
 import { runTraced } from '../tracing/tracing.js';
@@ -156,7 +156,7 @@ export function untrustedBecause(
       }
     | undefined,
   messageSubject: string,
-): string | undefined {
+): UntrustedAdvisoryReason | undefined {
   if (!info) return 'unknown_consumer';
   const maxDeliver = info.config.max_deliver ?? -1;
   if (maxDeliver < 1 || advisory.deliveries < maxDeliver) return 'below_max_deliver';
@@ -202,7 +202,8 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
     });
 
   /** Log an advisory that is not to be trusted; it changes nothing. */
-  function untrusted(fields: Record<string, unknown>, reason: string): undefined {
+  function untrusted(fields: Record<string, unknown>, reason: UntrustedAdvisoryReason): undefined {
+    metrics?.untrustedAdvisories.inc({ reason });
     log.warn(
       { ...fields, reason, event: 'dead_letter_advisory_untrusted' },
       'max-deliveries advisory not borne out by its consumer; ignored (the watchdog times the job out)',

@@ -321,8 +321,8 @@ describe('max-deliveries advisory', () => {
     ]);
   });
 
-  it('an advisory its consumer does not bear out changes nothing: logged with the reason', async () => {
-    const { deadLetters, logs } = await startDeadLetters();
+  it('an advisory its consumer does not bear out changes nothing: logged and counted with the reason', async () => {
+    const { deadLetters, logs, metrics } = await startDeadLetters();
     const { jobId, seq } = await publishedJob();
     const before = await loadAll(t.db, jobId);
     const genuine = await deliveredBy(seq, 3);
@@ -379,6 +379,15 @@ describe('max-deliveries advisory', () => {
       cases.map(([reason]) => ['warn', 'dead_letter_advisory_untrusted', reason]),
     );
     expect(await loadAll(t.db, jobId)).toEqual(before);
+    const counted = (await metrics.untrustedAdvisories.get()).values.map((v) => [v.labels.reason, v.value]);
+    expect(Object.fromEntries(counted)).toEqual({
+      other_stream: 1,
+      subject_mismatch: 1,
+      unknown_consumer: 2,
+      below_max_deliver: 1,
+      never_delivered: 2,
+      not_its_subject: 1,
+    });
 
     // The same advisory, borne out by its consumer and on its own subject, is applied.
     expect(
