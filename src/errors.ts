@@ -1,6 +1,7 @@
 /**
- * Named errors. Every `catch` in a loop classifies what it caught: retryable (nak with a delay;
- * the message comes back) or permanent (quarantine and ack; retrying cannot fix it).
+ * Named errors, and the one table of database failures. Every `catch` in a loop classifies what
+ * it caught with {@link classifyDatabaseFailure}: the message's fault (quarantine and ack;
+ * retrying cannot fix it) or not (retry with a delay; the message is applied once it is gone).
  */
 
 /** A user-facing problem with input (CLI argument, file id): one clear line, non-zero exit. */
