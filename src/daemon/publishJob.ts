@@ -28,7 +28,7 @@ export interface DueJobRow {
   publish_attempts: number;
   source_bucket: string;
   source_key: string;
-  /** The job's stored W3C trace context (migration 0005): the publish continues that trace. */
+  /** The job's stored W3C trace context (migration 0006): the publish continues that trace. */
   trace_parent: string | null;
   trace_state: string | null;
   /** `date_trunc('milliseconds', now())`: the same value the step reads as the event's `now`. */

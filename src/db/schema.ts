@@ -51,7 +51,7 @@ export interface RecognitionJobTable {
   result_schema_version: string | null;
   result_s3_object_id: BigIntRef | null;
   result_msg_id: string | null;
-  /** W3C `traceparent` the job's trace continues from (migration 0005); null: none. */
+  /** W3C `traceparent` the job's trace continues from (migration 0006); null: none. */
   trace_parent: string | null;
   /** W3C `tracestate` that goes with `trace_parent`. */
   trace_state: string | null;
