@@ -8,7 +8,7 @@
  * terminal, warnings, and one summary line. The heavy modules load only when the command runs.
  */
 import type { Command } from 'commander';
-import type { InboxReplaySummary } from '../daemon/inboxReplay.js';
+import type { InboxReplaySummary } from '../replay/inboxReplay.js';
 import type { Since } from '../db/jobs.js';
 import { MigrationsPendingError, UsageError } from '../errors.js';
 import { sinceTime, wholeNumber } from './plumbing.js';
@@ -56,7 +56,7 @@ async function replayCommand(o: ReplayOptions): Promise<void> {
     import('../logger.js'),
     import('../nats/connection.js'),
     import('@nats-io/jetstream'),
-    import('../daemon/inboxReplay.js'),
+    import('../replay/inboxReplay.js'),
     import('cli-progress'),
   ]);
   const cfg = commandConfig();

@@ -51,7 +51,7 @@ export function registerQuarantineCommands(program: Command): void {
     })
     .action(async (id: string | undefined, o: { reason?: QuarantineReason }) => {
       const { commandConfig } = await import('./commandConfig.js');
-      const { replayQuarantine } = await import('../daemon/quarantineReplay.js');
+      const { replayQuarantine } = await import('../replay/quarantineReplay.js');
       const { withDb } = await import('./withDb.js');
       const cfg = commandConfig();
       const results = await withDb(({ db }) =>
