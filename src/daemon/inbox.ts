@@ -1,36 +1,10 @@
 /**
  * The inbox loop: envelopes from `core-inbox` (a durable pull consumer shared by every instance),
- * applied in batches, acked only after commit. Three parts, one file each:
- *
- * - the reader (`inboxReader.ts`): one `consume()` on the consumer, handing each message to the
- *   scheduler no faster than batches settle (back-pressure), and healing a consumer that
- *   disappears;
- * - the scheduler (`inboxScheduler.ts`): which envelopes leave together — a batch of at most
- *   INBOX_BATCH_SIZE leaves when full, or INBOX_LINGER_MS after its first envelope; up to
- *   INBOX_CONCURRENCY batch transactions run at once; a job's envelopes are applied in stream
- *   order, never two at once: a job in flight holds its later envelopes back until its batch has
- *   committed (or failed), and they then leave first;
- * - this file: what becomes of a batch — decode (size, JSON, schema, msg id), one transaction,
- *   commit, ack, one log line per decision and the counters — and the wiring of the three.
- *
- * The hot path runs on the pg pool when one is given: the step's statements are prepared once per
- * connection, and a batch costs one round trip (one write statement, no read before it) whatever
- * its size; one it hands back to the locked path (to quarantine an unknown job, a rejected
- * envelope or a result whose object is not its job's, or a job not in the state its envelope
- * expects) four more (BEGIN, lock, write, COMMIT), and one to read which of its result objects are
- * registered already when it has results that name one.
- * Acks are sent without waiting, right after the commit, and go out together with the next flush.
- *
- * Failures are classified by `classifyDatabaseFailure` (src/errors.ts). One that is not the
- * messages' doing (database unreachable, deadlock, a revoked grant, a prepared statement a pooler
- * lost, an unknown error) naks the whole batch with a delay that grows with the delivery count —
- * JetStream ignores the consumer's backoff for a plain nak — so it is redelivered as often as it
- * takes, and /readyz is red until a batch commits again; nothing is quarantined for it. One where
- * the database refuses a message's values falls back to applying the batch's messages one by one,
- * so a single bad message cannot block its neighbours, and the one refused on its own is
- * quarantined. Either way the batch settles once, when all of it is acked or nak'd.
- *
- * Stop: the reader drains the pull subscription; then everything received is applied and acked.
+ * read by `inboxReader.ts`, batched by `inboxScheduler.ts`, applied by `inboxBatch.ts` and settled
+ * on the live road of `inboxSettle.ts`: ack after commit, nak on a fault that is not the
+ * messages', isolate and quarantine what the database refuses, terminate what not even quarantine
+ * can store. One log line per decision, counters per batch. Stop: the reader drains, then
+ * everything received is applied and acked. The reasoning is in docs/development.md ("The inbox").
  */
 import type { JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
@@ -144,11 +118,8 @@ function branch<V>(tree: Map<string, Map<string, V>>, key: string): Map<string, 
 }
 
 /**
- * What becomes of a batch, as a function that applies one: one transaction, then ack, log and
- * count (one line per decision); nak on a failure that is not the messages'; on one that is,
- * each message on its own, and one the database still refuses is quarantined, or terminated when
- * not even that can be stored. Resolves when every message of the batch is acked, nak'd or terminated; never rejects
- * but for a bug.
+ * What becomes of a batch, as a function that settles one (see the module's header). Resolves
+ * when every message of the batch is acked, nak'd or terminated; never rejects but for a bug.
  */
 function batchApplier(
   opts: InboxOptions,

@@ -1,24 +1,10 @@
 /**
- * `inbox replay`: deliver `RECOGNITION_RESULTS` again, from a time or a stream sequence, through
- * the inbox's own path (decode, then `applyInboxBatchTx` in batches), for a database that lost
- * results the inbox had already acked: after a restore from a backup, or after an asynchronous
- * failover that lost the last commits.
- *
- * Terminology: *end* is the stream's last sequence when the replay starts (or `untilSeq` when
- * lower); the replay stops there, so results arriving meanwhile are left to the live inbox.
- *
- * It reads through an ordered consumer of its own (ephemeral, in memory, no acks, deleted at the
- * end), never through `core-inbox`: the live inbox's delivery state, ack floor and pending counts
- * are untouched, and daemons may run meanwhile. It is safe at any time and repeatable: a result
- * already applied has the same `Nats-Msg-Id` as the job's `result_msg_id` and changes nothing, a
- * repeated ack changes nothing, and a message quarantined before (same stream sequence) is not
- * stored twice. Batches are applied one after the other in stream order, so each job's envelopes
- * keep their order.
- *
- * Failures: a batch that fails for a transient cause is tried again with a growing delay, up to
- * {@link MAX_ATTEMPTS} times; then the replay stops with {@link InboxReplayStoppedError}, naming the
- * sequence to resume from. A batch the database refuses otherwise is applied message by message,
- * and a message it still refuses is quarantined (`SCHEMA_INVALID`, stage `apply`), as the inbox does.
+ * `inbox replay` as a library: deliver `RECOGNITION_RESULTS` again, from a time or a stream
+ * sequence up to its *end* (its last sequence when the replay starts, or `untilSeq`), through the
+ * inbox's path on the replay's road of the settle policy, for a database that lost results the
+ * inbox had acked. Rule: it reads through an ordered consumer of its own, never `core-inbox`, in
+ * stream order, and is idempotent; it prints nothing (callbacks report). Reasoning:
+ * docs/development.md ("Replays").
  */
 import { randomUUID } from 'node:crypto';
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';

@@ -6,12 +6,11 @@
  * for the job's transition.
  */
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { sql } from 'kysely';
 import { expect, it } from 'vitest';
 import type { QuarantineRow } from '../../src/db/schema.js';
 import { replayInbox } from '../../src/replay/inboxReplay.js';
 import { replayQuarantine } from '../../src/replay/quarantineReplay.js';
-import { insertJob, RESULTS } from '../helpers/fixtures.js';
+import { insertJob, refuseTransitionsOf, RESULTS } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
 
 const t = useHarness({ database: true, nats: true, client: true });
@@ -59,18 +58,7 @@ it('a refused message is stored alike by the live inbox, `inbox replay` and `qua
     .insertInto('recognition_job')
     .values(saved as never)
     .execute();
-  await sql`
-    CREATE FUNCTION test_refuse_transition() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF NEW.job_id = ${sql.lit(jobId)}::uuid THEN
-        RAISE EXCEPTION 'refused by the test'
-          USING ERRCODE = 'check_violation', TABLE = 'recognition_job_transition', CONSTRAINT = 'test_refuse';
-      END IF;
-      RETURN NEW;
-    END $$`.execute(t.db);
-  await sql`
-    CREATE TRIGGER test_refuse_transition BEFORE INSERT ON recognition_job_transition
-    FOR EACH ROW EXECUTE FUNCTION test_refuse_transition()`.execute(t.db);
+  await refuseTransitionsOf(t.db, jobId);
 
   // 1. quarantine replay: the same row takes the refusal.
   expect(await replayQuarantine(t.db, { id: unknown!.id }, 1 << 20, RESULTS)).toEqual([
