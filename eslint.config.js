@@ -18,11 +18,12 @@ const NO_WORKSHOP = {
  * (`../daemon/x.js`, `../../src/daemon/x.js`, `../test/helpers/x.js`) is an error. A block of
  * `src/` bans the workshop too: for one file, the last block that sets the rule replaces the
  * others, so each repeats {@link NO_WORKSHOP}.
- * @param {Array<{ files: string[]; banned: string[]; message: string }>} bans
+ * @param {Array<{ files: string[]; ignores?: string[]; banned: string[]; message: string }>} bans
  */
 function importBans(bans) {
-  return bans.map(({ files, banned, message }) => ({
+  return bans.map(({ files, ignores = [], banned, message }) => ({
     files,
+    ignores,
     rules: {
       'no-restricted-imports': [
         'error',
@@ -110,12 +111,24 @@ export default tseslint.config(
       ],
     },
   },
-  // Direction of imports (docs/development.md, "Layers"): cli -> daemon -> step -> {db, nats, messages, machines};
+  // Direction of imports (docs/development.md, "Layers"): cli -> replay -> daemon -> step -> {db, nats, messages, machines};
   // a lower folder never reaches up, so each can be read, tested and changed without the ones above.
   ...importBans([
     {
+      files: ['src/replay/**/*.ts'],
+      banned: ['cli', 'http', 'statecharts'],
+      message: 'src/replay is a library for the CLI and the console: it never imports the CLI or the views',
+    },
+    {
+      // The scheduler keeps its own stricter block above: it imports nothing.
+      files: ['src/daemon/**/*.ts'],
+      ignores: ['src/daemon/inboxScheduler.ts'],
+      banned: ['cli', 'replay'],
+      message: 'src/daemon runs the loops: it never imports the CLI or the replays built on it',
+    },
+    {
       files: ['src/step/**/*.ts'],
-      banned: ['daemon', 'cli', 'statecharts', 'http'],
+      banned: ['daemon', 'replay', 'cli', 'statecharts', 'http'],
       message: 'src/step sits below the loops: it never imports the daemon, the CLI or the views',
     },
     {

@@ -1,71 +1,18 @@
 /**
  * Commands on the database: `migrate`, `files add` (the `jobs` commands are in jobs.ts).
+ * This module registers them; what they do is in `./dbActions.ts`, imported when one runs.
  */
 import type { Command } from 'commander';
-import type { MigrationState } from '../db/database.js';
-import { print } from './plumbing.js';
-import { outputOptions, printRows, type OutputOptions } from './rows.js';
+import { outputOptions, type OutputOptions } from './rows.js';
 
-/** `a, b and 3 more`: names in a message, the list kept short. */
-function someOf(names: readonly string[], max = 5): string {
-  return names.length <= max
-    ? names.join(', ')
-    : `${names.slice(0, max).join(', ')} and ${names.length - max} more`;
+/** Options of `files add`. */
+export interface FilesAddOptions {
+  bucket: string;
+  key: string;
+  name: string;
 }
 
-/** `migrate`: create the database if missing, apply what is pending. */
-async function migrateCommand(): Promise<void> {
-  const { commandConfig } = await import('./commandConfig.js');
-  const { createDatabaseIfMissing, migrateToLatest, migrationStatus } = await import('../db/database.js');
-  const { withDb } = await import('./withDb.js');
-  const cfg = commandConfig();
-  const created = await createDatabaseIfMissing(cfg.DATABASE_URL);
-  const results = await withDb(async ({ db }) => {
-    const status = await migrationStatus(db);
-    const unknown = status.filter((m) => m.state === 'unknown').map((m) => m.name);
-    const pending = status.filter((m) => m.state === 'pending').map((m) => m.name);
-    if (unknown.length === 0) return migrateToLatest(db);
-    // A newer version migrated the database. Nothing of this version's is missing: nothing to
-    // do, and this version may run (rolling back, or instances not upgraded yet). Something is
-    // missing too: the histories differ, and no order of applying them is known to be right.
-    if (pending.length > 0)
-      throw new Error(
-        `the database carries migrations this version does not know (${someOf(unknown)}) and lacks some it knows (${someOf(pending)}): migrate with the version that applied them (docs/operations.md, "Upgrades and rollbacks")`,
-      );
-    process.stderr.write(
-      `recognition-core: the database also carries ${unknown.length} migration(s) this version does not know (${someOf(unknown)}): a newer version applied them\n`,
-    );
-    return [];
-  });
-  const applied = results.filter((r) => r.status === 'Success').map((r) => r.migrationName);
-  process.stdout.write(
-    `${created ? 'created the database; ' : ''}${applied.length ? `applied ${applied.join(', ')}` : 'migrations are up to date'}\n`,
-  );
-}
-
-/**
- * `migrate --status`: every migration and its state, then a count on stderr. Changes nothing and
- * creates no database: a database that does not exist is an error.
- */
-async function migrationStatusCommand(o: OutputOptions): Promise<void> {
-  const { migrationStatus } = await import('../db/database.js');
-  const { withDb } = await import('./withDb.js');
-  const status = await withDb(({ db }) => migrationStatus(db));
-  printRows(
-    status.map((m) => ({ migration: m.name, state: m.state, applied_at: m.appliedAt })),
-    [
-      ['MIGRATION', (r) => r.migration],
-      ['STATE', (r) => r.state],
-      ['APPLIED AT', (r) => r.applied_at],
-    ],
-    o,
-  );
-  const count = (state: MigrationState['state']) => status.filter((m) => m.state === state).length;
-  process.stderr.write(
-    `${count('applied')} applied, ${count('pending')} pending, ${count('unknown')} unknown to this version\n`,
-  );
-}
-
+/** Register `migrate` and `files add`. */
 export function registerDbCommands(program: Command): void {
   const migrate = program
     .command('migrate')
@@ -77,8 +24,9 @@ export function registerDbCommands(program: Command): void {
       'list the migrations, applied, pending and unknown to this version (applied by a newer one), and change nothing',
     );
   outputOptions(migrate).action(async (o: OutputOptions & { status?: boolean }) => {
-    if (o.status) await migrationStatusCommand(o);
-    else await migrateCommand();
+    const actions = await import('./dbActions.js');
+    if (o.status) await actions.migrationStatusAction(o);
+    else await actions.migrateAction();
   });
 
   const files = program.command('files').description('uploaded files');
@@ -88,10 +36,5 @@ export function registerDbCommands(program: Command): void {
     .requiredOption('--bucket <bucket>', 'S3 bucket of the upload')
     .requiredOption('--key <key>', 'S3 key of the upload')
     .requiredOption('--name <name>', 'original file name')
-    .action(async (o: { bucket: string; key: string; name: string }) => {
-      const { addFile } = await import('../db/jobs.js');
-      const { withDb } = await import('./withDb.js');
-      const file = await withDb(({ db }) => addFile(db, o));
-      print(file);
-    });
+    .action(async (o: FilesAddOptions) => (await import('./dbActions.js')).filesAddAction(o));
 }

@@ -3,141 +3,18 @@
  * or a stream sequence (`--from-seq`), up to the stream's last sequence when it starts (or
  * `--until-seq`). For a database that lost results the inbox had acked: after a restore from a
  * backup or an asynchronous failover (docs/operations.md, "Replaying results").
- *
- * Output: one JSON object on stdout (the counts); on stderr a progress bar when stderr is a
- * terminal, warnings, and one summary line. The heavy modules load only when the command runs.
+ * This module registers it; what it does is in `./inboxActions.ts`, imported when it runs.
  */
 import type { Command } from 'commander';
-import type { InboxReplaySummary } from '../daemon/inboxReplay.js';
 import type { Since } from '../db/jobs.js';
-import { MigrationsPendingError, UsageError } from '../errors.js';
 import { sinceTime, wholeNumber } from './plumbing.js';
 
-interface ReplayOptions {
+/** Options of `inbox replay`. */
+export interface ReplayOptions {
   since?: Since;
   fromSeq?: number;
   untilSeq?: number;
   dryRun?: boolean;
-}
-
-/** The counts as one line for a person. */
-function summaryLine(s: InboxReplaySummary): string {
-  const range = s.firstSeq === null ? 'nothing to replay' : `sequences ${s.firstSeq}..${s.lastSeq}`;
-  const applied = s.dryRun ? 'would apply' : 'applied';
-  return `${s.dryRun ? 'dry run, nothing written: ' : ''}${s.stream} ${range}: ${s.delivered} delivered, ${s.applied} ${applied}, ${s.duplicates} duplicates, ${s.ignored} ignored, ${s.late} late, ${s.quarantined} quarantined`;
-}
-
-/**
- *   1. configuration; the database (migrations current) and NATS;
- *   2. the start: `--from-seq`, or `--since` (a span is taken back from the database clock);
- *   3. the replay, with a progress bar on a terminal;
- *   4. the counts on stdout, a summary line and the warnings on stderr.
- */
-async function replayCommand(o: ReplayOptions): Promise<void> {
-  if ((o.since === undefined) === (o.fromSeq === undefined))
-    throw new UsageError('give either --since or --from-seq');
-  if (o.untilSeq !== undefined && o.fromSeq !== undefined && o.untilSeq < o.fromSeq)
-    throw new UsageError(`--until-seq ${o.untilSeq} is before --from-seq ${o.fromSeq}`);
-
-  // 1. Configuration, database, NATS.
-  const [
-    { commandConfig },
-    { secretsOf },
-    { dbNow, openDb, pendingMigrations },
-    { createLogger },
-    { connectNats, connectFailureReason },
-    { jetstream, jetstreamManager },
-    { replayInbox },
-    { default: cliProgress },
-  ] = await Promise.all([
-    import('./commandConfig.js'),
-    import('../config.js'),
-    import('../db/database.js'),
-    import('../logger.js'),
-    import('../nats/connection.js'),
-    import('@nats-io/jetstream'),
-    import('../daemon/inboxReplay.js'),
-    import('cli-progress'),
-  ]);
-  const cfg = commandConfig();
-  // stdout carries the result: the connection's warnings go to stderr.
-  const logger = createLogger({
-    level: 'warn',
-    secrets: secretsOf(cfg),
-    destination: process.stderr,
-  });
-  const db = openDb(cfg.DATABASE_URL, {
-    max: 2,
-    applicationName: 'recognition-core inbox replay',
-    unnamedStatements: cfg.DATABASE_POOLER === 'transaction',
-  });
-  let bar: InstanceType<typeof cliProgress.SingleBar> | undefined;
-  try {
-    const pending = await pendingMigrations(db.db);
-    if (pending.length > 0) throw new MigrationsPendingError(pending);
-    const nats = await connectNats(cfg, logger, { name: 'recognition-core inbox replay' }).catch(
-      (err: unknown) => {
-        throw new Error(`NATS (NATS_URL) is not usable: ${connectFailureReason(cfg, err)}`, { cause: err });
-      },
-    );
-    try {
-      // 2. The start.
-      const since = o.since;
-      const from =
-        since === undefined
-          ? { seq: o.fromSeq! }
-          : 'at' in since
-            ? { time: since.at }
-            : { time: new Date((await dbNow(db.db)).getTime() - since.agoMs) };
-
-      // 3. The replay.
-      const summary = await replayInbox({
-        db: db.db,
-        pool: db.pool,
-        js: jetstream(nats.nc),
-        jsm: await jetstreamManager(nats.nc),
-        from,
-        untilSeq: o.untilSeq,
-        batchSize: cfg.INBOX_BATCH_SIZE,
-        maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
-        quarantinePayloadMaxBytes: cfg.QUARANTINE_PAYLOAD_MAX_BYTES,
-        resultsBucket: cfg.RESULTS_BUCKET,
-        dryRun: o.dryRun === true,
-        onPlan(plan) {
-          if (plan.startAgedOut && plan.oldest)
-            process.stderr.write(
-              `warning: the oldest message still in ${plan.stream} is sequence ${plan.oldest.seq}, stored ${plan.oldest.time.toISOString()}: results stored before it, if any, cannot be replayed\n`,
-            );
-          if (process.stderr.isTTY && plan.pending > 0) {
-            bar = new cliProgress.SingleBar(
-              {
-                format: ' replaying {bar} seq {seq} · {value}/{total} messages',
-                stream: process.stderr,
-                hideCursor: true,
-                fps: 10,
-              },
-              cliProgress.Presets.shades_classic,
-            );
-            bar.start(plan.pending, 0, { seq: '-' });
-          }
-        },
-        onProgress(s) {
-          bar?.update(s.delivered, { seq: s.lastSeq ?? '-' });
-        },
-      });
-      bar?.stop();
-      bar = undefined;
-
-      // 4. The counts.
-      process.stdout.write(JSON.stringify(summary) + '\n');
-      process.stderr.write(summaryLine(summary) + '\n');
-    } finally {
-      await nats.nc.close().catch(() => undefined);
-    }
-  } finally {
-    bar?.stop();
-    await db.close();
-  }
 }
 
 /** Register `inbox replay`. */
@@ -160,5 +37,5 @@ export function registerInboxCommands(program: Command): void {
       wholeNumber(1),
     )
     .option('--dry-run', 'decide every message and write nothing (each batch is rolled back)')
-    .action(replayCommand);
+    .action(async (o: ReplayOptions) => (await import('./inboxActions.js')).replayAction(o));
 }

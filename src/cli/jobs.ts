@@ -8,7 +8,7 @@
  * stderr, so stdout stays parseable.
  *
  * This module registers the commands and their options only; what they do is in
- * `./jobActions.ts`, imported when one runs.
+ * `./jobsActions.ts`, imported when one runs.
  */
 import type { Command } from 'commander';
 import { InvalidArgumentError, Option } from './commander.js';
@@ -67,7 +67,14 @@ export interface RetryOptions extends OutputOptions {
   dryRun?: boolean;
 }
 
-/** Register `jobs create|show|list|retry|history`. */
+/** Options of `jobs export`. */
+export interface ExportOptions {
+  finishedBefore: Since;
+  finishedSince?: Since | undefined;
+  status?: FinalJobStatus[] | undefined;
+}
+
+/** Register `jobs create|show|list|retry|history|export`. */
 export function registerJobsCommands(program: Command): void {
   const jobs = program.command('jobs').description('recognition jobs');
   jobs
@@ -84,18 +91,18 @@ export function registerJobsCommands(program: Command): void {
     .addOption(
       new Option('--tracestate <w3c>', 'W3C tracestate that goes with --traceparent').env('TRACESTATE'),
     )
-    .action(async (o: CreateOptions) => (await import('./jobActions.js')).createAction(o));
+    .action(async (o: CreateOptions) => (await import('./jobsActions.js')).createAction(o));
   jobs
     .command('show <id>')
     .description('print a job, its file and its result object')
-    .action(async (id: string) => (await import('./jobActions.js')).showAction(id));
+    .action(async (id: string) => (await import('./jobsActions.js')).showAction(id));
   inspectOptions(
     jobs
       .command('history <id>')
       .description(
         "print a job's transitions, oldest first; --inspect replays them into the Stately inspector",
       ),
-  ).action(async (id: string, o: InspectOptions) => (await import('./jobActions.js')).historyAction(id, o));
+  ).action(async (id: string, o: InspectOptions) => (await import('./jobsActions.js')).historyAction(id, o));
   registerJobsAtScaleCommands(jobs);
   registerJobsExportCommand(jobs);
 }
@@ -115,7 +122,7 @@ function registerJobsAtScaleCommands(jobs: Command): void {
     .option('--created-since <when>', `only jobs created since ${SINCE_FORMS}`, sinceTime)
     .option('--finished-since <when>', `only jobs finished since ${SINCE_FORMS}`, sinceTime)
     .option('--limit <n>', 'at most this many jobs', wholeNumber(1), DEFAULT_LIST_LIMIT);
-  outputOptions(list).action(async (o: ListOptions) => (await import('./jobActions.js')).listAction(o));
+  outputOptions(list).action(async (o: ListOptions) => (await import('./jobsActions.js')).listAction(o));
 
   const retry = jobs
     .command('retry [id]')
@@ -145,7 +152,7 @@ function registerJobsAtScaleCommands(jobs: Command): void {
         throw new UsageError('give a job id, or --status to retry failed jobs in bulk');
     });
   outputOptions(retry).action(async (id: string | undefined, o: RetryOptions) =>
-    (await import('./jobActions.js')).retryAction(id, o),
+    (await import('./jobsActions.js')).retryAction(id, o),
   );
 }
 
@@ -167,8 +174,5 @@ function registerJobsExportCommand(jobs: Command): void {
       `only these final statuses, comma-separated (${FINAL_JOB_STATUSES.join(', ')})`,
       oneOrMoreOf(FINAL_JOB_STATUSES),
     )
-    .action(async (o: { finishedBefore: Since; finishedSince?: Since; status?: FinalJobStatus[] }) => {
-      const { jobsExport } = await import('./retentionActions.js');
-      await jobsExport(o);
-    });
+    .action(async (o: ExportOptions) => (await import('./jobsActions.js')).exportAction(o));
 }

@@ -81,3 +81,8 @@ export function oneOrMoreOf<S extends string>(allowed: readonly S[]) {
 export function print(value: unknown): void {
   process.stdout.write(JSON.stringify(value, null, 2) + '\n');
 }
+
+/** `1 job`, `2 jobs`: a count and its noun, for summary lines. */
+export function plural(n: number, one: string, many = `${one}s`): string {
+  return `${n} ${n === 1 ? one : many}`;
+}

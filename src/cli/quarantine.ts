@@ -1,4 +1,7 @@
-/** `quarantine list|replay|purge`: inspect, re-apply and delete messages the inbox could not apply. */
+/**
+ * `quarantine list|replay|purge`: inspect, re-apply and delete messages the inbox could not apply.
+ * This module registers them; what they do is in `./quarantineActions.ts`, imported when one runs.
+ */
 import type { Command } from 'commander';
 import { InvalidArgumentError } from './commander.js';
 import { QUARANTINE_REASONS, type QuarantineReason } from '../../machines/statuses.js';
@@ -6,6 +9,7 @@ import { UsageError } from '../errors.js';
 import { sinceTime, wholeNumber } from './plumbing.js';
 import type { Since } from '../db/jobs.js';
 
+/** A commander parser for a quarantine reason. */
 function reason(value: string): QuarantineReason {
   if (!(QUARANTINE_REASONS as readonly string[]).includes(value)) {
     throw new InvalidArgumentError(`must be one of ${QUARANTINE_REASONS.join(', ')}`);
@@ -13,30 +17,32 @@ function reason(value: string): QuarantineReason {
   return value as QuarantineReason;
 }
 
+/** Options of `quarantine list`. */
+export interface ListOptions {
+  reason?: QuarantineReason | undefined;
+  limit: number;
+}
+
+/** Options of `quarantine replay`. */
+export interface ReplayOptions {
+  reason?: QuarantineReason | undefined;
+}
+
+/** Options of `quarantine purge`. */
+export interface PurgeOptions {
+  olderThan: Since;
+  reason?: QuarantineReason | undefined;
+  dryRun?: boolean | undefined;
+}
+
+/** Register `quarantine list|replay|purge`. */
 export function registerQuarantineCommands(program: Command): void {
   const q = program.command('quarantine').description('messages the inbox could not apply');
   q.command('list')
     .description('list quarantined messages, newest first (JSON lines)')
     .option('--reason <reason>', `only this reason (${QUARANTINE_REASONS.join(', ')})`, reason)
     .option('--limit <n>', 'at most this many', wholeNumber(1), 100)
-    .action(async (o: { reason?: QuarantineReason; limit: number }) => {
-      const { withDb } = await import('./withDb.js');
-      const rows = await withDb(({ db }) => {
-        let query = db.selectFrom('inbox_quarantine').selectAll().orderBy('id', 'desc').limit(o.limit);
-        if (o.reason) query = query.where('reason', '=', o.reason);
-        return query.execute();
-      });
-      for (const r of rows) {
-        const payload = Buffer.from(r.payload);
-        const text = payload.toString('utf8');
-        process.stdout.write(
-          JSON.stringify({
-            ...r,
-            payload: text.length > 2000 ? `${text.slice(0, 2000)}… (${payload.length} bytes)` : text,
-          }) + '\n',
-        );
-      }
-    });
+    .action(async (o: ListOptions) => (await import('./quarantineActions.js')).listAction(o));
   q.command('replay [id]')
     .description(
       'run stored messages through the inbox again (one by id, or all not yet replayed of --reason); prints each outcome, then a summary on stderr; exit 1 when any stays quarantined',
@@ -49,23 +55,9 @@ export function registerQuarantineCommands(program: Command): void {
       if (id !== undefined && !/^\d+$/.test(id))
         throw new UsageError(`quarantine id must be a number: ${JSON.stringify(id)}`);
     })
-    .action(async (id: string | undefined, o: { reason?: QuarantineReason }) => {
-      const { commandConfig } = await import('./commandConfig.js');
-      const { replayQuarantine } = await import('../daemon/quarantineReplay.js');
-      const { withDb } = await import('./withDb.js');
-      const cfg = commandConfig();
-      const results = await withDb(({ db }) =>
-        replayQuarantine(db, id !== undefined ? { id } : { reason: o.reason! }, cfg.MAX_ENVELOPE_BYTES, {
-          resultsBucket: cfg.RESULTS_BUCKET,
-        }),
-      );
-      if (id !== undefined && results.length === 0)
-        throw new UsageError(`no inbox_quarantine row with id ${id}`);
-      for (const r of results) process.stdout.write(JSON.stringify(r) + '\n');
-      const summary = replaySummary(results.map((r) => r.outcome));
-      if (summary.stillQuarantined > 0) throw new StillQuarantined(summary.text);
-      process.stderr.write(`${summary.text}\n`);
-    });
+    .action(async (id: string | undefined, o: ReplayOptions) =>
+      (await import('./quarantineActions.js')).replayAction(id, o),
+    );
   registerQuarantinePurgeCommand(q);
 }
 
@@ -82,36 +74,5 @@ function registerQuarantinePurgeCommand(q: Command): void {
     )
     .option('--reason <reason>', `only this reason (${QUARANTINE_REASONS.join(', ')})`, reason)
     .option('--dry-run', 'count what would be deleted; delete nothing')
-    .action(async (o: { olderThan: Since; reason?: QuarantineReason; dryRun?: boolean }) => {
-      const { quarantinePurge } = await import('./retentionActions.js');
-      await quarantinePurge(o);
-    });
-}
-
-/** Exit code 1 of `quarantine replay`: a replayed message is still quarantined. */
-export class StillQuarantined extends Error {
-  override name = 'StillQuarantined';
-}
-
-/**
- * What a replay did, in one line: how many messages, then how many of each outcome (`applied`,
- * `duplicate`, `ignored`, `late`), then how many are still quarantined, by reason. `outcomes` are
- * the `replay_outcome` texts (`applied: a -> b`, `still quarantined: REASON`, or a decision).
- */
-export function replaySummary(outcomes: readonly string[]): { text: string; stillQuarantined: number } {
-  if (outcomes.length === 0) return { text: 'nothing to replay', stillQuarantined: 0 };
-  const done = new Map<string, number>();
-  const stuck = new Map<string, number>();
-  for (const outcome of outcomes) {
-    const quarantined = /^still quarantined: (.+)$/.exec(outcome);
-    const [tally, key] = quarantined ? [stuck, quarantined[1]!] : [done, outcome.split(':')[0]!];
-    tally.set(key, (tally.get(key) ?? 0) + 1);
-  }
-  const stillQuarantined = [...stuck.values()].reduce((a, b) => a + b, 0);
-  const parts = [...done].map(([what, n]) => `${n} ${what}`);
-  if (stillQuarantined > 0)
-    parts.push(
-      `${stillQuarantined} still quarantined (${[...stuck].map(([why, n]) => `${why}: ${n}`).join(', ')})`,
-    );
-  return { text: `replayed ${outcomes.length}: ${parts.join(', ')}`, stillQuarantined };
+    .action(async (o: PurgeOptions) => (await import('./quarantineActions.js')).purgeAction(o));
 }

@@ -1,7 +1,7 @@
 /**
  * `retention run`: one retention pass now, as the daemon runs them every `RETENTION_INTERVAL_MS`
  * (finished jobs and quarantined messages older than `RETENTION_*`; never a current or an open
- * job). The action is imported when it runs.
+ * job). This module registers it; what it does is in `./retentionActions.ts`, imported when it runs.
  */
 import type { Command } from 'commander';
 
@@ -17,7 +17,6 @@ export function registerRetentionCommands(program: Command): void {
     )
     .option('--dry-run', 'count what would be deleted; delete nothing')
     .action(async (o: { dryRun?: boolean }) => {
-      const { retentionRun } = await import('./retentionActions.js');
-      await retentionRun(o);
+      await (await import('./retentionActions.js')).runAction(o);
     });
 }

@@ -1,42 +1,15 @@
 /**
  * The inbox loop: envelopes from `core-inbox` (a durable pull consumer shared by every instance),
- * applied in batches, acked only after commit. Three parts, one file each:
- *
- * - the reader (`inboxReader.ts`): one `consume()` on the consumer, handing each message to the
- *   scheduler no faster than batches settle (back-pressure), and healing a consumer that
- *   disappears;
- * - the scheduler (`inboxScheduler.ts`): which envelopes leave together — a batch of at most
- *   INBOX_BATCH_SIZE leaves when full, or INBOX_LINGER_MS after its first envelope; up to
- *   INBOX_CONCURRENCY batch transactions run at once; a job's envelopes are applied in stream
- *   order, never two at once: a job in flight holds its later envelopes back until its batch has
- *   committed (or failed), and they then leave first;
- * - this file: what becomes of a batch — decode (size, JSON, schema, msg id), one transaction,
- *   commit, ack, one log line per decision and the counters — and the wiring of the three.
- *
- * The hot path runs on the pg pool when one is given: the step's statements are prepared once per
- * connection, and a batch costs one round trip (one write statement, no read before it) whatever
- * its size; one it hands back to the locked path (to quarantine an unknown job, a rejected
- * envelope or a result whose object is not its job's, or a job not in the state its envelope
- * expects) four more (BEGIN, lock, write, COMMIT), and one to read which of its result objects are
- * registered already when it has results that name one.
- * Acks are sent without waiting, right after the commit, and go out together with the next flush.
- *
- * Failures are classified by `classifyDatabaseFailure` (src/errors.ts). One that is not the
- * messages' doing (database unreachable, deadlock, a revoked grant, a prepared statement a pooler
- * lost, an unknown error) naks the whole batch with a delay that grows with the delivery count —
- * JetStream ignores the consumer's backoff for a plain nak — so it is redelivered as often as it
- * takes, and /readyz is red until a batch commits again; nothing is quarantined for it. One where
- * the database refuses a message's values falls back to applying the batch's messages one by one,
- * so a single bad message cannot block its neighbours, and the one refused on its own is
- * quarantined. Either way the batch settles once, when all of it is acked or nak'd.
- *
- * Stop: the reader drains the pull subscription; then everything received is applied and acked.
+ * read by `inboxReader.ts`, batched by `inboxScheduler.ts`, applied by `inboxBatch.ts` and settled
+ * on the live road of `inboxSettle.ts`: ack after commit, nak on a fault that is not the
+ * messages', isolate and quarantine what the database refuses, terminate what not even quarantine
+ * can store. One log line per decision, counters per batch. Stop: the reader drains, then
+ * everything received is applied and acked. The reasoning is in docs/development.md ("The inbox").
  */
 import type { JetStreamClient, JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
-import { QUARANTINE_REASON } from '../../machines/index.js';
 import type { Database } from '../db/schema.js';
-import { classifyDatabaseFailure, type DatabaseFailure } from '../errors.js';
+import type { DatabaseFailure } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Metrics } from '../metrics.js';
 import { decodeEnvelope } from '../messages/decodeEnvelope.js';
@@ -51,9 +24,10 @@ import {
   type InboxOutcome,
   type PgPool,
   type QuarantineLimits,
-  type RawMessage,
 } from './inboxBatch.js';
+import { ReceivedMessage } from './inboxMessage.js';
 import { startInboxReader } from './inboxReader.js';
+import { settleBatch, type SettleRoad } from './inboxSettle.js';
 import { InboxScheduler } from './inboxScheduler.js';
 import { ServiceLabels } from './serviceLabels.js';
 
@@ -116,36 +90,6 @@ export function nakDelayMs(deliveryCount: number): number {
   return Math.min(250 * 2 ** Math.max(0, deliveryCount - 1), 30_000);
 }
 
-/**
- * A JetStream message as {@link RawMessage}: read from the message when asked (only quarantine
- * and log lines ask), so the usual envelope costs no header copy and no parse of its reply subject.
- */
-class ReceivedMessage implements RawMessage {
-  readonly data: Uint8Array;
-  #headers: Record<string, string[]> | undefined;
-  constructor(private readonly msg: JsMsg) {
-    this.data = msg.data;
-  }
-  get subject(): string {
-    return this.msg.subject;
-  }
-  get stream(): string {
-    return this.msg.info.stream;
-  }
-  get streamSeq(): number {
-    return this.msg.seq;
-  }
-  get headers(): Record<string, string[]> {
-    if (this.#headers === undefined) {
-      const headers: Record<string, string[]> = {};
-      const h = this.msg.headers;
-      if (h) for (const k of h.keys()) headers[k] = h.values(k);
-      this.#headers = headers;
-    }
-    return this.#headers;
-  }
-}
-
 /** A received message: decoded, with the key its job is ordered by. */
 interface Entry extends InboxItem {
   msg: JsMsg;
@@ -174,11 +118,8 @@ function branch<V>(tree: Map<string, Map<string, V>>, key: string): Map<string, 
 }
 
 /**
- * What becomes of a batch, as a function that applies one: one transaction, then ack, log and
- * count (one line per decision); nak on a failure that is not the messages'; on one that is,
- * each message on its own, and one the database still refuses is quarantined, or terminated when
- * not even that can be stored. Resolves when every message of the batch is acked, nak'd or terminated; never rejects
- * but for a bug.
+ * What becomes of a batch, as a function that settles one (see the module's header). Resolves
+ * when every message of the batch is acked, nak'd or terminated; never rejects but for a bug.
  */
 function batchApplier(
   opts: InboxOptions,
@@ -284,42 +225,56 @@ function batchApplier(
         for (const [to, n] of byTo) metrics.transitions.inc({ from, event, to }, n);
   }
 
-  /** Apply one batch; ack after commit, nak on a fault that is not the messages', isolate on one that is. */
-  async function applyBatch(batch: Entry[]): Promise<void> {
-    const started = process.hrtime.bigint();
-    // Long batches (a slow database) must not outlive the ack wait: tell JetStream we are working.
-    const keepAlive = setInterval(
-      () => batch.forEach((e) => e.msg.working()),
-      Math.max(1000, opts.ackWaitMs / 3),
-    );
-    try {
-      await opts.beforeBatch?.(batch);
-      // One span per envelope, child of the envelope's trace context (none without tracing).
-      const traced = startInboxTrace(batch);
-      const outcomes = await runTraced(traced, () =>
-        applyInboxBatchTx(target, batch, rule, { hooks, limits }),
-      );
-      failing = undefined;
-      traced?.end(outcomes);
-      opts.afterCommit?.(batch, outcomes);
-      // Acks are fire-and-forget: the client writes them out with the next flush.
-      for (const e of batch) e.msg.ack();
-      report(batch, outcomes, traced);
-      metrics?.stepDuration.observe({ loop: 'inbox' }, Number(process.hrtime.bigint() - started) / 1e9);
-      metrics?.batchSize.observe({ loop: 'inbox' }, batch.length);
-    } catch (err) {
-      const failure = classifyDatabaseFailure(err);
-      if (failure.fault !== 'message') {
-        // Not the messages' doing: every one of them is valid and is applied once the fault is
-        // gone, so none is quarantined; /readyz is red until a batch commits again.
+  /**
+   * The live road of the settle policy for one batch: ack after commit; nak on a fault that is not
+   * the messages' (redelivered as often as it takes); terminate a message whose refusal cannot be
+   * stored, since `core-inbox` has no delivery limit and a nak would bring it back without end.
+   */
+  function liveRoad(): SettleRoad<Entry> {
+    let started = 0n;
+    let traced: InboxTrace | undefined;
+    return {
+      async apply(items, refusal) {
+        if (refusal) {
+          traced = undefined;
+          return applyInboxBatchTx(target, items, rule, { hooks, limits });
+        }
+        started = process.hrtime.bigint();
+        await opts.beforeBatch?.(items);
+        // One span per envelope, child of the envelope's trace context (none without tracing).
+        traced = startInboxTrace(items);
+        return runTraced(traced, () => applyInboxBatchTx(target, items, rule, { hooks, limits }));
+      },
+      committed(batch, outcomes, refusal) {
+        if (refusal) {
+          batch[0]!.msg.ack();
+          report(batch, outcomes);
+          return;
+        }
+        failing = undefined;
+        traced?.end(outcomes);
+        opts.afterCommit?.(batch, outcomes);
+        // Acks are fire-and-forget: the client writes them out with the next flush.
+        for (const e of batch) e.msg.ack();
+        report(batch, outcomes, traced);
+        metrics?.stepDuration.observe({ loop: 'inbox' }, Number(process.hrtime.bigint() - started) / 1e9);
+        metrics?.batchSize.observe({ loop: 'inbox' }, batch.length);
+      },
+      faulted({ items, err, failure, refusal }) {
+        for (const e of items) e.msg.nak(nakDelayMs(e.msg.info.deliveryCount));
+        metrics?.envelopes.inc({ outcome: 'retried' }, items.length);
+        if (refusal) {
+          log.error({ err, event: 'quarantine_failed' }, 'could not quarantine an envelope: nak');
+          return 'settled';
+        }
+        // Every message is valid and is applied once the fault is gone, so none is quarantined;
+        // /readyz is red until a batch commits again.
         failing ??= { since: Date.now(), failure };
-        for (const e of batch) e.msg.nak(nakDelayMs(e.msg.info.deliveryCount));
-        metrics?.envelopes.inc({ outcome: 'retried' }, batch.length);
         metrics?.inboxBatchFailures.inc({ fault: failure.transient ? 'transient' : 'infrastructure' });
         const line = {
           err,
           event: 'batch_retry',
-          size: batch.length,
+          size: items.length,
           sqlstate: failure.code,
           cause: failure.meaning,
           transient: failure.transient,
@@ -330,68 +285,44 @@ function batchApplier(
             line,
             `batch failed for a database fault that is not the messages' (${failure.meaning}): nak, retried until it is gone`,
           );
-      } else if (batch.length > 1) {
+        return 'settled';
+      },
+      isolating({ items, err, failure }) {
         metrics?.inboxBatchFailures.inc({ fault: 'message' });
         log.warn(
-          { err, event: 'batch_isolate', size: batch.length, sqlstate: failure.code },
+          { err, event: 'batch_isolate', size: items.length, sqlstate: failure.code },
           'the database refused a value of the batch: applying its messages one by one',
         );
-        for (const e of batch) await applyBatch([e]);
-      } else {
-        await quarantineUnapplicable(batch[0]!, err);
-      }
-    } finally {
-      clearInterval(keepAlive);
-    }
-  }
-
-  /**
-   * A single message whose values the database refuses: keep it, ack it. When the database
-   * refuses even its quarantine record's values, it is terminated (never delivered again), with a
-   * log line and `recognition_inbox_terminated_total`: a nak would bring it back without end, since
-   * `core-inbox` has no delivery limit. A failure that is not the record's (connection, grant) naks.
-   */
-  async function quarantineUnapplicable(entry: Entry, err: unknown): Promise<void> {
-    const message = err instanceof Error ? err.message : String(err);
-    const d = entry.decoded;
-    const item: InboxItem = {
-      raw: entry.raw,
-      decoded: {
-        ok: false,
-        reason: QUARANTINE_REASON.SCHEMA_INVALID,
-        details: { stage: 'apply', error: message, ...(d.ok ? {} : { decoded_reason: d.reason }) },
-        jobId: d.ok ? d.envelope.job_id : d.jobId,
-        msgId: d.msgId ?? null,
-        ...(d.ok
-          ? { serviceName: d.envelope.service.name }
-          : d.serviceName === undefined
-            ? {}
-            : { serviceName: d.serviceName }),
+      },
+      unstorable({ items, err }) {
+        const entry = items[0]!;
+        entry.msg.term();
+        metrics?.inboxFlood.terminated.inc();
+        log.error(
+          {
+            err,
+            event: 'envelope_terminated',
+            stream_seq: entry.msg.seq,
+            reason: entry.decoded.ok ? null : entry.decoded.reason,
+            delivery_count: entry.msg.info.deliveryCount,
+          },
+          'could not store even the quarantine record of an envelope: terminated, it is not delivered again',
+        );
       },
     };
+  }
+
+  /** Settle one batch on the live road, telling JetStream meanwhile that it is being worked on. */
+  async function applyBatch(batch: Entry[]): Promise<void> {
+    // Long batches (a slow database) must not outlive the ack wait.
+    const keepAlive = setInterval(
+      () => batch.forEach((e) => e.msg.working()),
+      Math.max(1000, opts.ackWaitMs / 3),
+    );
     try {
-      const outcomes = await applyInboxBatchTx(target, [item], rule, { hooks, limits });
-      entry.msg.ack();
-      report([entry], outcomes);
-    } catch (err2) {
-      if (classifyDatabaseFailure(err2).fault !== 'message') {
-        entry.msg.nak(nakDelayMs(entry.msg.info.deliveryCount));
-        metrics?.envelopes.inc({ outcome: 'retried' });
-        log.error({ err: err2, event: 'quarantine_failed' }, 'could not quarantine an envelope: nak');
-        return;
-      }
-      entry.msg.term();
-      metrics?.inboxFlood.terminated.inc();
-      log.error(
-        {
-          err: err2,
-          event: 'envelope_terminated',
-          stream_seq: entry.msg.seq,
-          reason: d.ok ? null : d.reason,
-          delivery_count: entry.msg.info.deliveryCount,
-        },
-        'could not store even the quarantine record of an envelope: terminated, it is not delivered again',
-      );
+      await settleBatch(batch, liveRoad());
+    } finally {
+      clearInterval(keepAlive);
     }
   }
 

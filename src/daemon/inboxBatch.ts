@@ -80,26 +80,6 @@ export function decodeItem(raw: RawMessage, maxBytes: number): InboxItem {
   return { raw, decoded: decodeEnvelope({ data: raw.data, msgId: msgIdOf(raw), maxBytes }) };
 }
 
-/**
- * A valid message the database refused for a reason a retry cannot fix, made a message to
- * quarantine (`SCHEMA_INVALID`, stage `apply`, with the database's error): applying it again
- * stores it in `inbox_quarantine` and lets its neighbours go on. Pure.
- */
-export function refusedItem(item: InboxItem, err: unknown): InboxItem {
-  const d = item.decoded;
-  const jobId = d.ok ? d.envelope.job_id : d.jobId;
-  return {
-    raw: item.raw,
-    decoded: {
-      ok: false,
-      reason: QUARANTINE_REASON.SCHEMA_INVALID,
-      details: { stage: 'apply', error: err instanceof Error ? err.message : String(err) },
-      ...(jobId === undefined ? {} : { jobId }),
-      msgId: d.msgId ?? null,
-    },
-  };
-}
-
 interface QuarantineInsert {
   raw: RawMessage;
   reason: QuarantineReason;

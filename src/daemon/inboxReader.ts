@@ -1,24 +1,8 @@
 /**
- * The inbox's reader: one `consume()` on `core-inbox`, its messages handed to the scheduler as they
- * come, no faster than batches settle them; and the healing of a consumer that disappears.
- *
- * One refilling pull subscription feeds the inbox (several concurrent pulls on one consumer slow
- * nats-server down). Back-pressure: while the scheduler is full the reader takes no message from
- * the subscription, and the client sends no further pull until it takes them again.
- *
- * A consumer that disappears (deleted, its stream deleted or re-created, a cluster that lost it):
- * the pull subscription runs with `abort_on_missing_resource`, so the client ends it as soon as
- * JetStream says the consumer was deleted or, after missed heartbeats, that the consumer or the
- * stream is not found. The reader is then not bound (/readyz `consumer: false`) and says which is
- * missing; it looks again with a growing pause until the consumer is there and consumes again.
- * Where the core provisions the streams, it creates them again if they are still missing after
- * the first pause; otherwise it waits for an operator to.
- * A re-created `core-inbox` delivers the stream from its start: what was applied before is a
- * duplicate that changes nothing.
- *
- * Stop: the pull subscription is drained — the server stops delivering to it once it has the
- * unsubscription, and whatever it sent before arrives still — so no pull is left open with
- * deliveries going nowhere; everything it delivers is still handed to the scheduler.
+ * The inbox's reader: one refilling `consume()` on `core-inbox`, its messages handed to the
+ * scheduler no faster than batches settle them (back-pressure), and the healing of a consumer
+ * that disappears (not bound, looked for again with a growing pause, re-provisioned where the core
+ * provisions). Stop drains the subscription. Reasoning: docs/development.md ("The inbox").
  */
 import {
   JetStreamApiCodes,

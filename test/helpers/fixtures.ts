@@ -109,3 +109,22 @@ export async function loadAll(db: Kysely<Database>, jobId: string) {
 
 /** The results bucket the tests' daemons are configured with (`RESULTS_BUCKET`'s default). */
 export const RESULTS = { resultsBucket: 'arm-ka' } as const;
+
+/**
+ * Make the database refuse every transition of `jobId`: a trigger raises a check violation
+ * ('refused by the test', naming its table and constraint), a value refused, the message's fault.
+ */
+export async function refuseTransitionsOf(db: Kysely<Database>, jobId: string): Promise<void> {
+  await sql`
+    CREATE FUNCTION test_refuse_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.job_id = ${sql.lit(jobId)}::uuid THEN
+        RAISE EXCEPTION 'refused by the test'
+          USING ERRCODE = 'check_violation', TABLE = 'recognition_job_transition', CONSTRAINT = 'test_refuse';
+      END IF;
+      RETURN NEW;
+    END $$`.execute(db);
+  await sql`
+    CREATE TRIGGER test_refuse_transition BEFORE INSERT ON recognition_job_transition
+    FOR EACH ROW EXECUTE FUNCTION test_refuse_transition()`.execute(db);
+}

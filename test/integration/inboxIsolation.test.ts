@@ -4,9 +4,8 @@
  * neighbours are applied. Real PostgreSQL refuses: a trigger the test installs raises a check
  * violation, naming its table and constraint, for one job's transition.
  */
-import { sql } from 'kysely';
 import { expect, it } from 'vitest';
-import { insertJob, loadAll, type JobFixture } from '../helpers/fixtures.js';
+import { insertJob, loadAll, refuseTransitionsOf, type JobFixture } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
 
 const t = useHarness({ database: true, nats: true, client: true });
@@ -20,18 +19,7 @@ it('one refused message in a batch: quarantined alone (SCHEMA_INVALID, stage app
   const jobs: JobFixture[] = [];
   for (let i = 0; i < 5; i++) jobs.push(await insertJob(t.db, { status: 'processing' }));
   const refused = jobs[2]!;
-  await sql`
-    CREATE FUNCTION test_refuse_transition() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF NEW.job_id = ${sql.lit(refused.jobId)}::uuid THEN
-        RAISE EXCEPTION 'refused by the test'
-          USING ERRCODE = 'check_violation', TABLE = 'recognition_job_transition', CONSTRAINT = 'test_refuse';
-      END IF;
-      RETURN NEW;
-    END $$`.execute(t.db);
-  await sql`
-    CREATE TRIGGER test_refuse_transition BEFORE INSERT ON recognition_job_transition
-    FOR EACH ROW EXECUTE FUNCTION test_refuse_transition()`.execute(t.db);
+  await refuseTransitionsOf(t.db, refused.jobId);
 
   for (const job of jobs) await t.svc.done(job);
 

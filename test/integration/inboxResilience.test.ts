@@ -9,7 +9,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing, dropDatabase, openDb, type Db } from '../../src/db/database.js';
-import { replayQuarantine } from '../../src/daemon/quarantineReplay.js';
+import { replayQuarantine } from '../../src/replay/quarantineReplay.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../../src/nats/subjects.js';
 import { insertJob, loadAll, RESULTS } from '../helpers/fixtures.js';
 import { dbUrl } from '../helpers/pgUrls.js';

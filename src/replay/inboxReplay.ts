@@ -1,42 +1,27 @@
 /**
- * `inbox replay`: deliver `RECOGNITION_RESULTS` again, from a time or a stream sequence, through
- * the inbox's own path (decode, then `applyInboxBatchTx` in batches), for a database that lost
- * results the inbox had already acked: after a restore from a backup, or after an asynchronous
- * failover that lost the last commits.
- *
- * Terminology: *end* is the stream's last sequence when the replay starts (or `untilSeq` when
- * lower); the replay stops there, so results arriving meanwhile are left to the live inbox.
- *
- * It reads through an ordered consumer of its own (ephemeral, in memory, no acks, deleted at the
- * end), never through `core-inbox`: the live inbox's delivery state, ack floor and pending counts
- * are untouched, and daemons may run meanwhile. It is safe at any time and repeatable: a result
- * already applied has the same `Nats-Msg-Id` as the job's `result_msg_id` and changes nothing, a
- * repeated ack changes nothing, and a message quarantined before (same stream sequence) is not
- * stored twice. Batches are applied one after the other in stream order, so each job's envelopes
- * keep their order.
- *
- * Failures: a batch that fails for a transient cause is tried again with a growing delay, up to
- * {@link MAX_ATTEMPTS} times; then the replay stops with {@link InboxReplayStoppedError}, naming the
- * sequence to resume from. A batch the database refuses otherwise is applied message by message,
- * and a message it still refuses is quarantined (`SCHEMA_INVALID`, stage `apply`), as the inbox does.
+ * `inbox replay` as a library: deliver `RECOGNITION_RESULTS` again, from a time or a stream
+ * sequence up to its *end* (its last sequence when the replay starts, or `untilSeq`), through the
+ * inbox's path on the replay's road of the settle policy, for a database that lost results the
+ * inbox had acked. Rule: it reads through an ordered consumer of its own, never `core-inbox`, in
+ * stream order, and is idempotent; it prints nothing (callbacks report). Reasoning:
+ * docs/development.md ("Replays").
  */
 import { randomUUID } from 'node:crypto';
-import type { JetStreamClient, JetStreamManager, JsMsg } from '@nats-io/jetstream';
+import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
-import { isMessageFault, isRetryable } from '../errors.js';
 import type { ResultObjectRule } from '../messages/resultObject.js';
 import { RESULTS_STREAM, RESULT_SUBJECT } from '../nats/subjects.js';
 import {
   applyInboxBatch,
   applyInboxBatchTx,
   decodeItem,
-  refusedItem,
   type InboxItem,
   type InboxOutcome,
   type PgPool,
-  type RawMessage,
-} from './inboxBatch.js';
+} from '../daemon/inboxBatch.js';
+import { ReceivedMessage } from '../daemon/inboxMessage.js';
+import { settleBatch, type SettleRoad } from '../daemon/inboxSettle.js';
 
 /** Where a replay starts: a stream sequence, or the first message stored at or after a time. */
 export type ReplayStart = { seq: number } | { time: Date };
@@ -126,14 +111,6 @@ export const MAX_ATTEMPTS = 8;
 const retryDelayMs = (attempt: number) => Math.min(250 * 2 ** (attempt - 1), 5_000);
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-/** A JetStream message as the inbox stores it. */
-function rawOf(msg: JsMsg): RawMessage {
-  const headers: Record<string, string[]> = {};
-  const h = msg.headers;
-  if (h) for (const k of h.keys()) headers[k] = h.values(k);
-  return { subject: msg.subject, stream: msg.info.stream, streamSeq: msg.seq, headers, data: msg.data };
-}
 
 /** Thrown inside a dry run's transaction so that it rolls back. */
 class DryRunRollback extends Error {
@@ -242,34 +219,22 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
           });
 
     /**
-     * Apply `items`: retried while the cause is transient, stopped on any other fault that is not
-     * the messages', isolated when the database refuses their values. `refused`: the item is already a refused message on its way to quarantine.
+     * The replay's road of the settle policy: a transient fault is tried again after a growing
+     * delay, up to {@link MAX_ATTEMPTS} times; any other fault that is not the messages', or a
+     * refusal the database refuses too, stops the replay (it is idempotent: run it again).
      */
-    const settle = async (items: readonly InboxItem[], refused = false): Promise<InboxOutcome[]> => {
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await apply(items);
-        } catch (err) {
-          if (isRetryable(err)) {
-            if (attempt >= MAX_ATTEMPTS)
-              throw new InboxReplayStoppedError(items[0]!.raw.streamSeq!, summary, { cause: err });
-            await sleep(retryDelayMs(attempt));
-            continue;
-          }
-          // A fault that is not the messages' quarantines nothing: the replay stops, and runs again
-          // once it is gone (it is idempotent).
-          if (!isMessageFault(err))
-            throw new InboxReplayStoppedError(items[0]!.raw.streamSeq!, summary, { cause: err });
-          if (items.length > 1) {
-            const outcomes: InboxOutcome[] = [];
-            for (const item of items) outcomes.push(...(await settle([item])));
-            return outcomes;
-          }
-          const item = items[0]!;
-          if (refused) throw new InboxReplayStoppedError(item.raw.streamSeq!, summary, { cause: err });
-          return settle([refusedItem(item, err)], true);
-        }
-      }
+    const road: SettleRoad<InboxItem> = {
+      apply,
+      committed: (_items, outcomes) => count(summary, outcomes),
+      async faulted({ items, err, failure, attempt }) {
+        if (!failure.transient || attempt >= MAX_ATTEMPTS)
+          throw new InboxReplayStoppedError(items[0]!.raw.streamSeq!, summary, { cause: err });
+        await sleep(retryDelayMs(attempt));
+        return 'retry' as const;
+      },
+      unstorable({ items, err }) {
+        throw new InboxReplayStoppedError(items[0]!.raw.streamSeq!, summary, { cause: err });
+      },
     };
 
     let batch: InboxItem[] = [];
@@ -277,7 +242,7 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
       if (batch.length === 0) return;
       const items = batch;
       batch = [];
-      count(summary, await settle(items));
+      await settleBatch(items, road);
       summary.firstSeq ??= items[0]!.raw.streamSeq;
       summary.lastSeq = items[items.length - 1]!.raw.streamSeq;
       summary.delivered += items.length;
@@ -306,7 +271,7 @@ export async function replayInbox(opts: InboxReplayOptions): Promise<InboxReplay
           reachedEnd = true;
           break;
         }
-        batch.push(decodeItem(rawOf(msg), opts.maxEnvelopeBytes));
+        batch.push(decodeItem(new ReceivedMessage(msg), opts.maxEnvelopeBytes));
         // The end, or nothing after this message in the stream (those up to the end were deleted).
         const last = msg.seq >= endSeq || msg.info.pending === 0;
         if (batch.length >= opts.batchSize || last) await flush();

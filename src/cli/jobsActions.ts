@@ -1,10 +1,10 @@
 /**
  * What the `jobs` commands do when they run (their options are registered in `./jobs.ts`):
- * create, show, history, list and retry. Imported by their actions only: it loads the database
+ * create, show, history, list, retry and export. Imported by their actions only: it loads the database
  * client; the step (for retries), the progress bar, the inspector and the tracing API are loaded
  * by the commands that use them, when they do.
  */
-import { FAILED_JOB_STATUSES } from '../../machines/statuses.js';
+import { FAILED_JOB_STATUSES, FINAL_JOB_STATUSES, type FinalJobStatus } from '../../machines/statuses.js';
 import type { Db } from '../db/database.js';
 import {
   assertUuid,
@@ -14,13 +14,14 @@ import {
   loadJob,
   loadTransitions,
 } from '../db/jobs.js';
+import { loadFinishedJobs, type FinishedKey } from '../db/retention.js';
 import { UsageError } from '../errors.js';
 import type { RetryOutcome, RetryRequest } from '../step/index.js';
 import type { TraceCarrier } from '../tracing/tracing.js';
 import { tracingStarted } from '../tracing/bootstrap.js';
-import { print, type InspectOptions } from './plumbing.js';
+import { plural, print, type InspectOptions } from './plumbing.js';
 import { printRows, type Cell } from './rows.js';
-import type { CreateOptions, ListOptions, RetryOptions } from './jobs.js';
+import type { CreateOptions, ExportOptions, ListOptions, RetryOptions } from './jobs.js';
 import { withDb } from './withDb.js';
 
 /**
@@ -236,4 +237,80 @@ export async function listAction(o: ListOptions): Promise<void> {
 /** `jobs retry`: one failed job, or failed jobs in bulk. */
 export async function retryAction(id: string | undefined, o: RetryOptions): Promise<void> {
   await withDb((db) => retryCommand(db, id, o));
+}
+
+/** Jobs read per page by `jobs export`. */
+const EXPORT_PAGE = 1_000;
+
+/**
+ * Lines to a stream that may close early: waits while the stream's buffer is full, and stops
+ * quietly when the reader has gone (EPIPE), so that `jobs export | head` ends without an error.
+ */
+function lineWriter(stream: NodeJS.WritableStream) {
+  let failure: NodeJS.ErrnoException | undefined;
+  // Kept for the rest of the process: an error of a closed pipe can come after the last write.
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    failure ??= err;
+  });
+  return {
+    /** Write `text`; resolves false once the stream can take no more. */
+    async write(text: string): Promise<boolean> {
+      if (failure) return false;
+      if (!stream.write(text)) {
+        await new Promise<void>((resolve) => {
+          const done = () => {
+            stream.off('drain', done);
+            stream.off('error', done);
+            resolve();
+          };
+          stream.on('drain', done);
+          stream.on('error', done);
+        });
+      }
+      return failure === undefined;
+    },
+    /** Throws the stream's error unless it was only the reader going away. */
+    check(): void {
+      if (failure && failure.code !== 'EPIPE') throw failure;
+    },
+  };
+}
+
+/**
+ * `jobs export --finished-before T [--finished-since T] [--status …]`: the finished jobs of those
+ * statuses, status by status in (finished_at, id) order, as JSON lines, each with its result
+ * object's address and its transitions. Page by page (keyset), so memory stays flat whatever the
+ * history.
+ */
+export async function exportAction(o: ExportOptions): Promise<void> {
+  const statuses: readonly FinalJobStatus[] = o.status?.length ? o.status : FINAL_JOB_STATUSES;
+  const out = lineWriter(process.stdout);
+  const counts = await withDb(async ({ db }) => {
+    let jobs = 0;
+    let transitions = 0;
+    for (const status of statuses) {
+      let after: FinishedKey | null = null;
+      for (;;) {
+        const page = await loadFinishedJobs(
+          db,
+          { status, finishedBefore: o.finishedBefore, finishedSince: o.finishedSince },
+          after,
+          EXPORT_PAGE,
+        );
+        for (const job of page.jobs) {
+          if (!(await out.write(JSON.stringify(job) + '\n'))) return undefined;
+          jobs += 1;
+          transitions += job.transitions.length;
+        }
+        if (page.jobs.length < EXPORT_PAGE) break;
+        after = page.last;
+      }
+    }
+    return { jobs, transitions };
+  });
+  out.check();
+  if (counts)
+    process.stderr.write(
+      `exported ${plural(counts.jobs, 'job')} with ${plural(counts.transitions, 'transition')}\n`,
+    );
 }
