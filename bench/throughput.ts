@@ -98,7 +98,7 @@ async function inProcess(
 export async function measureCeiling(
   env: BenchEnv,
   n: number,
-  opts: { name?: string; timed?: TimedHooks } = {},
+  opts: { name?: string; timed?: TimedHooks | undefined } = {},
 ): Promise<ThroughputResult> {
   const pool = benchPool(env.databaseUrl, 'bench-ceiling', 10);
   try {
@@ -154,7 +154,7 @@ export async function measureInbox(
   opts: {
     name: string;
     logLevel: LogLevel;
-    timed?: TimedHooks;
+    timed?: TimedHooks | undefined;
     overrides?: Record<string, string>;
     httpPort?: number;
   },

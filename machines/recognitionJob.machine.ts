@@ -1,25 +1,10 @@
 /**
- * The lifecycle of one recognition job, as an XState v5 machine. The single source of truth for
- * the lifecycle: the daemon, the database's legal-edge table and the statecharts all come from it.
- *
- * Pure: it imports only xstate and its own files. Time enters as `event.now` (the database clock).
- * Side effects are named actions that `transition()` returns as data and never executes; the shell
- * (`src/step/`) turns each into SQL inside the same transaction.
- *
- * Terminology:
- * - *applied*: the event changed the job; a `recordTransition` effect is returned.
- * - *no change*: the event changed nothing; a `noteNoChange` effect says why (duplicate, ignored,
- *   late, rejected) so the shell can log it at the right level and count it.
- * - *rejected*: an ack or result whose `service.name` is not the job's `target_service`. Checked
- *   before anything else in every state, so no other service can move, finish or even touch a job;
- *   the shell quarantines such an envelope (`SERVICE_MISMATCH`).
- *
- * Attempts chain: a failed job (`error`, `timeout`, `dlq`) that is still its file's current job
- * takes `RETRY_REQUESTED` and returns `createAttempt`, a new job at `attempt + 1` that starts in
- * `pending`; the failed job itself never leaves its final status.
- *
- * There are no `after` delays: xstate does not restore them from a persisted row. The deadline is
- * the `reply_deadline` column and the watchdog turns it into `DEADLINE_PASSED`.
+ * The lifecycle of one recognition job, as an XState v5 machine: the single source of truth for the
+ * daemon, the database's legal-edge table and the statecharts. Pure: time enters as `event.now`,
+ * and effects are named actions returned as data, which the shell (`src/step/`) turns into SQL in
+ * the same transaction. An event is *applied* (`recordTransition`) or makes *no change*
+ * (`noteNoChange`, with why); an envelope of another service is *rejected* first, in every state.
+ * No `after` delays: the watchdog turns `reply_deadline` into `DEADLINE_PASSED` (docs/lifecycle.md).
  */
 import { assign, enqueueActions, setup } from 'xstate';
 import { CORE_ERROR_CODE, FILE_STATUS, type FileStatus } from './statuses.js';

@@ -103,7 +103,7 @@ export interface RetryRequestedEvent extends Timed {
   /** The new attempt's id, chosen by the shell so that both jobs' transition rows can name each other. */
   newJobId: string;
   /** The service the new attempt is published to; this job's `target_service` when absent. */
-  targetService?: string | undefined;
+  targetService?: string;
 }
 
 export type JobEvent =

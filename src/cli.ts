@@ -26,7 +26,7 @@ async function fail(err: unknown): Promise<never> {
  * `addCommands` registers on it (the launcher's: the workshop's, in a development checkout).
  */
 export async function runCli(
-  opts: { argv?: readonly string[]; addCommands?: ((program: Command) => void) | undefined } = {},
+  opts: { argv?: readonly string[]; addCommands?: (program: Command) => void } = {},
 ): Promise<void> {
   // A reader that stops early (`jobs list | head -1`) closes the pipe: what is left to write has
   // nowhere to go and nothing went wrong, so the command ends at once, quietly, with exit code 0.

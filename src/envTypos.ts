@@ -1,24 +1,9 @@
 /**
- * Misspelt variables: an environment variable that recognition-core does not read but that is
- * one or two edits away from one it does (`DATABSE_URL` for `DATABASE_URL`) is named at start,
- * with the variable meant. Without it the misspelt variable is ignored without a word and the
- * process runs on the default (another database, another NATS).
- *
- * The rule:
- * - the variables read are the configuration's, the `_FILE` forms of its secrets, and the
- *   `OTEL_*` variables of the tracing rule; names are compared in upper case, so `database_url`
- *   is caught too;
- * - a variable is named when it is one of them without its unit (`REPLY_TIMEOUT` for
- *   `REPLY_TIMEOUT_MS`), or when its distance to one of them is at most 2 (at most 1 for a name
- *   shorter than 8), where an insertion, a deletion, a substitution and a swap of two adjacent
- *   characters count one edit each (the optimal string alignment distance): `DATABSE` and
- *   `DATABASE` are one edit apart, `NATS_UESR` and `NATS_USER` too;
- * - variables other programs read are never named, even when close to one of ours: the standard
- *   OpenTelemetry variables this process does not read (the log and metric signals, `OTEL_BLRP_*`,
- *   …) and the variables of the local servers the demo and the tests start.
- *
- * Pure and free of imports but the list of tracing names, so that the CLI can load it with the
- * configuration only.
+ * Misspelt variables: an environment variable recognition-core does not read but that is one or two
+ * edits from one it does (`DATABSE_URL`), or one of them without its unit (`REPLY_TIMEOUT`), is
+ * named at start with the variable meant. Variables other programs read are never named. Pure and
+ * free of imports but the tracing names, so the CLI can load it with the configuration only
+ * (docs/configuration.md).
  */
 import { OTEL_VARIABLES } from './tracing/env.js';
 

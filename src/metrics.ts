@@ -131,7 +131,7 @@ function processRegistry(): Registry {
  */
 export function createMetrics(
   sources: MetricsSources = {},
-  { defaultMetrics = true }: { defaultMetrics?: boolean | undefined } = {},
+  { defaultMetrics = true }: { defaultMetrics?: boolean } = {},
 ): Metrics {
   // A registry of its own that starts with the process's metrics (the same objects).
   const registry = defaultMetrics ? Registry.merge([processRegistry()]) : new Registry();

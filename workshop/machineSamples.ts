@@ -1,18 +1,9 @@
 /**
  * Sample jobs and events for the recognition job machine: the one vocabulary of the generated
- * state × event table (`workshop/statecharts/`), the machine's table test, the model-based path
- * tests, the compiled-against-xstate grid and the model-against-database test.
- *
- * Two typed places hold what a developer writes by hand: `contextIn` has a context for every
- * `JobStatus`, `eventVariantsByType` has the variants of every `JobEventType` (one per branch the
- * machine tells apart). A new status or event fails the typecheck here until it has its samples;
- * the rest (the variant names, the distinct sample events the path tests traverse) is derived.
- *
- * Time is data: every sample is built around one `now` (default `NOW`), so the generated files are
- * byte-for-byte reproducible. A job in these samples was published one minute before `now`, so its
- * `reply_deadline` is `now + 9 min`; the "deadline passed" sample comes `REPLY_TIMEOUT_MS + 1 min`
- * after `now`, later than any deadline a sample job can have, and the "deadline not passed" sample
- * comes at `now`, earlier than any. Pure: no I/O, no clock.
+ * state × event table and the machine's table, path, grid and database tests. `contextIn` has a
+ * context for every `JobStatus`, `eventVariantsByType` the variants of every `JobEventType`, so a new
+ * status or event fails the typecheck here until it has its samples. Every sample is built around one
+ * `now`, so the generated files are reproducible. Pure: no I/O, no clock.
  */
 import {
   CORE_ERROR_CODE,

@@ -1,28 +1,9 @@
 /**
- * The conformance check: drive a recognition service through a private set of jobs on a real
- * NATS and report, check by check, whether it keeps the contract (docs/contract.md).
- *
- * It never touches the core's streams or consumers. It creates two streams of its own,
- * `CONFORMANCE_<ID>_JOBS` on `conformance_<id>.recognition.job.>` and `CONFORMANCE_<ID>_RESULTS` on
- * `conformance_<id>.recognition.result`, and the service's durable consumer on the first (explicit
- * acks, a short ack wait, so that a job left unacked comes back within the run). It spawns the
- * service's command with the exchange variables (`RECOGNITION_JOBS_STREAM`,
- * `RECOGNITION_JOB_SUBJECT_PREFIX`, `RECOGNITION_RESULT_SUBJECT`) pointing there and `NATS_URL`,
- * so a service must read them (the kit does). It listens to every envelope the service sends,
- * duplicates JetStream drops included, and deletes both streams at the end.
- *
- * The checks, each named in the report:
- *   ack-deadline    the `processing` ack of a job arrives within `ackTimeoutMs` of its publication
- *   result-schema   every envelope passes the result schema, and the job gets one result
- *   service-name    every envelope's `service.name` is the target service
- *   traceparent     every envelope carries `traceparent` of the job message's trace
- *   stable-msg-ids  the job message delivered again gives envelopes with the same `Nats-Msg-Id`s
- *   invalid-job     a job message the schema refuses is answered `error` INVALID_JOB_MESSAGE with
- *                   `result:<job_id>:<attempt>` and not redelivered; one that is not JSON is
- *                   terminated without an answer
- *   sigterm         with jobs in hand, SIGTERM stops the service with exit code 0 within
- *                   `stopTimeoutMs`, and every job in hand gets its result (from the stopping
- *                   copy, or from a restarted one the message comes back to): none is lost
+ * The conformance check: drive a recognition service through a private set of jobs on a real NATS
+ * and report, check by check, whether it keeps the contract (docs/contract.md). It uses streams and
+ * a consumer of its own (`CONFORMANCE_<ID>_*`), never the core's, points the service's exchange
+ * variables at them and deletes them at the end. The checks: ack-deadline, result-schema,
+ * service-name, traceparent, stable-msg-ids, invalid-job, sigterm (docs/contract.md, "Checking a service: conformance").
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -85,7 +66,7 @@ export interface ConformanceOptions {
   /** The ack wait of the service's durable consumer on the private stream (default 5 s). */
   ackWaitMs?: number;
   /** Each check as it is decided. */
-  onCheck?: (check: ConformanceCheck) => void;
+  onCheck?: ((check: ConformanceCheck) => void) | undefined;
 }
 
 interface Seen {

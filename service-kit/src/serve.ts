@@ -1,19 +1,9 @@
 /**
- * `serve()`: a recognition service's side of the exchange, around one handler.
- *
- * Per job message, in the contract's order: validate it (an invalid one is answered
- * `INVALID_JOB_MESSAGE` when it names a job, and terminated); publish the `processing` ack; run
- * the handler, telling JetStream the message is in progress at a third of its ack wait so a long
- * handler is not redelivered; publish the one result it returns; ack the job message last. Every
- * envelope's `Nats-Msg-Id` is derived from the job, so a job handled again after a crash or a
- * redelivery sends the same ids and is applied once. A handler that throws is run again with
- * backoff, up to `retry.attempts` runs, then its job is answered `error` (`HANDLER_FAILED`). An
- * envelope JetStream does not store gives the job message back (nak) so it comes again.
- *
- * At most `concurrency` job messages are held at once: the kit pulls only as many as it has free
- * slots, so no message waits unheartbeated in a buffer. On SIGTERM or SIGINT (or `stop()`) it
- * pulls no more, finishes the jobs in hand, gives back any message delivered after the stop, and
- * resolves `stopped`.
+ * `serve()`: a recognition service's side of the exchange, around one handler. Per job message, in
+ * the contract's order: validate, ack `processing`, run the handler (in-progress acks meanwhile),
+ * publish its one result with a msg id derived from the job, ack the job message last. At most
+ * `concurrency` messages are held; on SIGTERM or `stop()` it finishes the jobs in hand and resolves
+ * `stopped` (docs/contract.md).
  */
 import {
   AckPolicy,

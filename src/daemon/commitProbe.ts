@@ -1,22 +1,9 @@
 /**
- * The `commits` check of `/readyz`: whether this instance can commit a write transaction now.
- *
- * `SELECT 1` answers while commits hang: a primary whose synchronous standby went away keeps
- * answering reads, and every transaction that writes waits at its commit for a standby that does
- * not come (until the pool's query timeout). The inbox then acks nothing and the instance should
- * leave the load balancer. So the probe commits a transaction that writes WAL: a transactional
- * logical decoding message (`pg_logical_emit_message(true, …)`, prefix `recognition-core`) is a
- * WAL record of its transaction, whose commit then waits for the synchronous standbys like any
- * batch of the inbox, the watchdog or the publisher. (A transaction that only takes a transaction
- * id, `txid_current()`, writes no WAL before its commit record and does not wait.) The message
- * needs no table, writes no row, any role may send it at any `wal_level`, and it fails at once on
- * a server that cannot write (a standby in recovery, read-only transactions by default); logical
- * decoding consumers, if any, see it and skip it by its prefix.
- *
- * One probe at a time, every `intervalMs`; after a failure every second, so the check turns green
- * soon after the database does. The check is red while a probe has waited longer than `timeoutMs`
- * or when the last probe failed, and green again as soon as a probe commits (a hung one included:
- * when the commits are released, it returns).
+ * The `commits` check of `/readyz`: whether this instance can commit a write transaction now. The
+ * probe commits a transactional logical decoding message (`pg_logical_emit_message(true, …)`), which
+ * writes WAL and so waits for the synchronous standbys like any batch; `SELECT 1` would answer while
+ * commits hang. Red while a probe has waited longer than `timeoutMs` or the last one failed
+ * (docs/operations.md, "Readiness").
  */
 import type { Logger } from '../logger.js';
 import type { CheckAnswer } from '../http/server.js';
@@ -34,7 +21,7 @@ export interface CommitProbeOptions {
   timeoutMs: number;
   logger: Logger;
   /** Called with each completed probe's duration (seconds), failed or not. */
-  observe?: ((seconds: number, ok: boolean) => void) | undefined;
+  observe?: (seconds: number, ok: boolean) => void;
 }
 
 /** A running probe. */

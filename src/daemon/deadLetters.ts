@@ -1,27 +1,9 @@
 /**
- * Dead letters from JetStream (docs/lifecycle.md, "The loops"): a job message that reached a consumer's `max_deliver`
- * without being acked means no service could take the job. JetStream announces it with a
- * max-deliveries advisory; this loop turns the advisory into `DELIVERY_EXHAUSTED` for the job
- * (→ `dlq`, `error_code = MAX_DELIVERIES`, file `ERROR`) through the step.
- *
- * Advisories are plain core NATS messages: at most once, never redelivered. One that is lost (this
- * instance was down, NATS restarted, the database stayed unreachable through every retry) leaves
- * the job `published` with its `reply_deadline`, and the watchdog times it out: the watchdog is the
- * safety net, this loop only makes the outcome faster and more precise.
- *
- * All instances subscribe in one queue group, so each advisory is handled by one of them. Were two
- * to handle it anyway, the step makes the second a no-op (`ignored`: the job is already `dlq`).
- *
- * Trust (docs/nats-permissions.md, "JetStream's events"): an advisory is a plain message on
- * `$JS.EVENT.>`, which any user allowed to publish there could forge. The shipped NATS
- * configuration denies that to every user, so only the server publishes them. Besides, the loop
- * checks what one request to the server per advisory can: the subject it came on names the
- * stream and consumer its body names; the stream is this loop's; the consumer exists on it, gives
- * up after `max_deliver` deliveries, starts at or before the message and has moved past it; the
- * message is on a subject the consumer reads. An advisory failing any of these changes nothing
- * (logged at warn, `dead_letter_advisory_untrusted`); the watchdog still times the job out.
- * JetStream keeps no per-message delivery count that a client can read, so `deliveries` is
- * checked against the consumer's `max_deliver` only.
+ * Dead letters from JetStream (docs/lifecycle.md, "The loops"): a max-deliveries advisory for a job
+ * message becomes `DELIVERY_EXHAUSTED` for its job (→ `dlq`) through the step. Advisories are at
+ * most once; the watchdog is the safety net for a lost one. All instances share one queue group,
+ * and an advisory the loop cannot confirm with the server changes nothing
+ * (docs/reliability.md, "Dead letters: a message that cannot be delivered").
  */
 import {
   jetstreamManager,

@@ -38,24 +38,24 @@ export interface InboxOptions {
    * The pg pool behind `db`. When given, batches run on its clients with prepared (named)
    * statements — the fast path; otherwise through Kysely, unprepared.
    */
-  pool?: PgPool | undefined;
+  pool?: PgPool;
   js: JetStreamClient;
   logger: Logger;
-  metrics?: Metrics | undefined;
+  metrics?: Metrics;
   /** Envelopes per batch transaction, at most. */
   batchSize: number;
   /** Batch transactions at once, at most. */
   concurrency: number;
   /** How long a batch that is not full waits for more envelopes, from its first one (ms). */
-  lingerMs?: number | undefined;
+  lingerMs?: number;
   maxEnvelopeBytes: number;
   /** The longest payload prefix a quarantine row keeps (`QUARANTINE_PAYLOAD_MAX_BYTES`). */
-  quarantinePayloadMaxBytes?: number | undefined;
+  quarantinePayloadMaxBytes?: number;
   /** The bucket every result's object must be in (`RESULTS_BUCKET`). */
   resultsBucket: string;
   ackWaitMs: number;
   /** The results stream and inbox consumer to read (the contract's by default). */
-  names?: ExchangeNames | undefined;
+  names?: ExchangeNames;
   /**
    * Create or update the streams and `core-inbox` (`provisionStreams`), where the core provisions
    * them (`NATS_PROVISION=true`): called when the consumer or its stream is missing. Without it
@@ -63,9 +63,9 @@ export interface InboxOptions {
    */
   provision?: (() => Promise<void>) | undefined;
   /** Test hook: called before each batch transaction. */
-  beforeBatch?: (items: readonly InboxItem[]) => Promise<void> | void;
+  beforeBatch?: ((items: readonly InboxItem[]) => Promise<void> | void) | undefined;
   /** Test and bench hook: called as soon as a batch has committed, before its messages are acked. */
-  afterCommit?: (items: readonly InboxItem[], outcomes: readonly InboxOutcome[]) => void;
+  afterCommit?: ((items: readonly InboxItem[], outcomes: readonly InboxOutcome[]) => void) | undefined;
 }
 
 /** A running inbox. */

@@ -251,13 +251,13 @@ export interface InboxBatchHooks {
    * be); the batch goes through the locked path instead, which decides every envelope on its
    * locked row.
    */
-  unlockedInconsistent?: ((err: InconsistencyError) => void) | undefined;
+  unlockedInconsistent?: (err: InconsistencyError) => void;
 }
 
 /** How {@link applyInboxBatchTx} bounds quarantine rows and what it reports besides its outcomes. */
 export interface InboxBatchOptions {
   limits?: QuarantineLimits | undefined;
-  hooks?: InboxBatchHooks | undefined;
+  hooks?: InboxBatchHooks;
 }
 
 /**

@@ -1,29 +1,10 @@
 /**
  * The inbox's scheduler: which received envelopes leave together as one batch, and when. It knows
- * no NATS, no database and no clock (lint keeps it importing nothing and calling no timer): the
- * inbox hands it what it receives, applies the batches it starts, tells it when one has settled,
- * and runs the linger timer it asks for.
- *
- * - Batching: a batch takes at most `batchSize` envelopes. It leaves when that many wait, once the
- *   linger has passed, or at once while draining. The linger timer (`lingerMs`) runs while
- *   envelopes wait that a batch could take; it is armed when one arrives, or its job is released,
- *   and none runs. So an envelope leaves at most `lingerMs` after it could (or as soon as a batch
- *   slot is free, if none was).
- * - Concurrency: at most `concurrency` batches are in flight (started and not yet settled).
- * - Per-job order: a batch takes the waiting envelopes in arrival order, but none of a job that a
- *   batch in flight holds. A job's envelopes are therefore applied in arrival order, never by two
- *   batches at once; those held back leave first once their job's batch has settled. Envelopes
- *   that only wait for their job do not keep the linger timer running.
- * - Back-pressure: at most `maxHeld` envelopes are held (received and not yet settled); the reader
- *   asks {@link InboxScheduler.full} before taking another. `maxHeld` is at least `batchSize`, so a
- *   full scheduler always has a batch in flight whose settlement makes room.
- * - Settling: each batch started is settled exactly once, whatever became of it (acked, nak'd, or
- *   applied one message at a time); that releases its jobs and its envelopes.
- *
- * A received item is made an entry (decoded, with the key of its job) only when a batch first looks
- * at it: until then it is only what the reader received, so the envelopes that wait keep few
- * objects alive. The waiting list is thus a prefix of entries (the ones left behind) followed by
- * items not yet looked at.
+ * no NATS, no database and no clock; the inbox hands it what it receives, applies the batches it
+ * starts, settles them and runs the linger timer it asks for. Its rules: at most `batchSize` per
+ * batch, at most `concurrency` batches in flight, a job's envelopes in arrival order and never in two
+ * batches at once, at most `maxHeld` envelopes held, every batch settled exactly once
+ * (docs/development.md, "Tests").
  */
 
 /** What the scheduler asks of its owner: apply a batch, and run one linger timer. */

@@ -1,13 +1,8 @@
 /**
  * One job's publish: the job message (docs/contract.md) built from the due row and checked against
- * the contract's schema, sent on `recognition.job.<target_service>` with
- * `Nats-Msg-Id = job:<job_id>:<attempt>` and the job's trace context, and what became of it — an
- * {@link Attempt}. It records nothing: the round records the outcome in its transaction.
- *
- * A message that fails the schema is refused without being sent, as a permanent refusal (no wait
- * makes it valid). Nothing is handed to a client that knows it is disconnected: a publish the
- * client buffers while reconnecting would reach the stream whenever it reconnects. A failed send is
- * an outage or a refusal as the round's {@link RoundFailureReader} reads it.
+ * the schema, sent with `Nats-Msg-Id = job:<job_id>:<attempt>` and the job's trace context, and what
+ * became of it (an {@link Attempt}); the round records it. A message the schema refuses is a
+ * permanent refusal; nothing is handed to a client that knows it is disconnected.
  */
 import type { JetStreamClient, PubAck } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/nats-core';
@@ -82,7 +77,7 @@ export interface PublishJobOptions {
 }
 
 /** NATS headers holding `fields`. */
-function withHeaders(fields: { traceparent: string; tracestate?: string | null | undefined }) {
+function withHeaders(fields: { traceparent: string; tracestate?: string | null }) {
   const h = natsHeaders();
   for (const [k, v] of Object.entries(headerFieldsOf(fields))) h.set(k, v);
   return h;

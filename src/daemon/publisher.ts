@@ -1,36 +1,11 @@
 /**
- * The publisher (docs/lifecycle.md, "The loops"): a transactional outbox from `recognition_job` rows
- * in `pending` to the `RECOGNITION_JOBS` stream. This file is its loop — when a round runs — and
- * the wiring of its parts:
- *
- * - the round (`publisherRound.ts`): one transaction that locks due jobs, publishes them, records
- *   every outcome through the step (`PUBLISHED` or `PUBLISH_FAILED`) and reports after the commit;
- * - one job's publish (`publishJob.ts`): its message, checked, sent with its msg id and trace;
- * - the outage (`publisherOutage.ts`): whether a failed publish is an outage of NATS or JetStream
- *   (wait, spend no attempt) or a refusal of the message (spend one), and how an outage is waited
- *   out — one job per round, after a pause that doubles, at once on a reconnect.
- *
- * Exactly one message per job, in effect:
- * - a crash after JetStream's ack but before the commit leaves the job `pending`; the next round
- *   publishes it again with the same msg id and JetStream drops it as a duplicate (its ack says
- *   so) as long as it comes within the stream's duplicate window (2 min by default);
- * - a publish caught by an outage (sent, never acked: a frozen server, a dropped connection) may
- *   still reach the stream when the server resumes or the client flushes its buffer on reconnect;
- *   the job's next publish carries the same msg id and follows within one outage pause, well
- *   inside the duplicate window, so JetStream drops it. With `isConnected` given, nothing is handed
- *   to a client that knows it is disconnected, which leaves only the publishes caught by the
- *   disconnect itself.
- *   A job that went to `dlq` meanwhile and whose late message a service still takes gets its
- *   result logged as `late` by the inbox, never applied.
- * A job message republished after a lost commit carries a later `reply_deadline` than the copy the
- * stream kept; the stored (later) deadline is the one the watchdog enforces, so a service that
- * honours its copy's earlier deadline is never cut short.
- *
- * Wake-ups: a `LISTEN recognition_job_created` connection (the insert trigger NOTIFYs; none behind
- * a transaction-mode pooler without a direct URL of its own), a timer to
- * the earliest future `next_publish_at` (backoff retries), and a poll every
- * `PUBLISHER_POLL_INTERVAL_MS` as the safety net. A round that filled its batch is followed by
- * another at once. During an outage only the outage pause and the client's reconnects wake it.
+ * The publisher (docs/lifecycle.md, "The loops"): a transactional outbox from `pending` job rows to
+ * the `RECOGNITION_JOBS` stream. This file is its loop (when a round runs) and the wiring of its
+ * parts: the round (`publisherRound.ts`), one job's publish (`publishJob.ts`) and the outage
+ * (`publisherOutage.ts`). Each job gets one message in effect: a republish carries the same msg id,
+ * within JetStream's duplicate window. Rounds wake on `LISTEN recognition_job_created`, a timer to
+ * the earliest `next_publish_at` and a poll; a full round is followed by another at once
+ * (docs/reliability.md).
  */
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { sql, type Kysely } from 'kysely';
@@ -80,7 +55,7 @@ export interface PublisherOptions {
    * The pool whose connection settings the LISTEN connection copies (it opens a client of its own
    * and takes no pool slot). Without it the publisher relies on its timers and poll only.
    */
-  pool?: Pool;
+  pool?: Pool | undefined;
   /**
    * Where the LISTEN connection goes instead of the pool's settings: a direct connection past a
    * pooler (`DATABASE_LISTEN_URL`), or `null` for none at all (a transaction-mode pooler keeps no
@@ -100,12 +75,12 @@ export interface PublisherOptions {
    * Create or update the streams and `core-inbox` again (`provisionStreams`), given where the core
    * provisions them (`NATS_PROVISION=true`). Called when no stream answered on a job subject.
    */
-  provision?: () => Promise<void>;
+  provision?: (() => Promise<void>) | undefined;
   logger: Logger;
   metrics?: Metrics;
   config: PublisherConfig;
   /** The job subjects to publish on (the contract's by default). */
-  names?: ExchangeNames | undefined;
+  names?: ExchangeNames;
   /** Replaces the step's `applyEvents`; for fault injection in tests only. */
   applyEvents?: typeof applyEvents;
 }

@@ -1,28 +1,9 @@
 /**
- * The publisher's outages (docs/lifecycle.md, "The loops"): telling an outage from a refusal, and
- * waiting an outage out.
- *
- * A publish fails either because NATS or JetStream cannot take any message now (disconnected, no
- * ack in time, no stream answering, JetStream unavailable) or because JetStream refuses this
- * message (see `classifyPublishFailure`). Only a refusal is recorded as `PUBLISH_FAILED`, spends
- * one of the job's `MAX_PUBLISH_ATTEMPTS` and ends in `dlq` when they are spent. An outage records
- * nothing: the job stays `pending` and due, its attempts unspent, and the publisher waits — the
- * `recognition_publisher_nats_unavailable` gauge is 1, /readyz says `nats: false`, one line logs
- * the start and one the end. Meanwhile each round tries one job only (the oldest due), after a
- * pause that doubles from `PUBLISH_BACKOFF_BASE_MS` up to {@link OUTAGE_PAUSE_MAX_MS}, and at once
- * when the client reconnects; the first round that JetStream answers ends the outage and the next
- * takes a full batch.
- *
- * A 503 ("no responders") on a job subject means no stream took the message. Where the core
- * provisions the streams, its jobs stream binds every job subject, so the stream is gone or
- * without a leader: an outage, and the streams are provisioned again once it has lasted
- * `PROVISION_AGAIN_AFTER_MS`. Otherwise JetStream is asked which stream binds the subject: none
- * while another stream binds job subjects means this job's target service has no stream (a
- * refusal); no stream for job subjects at all means the jobs stream is missing (an outage, until an
- * operator creates it).
- *
- * The course of an outage and its pause are pure ({@link outageAfterRound}, {@link outagePauseMs});
- * {@link createOutageWatch} holds the current one and logs, counts and provisions around it.
+ * The publisher's outages: telling an outage of NATS or JetStream (wait, spend no attempt) from a
+ * refusal of the message (record `PUBLISH_FAILED`, spend one), and waiting an outage out: one job per
+ * round, after a pause that doubles, at once on a reconnect. The course of an outage and its pause
+ * are pure ({@link outageAfterRound}, {@link outagePauseMs}); {@link createOutageWatch} holds the
+ * current one and logs, counts and provisions around it (docs/reliability.md, "Failure behaviour").
  */
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import type { Config } from '../config.js';

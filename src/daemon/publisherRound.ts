@@ -1,13 +1,8 @@
 /**
- * One round of the outbox (docs/lifecycle.md, "The loops"), in one transaction: lock due `pending`
- * jobs (`FOR UPDATE OF j SKIP LOCKED`), publish them all at once and wait for every ack or failure,
- * record through the step the outcome of every publish JetStream answered (`PUBLISHED`, or
- * `PUBLISH_FAILED` with the retry policy), commit, and only then log and count the outcomes.
- *
- * The row locks are held across the publish on purpose: another instance skips those jobs instead
- * of publishing them too. A publish put off by an outage records nothing: its job stays `pending`
- * and due, its attempts unspent. A database failure rolls the round back: the jobs stay due and
- * are published again with the same msg ids.
+ * One round of the outbox, in one transaction: lock due `pending` jobs (`SKIP LOCKED`, held across
+ * the publish so another instance skips them), publish them all and wait for every answer, record
+ * through the step what JetStream answered, commit, and only then log and count. A publish put off
+ * by an outage records nothing; a database failure rolls the round back.
  */
 import { sql, type Kysely, type Transaction } from 'kysely';
 import { publishBackoffMs, type PublishRetryPolicy } from '../../machines/index.js';

@@ -1,26 +1,9 @@
 /**
- * Retention: deletes finished jobs (with their transitions) and quarantined messages once they
- * are older than their retention — `RETENTION_SUCCEEDED` for done/needs_check, `RETENTION_FAILED`
- * for error/timeout/dlq, `RETENTION_QUARANTINE` — so that the tables hold a window of history,
- * not all of it. A job that is still its file's current job is never deleted, nor one that is not
- * final; files and `s3_object` rows are never deleted (src/db/retention.ts).
- *
- * One pass, {@link runRetentionPass}, is what the daemon runs every `RETENTION_INTERVAL_MS` and
- * what `recognition-core retention run` runs once:
- *   1. each batch transaction first takes the retention lock (`pg_try_advisory_xact_lock`, never
- *      waiting; released when the transaction ends): one instance at a time deletes; a pass whose
- *      batch finds the lock taken stops there and says so (`busy`);
- *   2. for each final status whose class has a retention, walk through its expired jobs in
- *      batches, one short transaction each: look at the next `batchSize`, delete those that are
- *      not current (locked `SKIP LOCKED`, so never waiting for the inbox nor holding it up);
- *   3. delete expired quarantined messages, in batches too.
- *
- * Most expired jobs stay: a file's last job is its current one, so the expired range of a status
- * is mostly jobs that are looked at and left. The daemon therefore remembers, per status, where
- * its walk stopped, and the next pass continues from there (the new expirations), instead of
- * looking at the whole range again; once a day (and after a start) a pass walks from the start,
- * which takes the jobs that stopped being current after they expired and the rows that were held
- * when their turn came. The command always walks from the start.
+ * Retention: deletes finished jobs (with their transitions) and quarantined messages older than
+ * their retention, so the tables hold a window of history. A file's current job and a job that is
+ * not final are never deleted. {@link runRetentionPass} is one pass: batches under a retention lock
+ * taken without waiting, one short transaction each; the daemon resumes each status's walk where the
+ * last pass stopped (docs/operations.md, "Retention").
  */
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { FinalJobStatus } from '../../machines/index.js';
@@ -104,16 +87,16 @@ export interface RetentionPassResult {
 export interface RetentionPassOptions {
   settings: RetentionSettings;
   /** Count what would be deleted; delete nothing, take no lock. */
-  dryRun?: boolean | undefined;
+  dryRun?: boolean;
   /**
    * Where each status's walk stopped in earlier passes; updated as this one goes. Absent or empty:
    * walk from the start.
    */
-  positions?: Map<FinalJobStatus, FinishedKey> | undefined;
+  positions?: Map<FinalJobStatus, FinishedKey>;
   /** Set `halted` to stop after the current batch. */
-  control?: RunControl | undefined;
+  control?: RunControl;
   /** Called after each committed batch, for progress metrics. */
-  onBatch?: ((table: RetentionTable, deleted: number) => void) | undefined;
+  onBatch?: (table: RetentionTable, deleted: number) => void;
 }
 
 /** The tables retention deletes from. */
@@ -261,7 +244,7 @@ export async function runRetentionPass(
 export interface RetentionOptions {
   db: Kysely<Database>;
   logger: Logger;
-  metrics?: Metrics | undefined;
+  metrics?: Metrics;
   settings: RetentionSettings;
   /** Pause between the end of one pass and the start of the next (`RETENTION_INTERVAL_MS`). */
   intervalMs: number;

@@ -1,17 +1,9 @@
 /**
- * The watchdog (docs/lifecycle.md, "Timeouts and dead letters"): turns passed `reply_deadline`s into `DEADLINE_PASSED` events.
- *
- * It schedules sweeps and reports; the step (`applyPassedDeadlines`) locks a batch of due rows,
- * decides and writes. Due rows (and their files) are locked `FOR UPDATE SKIP LOCKED`, so several
- * instances — and the WATCHDOG_CONCURRENCY batches of one sweep — work side by side without ever
- * timing out the same job twice, and a result being applied right now (its row locked by the
- * inbox) is skipped: if the result commits first the job is final and the machine ignores the
- * deadline. A backlog is drained from both ends of the due index at once (oldest and newest
- * passed deadline), so two workers do not step over each other's locked rows.
- *
- * Logging: one info line per timed-out job (`job_id`, `event`, `from`, `to`), as for every other
- * decision of the daemon, plus one info summary per sweep that timed anything out (count, batches,
- * duration). Per-batch lines and jobs the machine declined are at debug.
+ * The watchdog (docs/lifecycle.md, "Timeouts and dead letters"): turns passed `reply_deadline`s into
+ * `DEADLINE_PASSED` events. It schedules sweeps and reports; the step (`applyPassedDeadlines`) locks
+ * due rows `SKIP LOCKED`, decides and writes, so instances and batches never time out a job twice. A
+ * backlog is drained from both ends of the due index at once. One info line per timed-out job, one
+ * summary per sweep that timed anything out.
  */
 import { sql, type Kysely } from 'kysely';
 import type { Database } from '../db/schema.js';
@@ -49,7 +41,7 @@ export interface WatchdogOptions {
    * The pg pool behind `db`. When given, batches run on its clients with prepared statements
    * (the fast path); otherwise through Kysely, unprepared.
    */
-  pool?: PgPool | undefined;
+  pool?: PgPool;
 }
 
 /** A running (or startable) watchdog. */

@@ -36,7 +36,7 @@ export interface DbOptions {
    * connection: behind a transaction-mode pooler (`DATABASE_POOLER=transaction`) each transaction
    * may get another server connection, where a named statement is missing or already exists.
    */
-  unnamedStatements?: boolean | undefined;
+  unnamedStatements?: boolean;
 }
 
 const defaultTimestamptz = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ, 'text') as (
@@ -179,7 +179,7 @@ export function databaseName(url: string): string {
  */
 export async function createDatabaseIfMissing(
   url: string,
-  { template }: { template?: string | undefined } = {},
+  { template }: { template?: string } = {},
 ): Promise<boolean> {
   const name = databaseName(url);
   const own = new pg.Client(pgConnection(url));

@@ -146,7 +146,7 @@ export async function readFigures(
   {
     exactLimit = EXACT_COUNT_LIMIT,
     statementTimeoutMs = 5_000,
-  }: { exactLimit?: number; statementTimeoutMs?: number } = {},
+  }: { exactLimit?: number; statementTimeoutMs?: number | undefined } = {},
 ): Promise<DbFigures> {
   const { rows } = await db
     .transaction()

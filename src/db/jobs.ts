@@ -52,7 +52,7 @@ export async function addFile(
 /** A W3C trace context as text (`traceparent`, optionally `tracestate`), checked by the caller. */
 export interface JobTraceContext {
   traceparent: string;
-  tracestate?: string | null | undefined;
+  tracestate?: string | null;
 }
 
 /**

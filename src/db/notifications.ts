@@ -1,11 +1,7 @@
 /**
- * PostgreSQL `LISTEN` on a dedicated connection that comes back by itself.
- *
- * A LISTEN lives on one session, so it cannot borrow pool connections; it gets its own client,
- * built from the pool's connection settings (so it carries the same credentials and TLS). When that
- * connection drops (a restarted server, a killed backend) it is reopened with a growing delay, and
- * `onNotify` is called once after every recovery: notifications sent while nobody listened
- * are lost, so the listener must assume it missed some.
+ * PostgreSQL `LISTEN` on a dedicated connection (built from the pool's settings) that comes back by
+ * itself, with a growing delay. `onNotify` is called once after every recovery: notifications sent
+ * while nobody listened are lost, so the listener assumes it missed some.
  */
 import pg from 'pg';
 import type { Logger } from '../logger.js';

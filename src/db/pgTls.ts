@@ -1,20 +1,8 @@
 /**
- * TLS to PostgreSQL with libpq's meaning of the connection parameters `sslmode`, `sslrootcert`,
- * `sslcert` and `sslkey` (docs/configuration.md, "PostgreSQL TLS"). This module reads them out of
- * the connection URL and hands `pg` a URL without them plus explicit TLS options, so that `pg`
- * never interprets an `sslmode` itself: its own reading treats `require` and `verify-ca` as
- * `verify-full` and prints a multi-line warning on stderr, among the JSON log lines.
- *
- * - `disable` (and no `sslmode` at all): plain TCP; the file parameters are ignored under
- *   `disable`, and refused without any `sslmode` (they mean TLS was wanted).
- * - `require`: encrypted, the server's certificate not checked; with `sslrootcert` it behaves as
- *   `verify-ca`, as in libpq.
- * - `verify-ca`: the certificate must chain to `sslrootcert` (required); the host name is not
- *   checked.
- * - `verify-full`: the chain and the host name (the certificate's subjectAltName must name the
- *   host of the URL). Without `sslrootcert`, or with `sslrootcert=system`, the chain is checked
- *   against Node's list of public CAs.
- * - `prefer` and `allow` are refused: they fall back to plain text, which `pg` cannot do.
+ * TLS to PostgreSQL with libpq's meaning of `sslmode`, `sslrootcert`, `sslcert` and `sslkey`
+ * (docs/configuration.md, "PostgreSQL TLS"): read out of the URL and handed to `pg` as explicit TLS
+ * options, so `pg` never reads an `sslmode` itself. `disable`, `require`, `verify-ca` and
+ * `verify-full` as in libpq; `prefer` and `allow` are refused (they fall back to plain text).
  */
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';

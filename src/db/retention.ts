@@ -1,20 +1,8 @@
 /**
- * Retention's statements: deleting finished jobs (with their transitions) and quarantined
- * messages once they are older than their retention, counting what would go, and reading finished
- * jobs page by page for an archive.
- *
- * Terminology:
- * - a job is *expired* when it is final and `finished_at` is older than its class's retention
- *   (`succeeded`: done, needs_check; `failed`: error, timeout, dlq);
- * - a job is *current* while its file's `current_recognition_job_id` names it. A current job is
- *   never deleted, however old: it is the file's recognition, the one the mapping loop reads and a
- *   retry starts from (and the foreign key `stored_file_current_recognition_job_id_fkey` refuses it
- *   anyway). A job stops being current only when a newer attempt is created for its file, and
- *   never becomes current again.
- *
- * Deleting is not a change of a job's state: a final job never changes again, so the machine has
- * nothing to decide about it and the step is not involved. Nothing else is deleted: the files and
- * every `s3_object` row (uploads, and the results that deleted jobs pointed at) stay.
+ * Retention's statements: deleting expired jobs (final, `finished_at` older than their class's
+ * retention) with their transitions and expired quarantined messages, counting what would go, and
+ * reading finished jobs page by page for an archive. A job is never deleted while it is its file's
+ * current job; files and `s3_object` rows are never deleted (docs/operations.md, "Retention").
  */
 import { sql, type Kysely } from 'kysely';
 import {
@@ -109,7 +97,7 @@ export interface ExpiredBatchOptions {
   status: FinalJobStatus;
   retentionMs: number;
   /** Continue after this job; from the oldest expired job when absent. */
-  after?: FinishedKey | null | undefined;
+  after?: FinishedKey | null;
   limit: number;
 }
 

@@ -1,18 +1,8 @@
 /**
- * The database-backed figures of the HTTP endpoints (`recognition_jobs` on /metrics, the counts
- * of /statechart, the `database` check of /readyz), read on a connection of their own and served
- * from memory.
- *
- * A request never queries the database: the figures are read once at start and then once every
- * `intervalMs`, whatever the request rate, by one loop on a pool of a single connection that the
- * inbox, the watchdog and the publisher never use; each read is one statement (src/db/figures.ts)
- * under a statement timeout. A scrape gets the last figures read, with the time they describe
- * (`recognition_http_figures_timestamp_seconds`). A read that fails keeps the last figures; the
- * next one is tried an interval later.
- *
- * The `database` check of /readyz runs `SELECT 1` on a second connection of its own (so a slow
- * figures read never makes it red), at most once a second: concurrent requests share one answer,
- * and a scrape of `recognition_ready` takes the last answer without waiting.
+ * The database-backed figures of the HTTP endpoints (`recognition_jobs` on /metrics, the counts of
+ * /statechart, the `database` check of /readyz), read on connections of their own and served from
+ * memory: a request never queries the database. One statement every `intervalMs`; a failed read
+ * keeps the last figures (docs/operations.md).
  */
 import { sql } from 'kysely';
 import type { Db } from '../db/database.js';
@@ -45,7 +35,7 @@ export interface HttpFiguresOptions {
   /** A pool of one connection, of its own (never the daemon's). */
   db: Db;
   /** Another pool of one connection, for the `database` check (default: `db`). */
-  checkDb?: Db;
+  checkDb?: Db | undefined;
   intervalMs: number;
   /** Bound of each figures read (its statement timeout). */
   statementTimeoutMs?: number;

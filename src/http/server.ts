@@ -14,7 +14,7 @@ import { sharedAnswer } from './shared.js';
  * What a readiness check answers: `true` when that part works; `false`, or `{ ok: false, reason }`
  * to say why, when it does not.
  */
-export type CheckAnswer = boolean | { ok: boolean; reason?: string | undefined };
+export type CheckAnswer = boolean | { ok: boolean; reason?: string };
 
 /** Each readiness check, by name. A check that throws counts as failed, its error as the reason. */
 export type ReadinessChecks = Record<string, () => Promise<CheckAnswer> | CheckAnswer>;
@@ -56,7 +56,7 @@ const CHECK_TIMEOUT_MS = 2_000;
 
 async function runCheck(
   check: () => Promise<CheckAnswer> | CheckAnswer,
-): Promise<{ ok: boolean; reason?: string | undefined }> {
+): Promise<{ ok: boolean; reason?: string }> {
   let timer: NodeJS.Timeout | undefined;
   try {
     const answer = await Promise.race([

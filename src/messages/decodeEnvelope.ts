@@ -63,7 +63,7 @@ export type DecodeResult =
       ok: false;
       reason: QuarantineReason;
       details: unknown;
-      jobId?: string;
+      jobId?: string | undefined;
       msgId?: string | null;
       /** The envelope's `service.name` when it can be read (a string, cut to the schema's bound). */
       serviceName?: string;

@@ -1,20 +1,8 @@
 /**
- * What of a message the inbox cannot apply goes into `inbox_quarantine` and its log line, in a
- * form PostgreSQL can store and of a bounded size, whatever the sender put in it. Pure.
- *
- * - Text (header names and values, the msg id, strings in the details): U+0000 and unpaired
- *   surrogates, which neither `text` nor `jsonb` can hold, are written as the six characters
- *   `\u0000` (`\ud800`, …); a string longer than its bound is cut to it.
- * - Headers: at most {@link HEADER_NAMES_MAX} names, {@link HEADER_VALUES_MAX} values each, every
- *   name and value cut to {@link HEADER_TEXT_MAX} characters.
- * - Payload: at most the configured prefix (`QUARANTINE_PAYLOAD_MAX_BYTES`); `details.payload_bytes`
- *   keeps the original length.
- * - Details: at most {@link DETAILS_NODES_MAX} values, each string cut to {@link DETAILS_TEXT_MAX}
- *   and all of them together to about {@link DETAILS_TEXT_BUDGET} characters: the row and the
- *   log line of one message stay a few KiB whatever the sender put in it.
- *
- * A record that lost anything says so in its details: `payload_truncated`, `headers_altered`,
- * `details_truncated` (each `true`, absent otherwise).
+ * What of a message the inbox cannot apply goes into `inbox_quarantine` and its log line: text
+ * PostgreSQL can store, of a bounded size, whatever the sender put in it. Pure. A record that lost
+ * anything says so in its details (`payload_truncated`, `headers_altered`, `details_truncated`)
+ * (docs/operations.md).
  */
 
 /** Longest header name or value stored or logged, in UTF-16 code units. */

@@ -1,11 +1,7 @@
 /**
- * The two message contracts with recognition services, as JSON Schema 2020-12.
- *
- * The schemas are written here as `as const` objects so that the TypeScript types are derived from
- * them (`FromSchema`) and cannot drift. `schemas/*.schema.json` at the repository root are the same
- * objects serialised for services and other tools; a unit test (`test/unit/messages.schema.test.ts`)
- * fails when a file differs from its object here; `UPDATE_SCHEMAS=1 npx vitest run
- * test/unit/messages.schema.test.ts` rewrites the files from the objects.
+ * The two message contracts with recognition services, as JSON Schema 2020-12 `as const` objects, so
+ * the types derive from them (`FromSchema`). `schemas/*.schema.json` are the same objects serialised;
+ * `test/unit/messages.schema.test.ts` fails when they differ (`UPDATE_SCHEMAS=1` rewrites them).
  */
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import type { ErrorObject, ValidateFunction } from 'ajv/dist/2020.js';

@@ -100,10 +100,7 @@ export function connectFailureReason(cfg: NatsConfig, err: unknown): string {
 export async function connectNats(
   cfg: NatsConfig,
   logger: Logger,
-  {
-    name = 'recognition-core',
-    inboxPrefix,
-  }: { name?: string | undefined; inboxPrefix?: string | undefined } = {},
+  { name = 'recognition-core', inboxPrefix }: { name?: string; inboxPrefix?: string } = {},
 ): Promise<Nats> {
   const nc = await connect({ ...natsOptions(cfg, name), ...(inboxPrefix ? { inboxPrefix } : {}) });
   let connected = true;

@@ -29,7 +29,7 @@ export type ReplayStart = { seq: number } | { time: Date };
 export interface InboxReplayOptions {
   db: Kysely<Database>;
   /** The pg pool behind `db`: batches then run with prepared statements, as the inbox's do. */
-  pool?: PgPool | undefined;
+  pool?: PgPool;
   js: JetStreamClient;
   jsm: JetStreamManager;
   from: ReplayStart;
@@ -39,18 +39,18 @@ export interface InboxReplayOptions {
   batchSize: number;
   maxEnvelopeBytes: number;
   /** The longest payload prefix a quarantine row keeps (`QUARANTINE_PAYLOAD_MAX_BYTES`; 64 KiB if unset). */
-  quarantinePayloadMaxBytes?: number | undefined;
+  quarantinePayloadMaxBytes?: number;
   /** The bucket every result's object must be in (`RESULTS_BUCKET`), as the inbox checks it. */
   resultsBucket: string;
   /**
    * Decide every message and write nothing: each batch runs in a transaction that is rolled back,
    * so it is decided on the database as it is, without the earlier batches' effects.
    */
-  dryRun?: boolean | undefined;
+  dryRun?: boolean;
   /** Called once the stream's bounds are known, before the first message. */
-  onPlan?: ((plan: ReplayPlan) => void) | undefined;
+  onPlan?: (plan: ReplayPlan) => void;
   /** Called after each batch. */
-  onProgress?: ((summary: Readonly<InboxReplaySummary>) => void) | undefined;
+  onProgress?: (summary: Readonly<InboxReplaySummary>) => void;
 }
 
 /** The stream as the replay found it. */

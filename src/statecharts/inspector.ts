@@ -1,19 +1,8 @@
 /**
- * The bridge to the Stately inspector: a local inspection server and an inspector
- * (`@statelyai/inspect`) that sends it a run of the lifecycle machine, as the inspector's own
- * actor/event/snapshot events. A developer opens the server's page in a browser; that page embeds
- * the hosted inspector (https://stately.ai/inspect) and relays every event the server holds (the
- * last 200), so it may be opened before or after the run.
- *
- * The server is `@statelyai/inspect/server`'s `createInspectorServer` — the same page, the same
- * relay — made to listen on loopback only: the library's listens on every interface and takes no
- * host, and it replays the events it holds (jobs' contexts: file ids, services, error messages)
- * to anyone who connects.
- *
- * Why not `createWebSocketInspector`: it gives no way to know when the events have left the
- * process (a command would have to sleep before exiting), and it re-sends its whole buffer on every
- * reconnection. The adapter here is the same wire protocol (one JSON inspection event per WebSocket
- * message) with a `flush()` that resolves once the server has read every event.
+ * The bridge to the Stately inspector: a local inspection server (`@statelyai/inspect/server`'s,
+ * listening on loopback only) and an inspector that sends it a run of the lifecycle machine. Its
+ * `flush()` resolves once the server has read every event, so a command can exit without sleeping
+ * (docs/development.md).
  */
 import { createServer } from 'node:http';
 import { createInspector, type StatelyInspectionEvent } from '@statelyai/inspect';

@@ -1,13 +1,8 @@
 /**
- * The live statechart, served by the daemon for product owners: `GET /statechart` is the diagram
- * with the number of jobs now in each status and the count of each applied transition, refreshed
- * every few seconds; `GET /statechart.json` is the same numbers (and the re-rendered SVG) for the
- * page's refresh and for scripts.
- *
- * The numbers come from the database, not from this process's counters, so every replica of the
- * daemon shows the same chart and a restart loses nothing; they are the HTTP figures, read at
- * most once per `HTTP_FIGURES_INTERVAL_MS` on a connection of their own (src/http/figures.ts). The page is self-contained: the SVG is
- * rendered server-side by Graphviz (WASM), with no script or font from a CDN.
+ * The live statechart: `GET /statechart` is the diagram with the number of jobs in each status and
+ * the count of each applied transition, refreshed every few seconds; `GET /statechart.json` is the
+ * same numbers. They are the HTTP figures from the database (src/http/figures.ts), so every replica
+ * shows the same chart. Self-contained: the SVG is rendered server-side.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { redactUrl } from '../config.js';

@@ -1,15 +1,8 @@
 /**
  * The lifecycle machine read as a graph: its states and every transition of its definition, in
- * definition order. Everything in `visualizations/`, the database's legal edges and the live page
- * are derived from this walk of the machine, never drawn by hand.
- *
- * Pure: reads the machine's definition, runs nothing.
- *
- * Terminology:
- * - *root* transitions are the machine-level `on` handlers: a state that does not handle an event
- *   falls back to them.
- * - an *edge* is a status change `from → to` the machine can make (a transition with a target
- *   other than its own state). A transition without a target keeps the status.
+ * definition order. `visualizations/`, the database's legal edges and the live page derive from it.
+ * Pure. *Root* transitions are the machine-level `on` handlers; an *edge* is a status change
+ * `from → to` (a transition with a target other than its own state).
  */
 import type { AnyStateMachine, AnyStateNode } from 'xstate';
 import { recognitionJobMachine } from '../../machines/index.js';

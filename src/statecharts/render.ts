@@ -113,7 +113,7 @@ export function stateNode(s: GraphState, count?: number): string {
 }
 
 /** The diagram in DOT; with `counts`, node and edge labels carry the live numbers. */
-export function toDot(graph: MachineGraph, { counts }: { counts?: ChartCounts | undefined } = {}): string {
+export function toDot(graph: MachineGraph, { counts }: { counts?: ChartCounts } = {}): string {
   const lines = dotHeader(graph);
   for (const s of graph.states) lines.push(stateNode(s, counts ? (counts.states[s.name] ?? 0) : undefined));
   lines.push(`  "__start" -> ${q(graph.initial)};`);

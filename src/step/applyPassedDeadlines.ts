@@ -9,7 +9,7 @@ export interface PassedDeadlines {
   /** Jobs locked and decided at most. */
   limit: number;
   /** The end of the due index the batch is taken from; `oldest` unless given. */
-  from?: DueEnd | undefined;
+  from?: DueEnd;
 }
 
 /**

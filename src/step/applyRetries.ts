@@ -26,7 +26,7 @@ import { RETRY_LOCK, RETRY_WRITE, type RetryLockedRow } from './statements.js';
 export interface RetryRequest {
   jobId: string;
   /** The service the next attempt is published to; the job's own when absent. */
-  targetService?: string | undefined;
+  targetService?: string;
 }
 
 /** What came of one {@link RetryRequest}. */

@@ -19,7 +19,7 @@ const closeAfterStop: Array<() => Promise<void>> = [];
  */
 export async function startTracingFromEnv(opts: {
   env?: NodeJS.ProcessEnv;
-  serviceName?: string | undefined;
+  serviceName?: string;
 }): Promise<boolean> {
   const request = tracingRequest(opts.env ?? process.env);
   for (const w of request.warnings) process.stderr.write(`recognition-core: tracing: ${w}\n`);

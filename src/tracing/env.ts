@@ -1,14 +1,8 @@
 /**
- * When tracing is on: the rule over the standard `OTEL_*` variables. Pure and free of imports, so
- * the launcher can ask it before anything of OpenTelemetry's SDK is loaded.
- *
- * The rule (docs/tracing.md):
- * - `OTEL_SDK_DISABLED=true` turns it off, whatever else is set;
- * - `OTEL_TRACES_EXPORTER` set: on when its list names `otlp` (`none` or only other exporters: off);
- * - `OTEL_TRACES_EXPORTER` unset: on when `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
- *   `OTEL_EXPORTER_OTLP_ENDPOINT` names where to send.
- * The specification's default exporter is `otlp`, to `localhost:4318`; here an unset variable
- * leaves tracing off instead, so a process nobody asked to trace loads and pays nothing for it.
+ * When tracing is on, from the standard `OTEL_*` variables (docs/tracing.md): off with
+ * `OTEL_SDK_DISABLED=true`; else on when `OTEL_TRACES_EXPORTER` names `otlp`, or, when that is
+ * unset, when an OTLP endpoint is set. Unset variables leave tracing off. Pure and free of imports,
+ * so the launcher can ask before OpenTelemetry's SDK is loaded.
  */
 
 /** The standard variables the rule and the SDK read (listed in docs/tracing.md). */

@@ -1,25 +1,7 @@
 /**
- * The spans of one job's way through the exchange, one function per place that records them.
- * Each starts with `tracingActive()`: without a started SDK it returns undefined (or, where a
- * stored or received context is to be passed on, that context as it came) and does nothing else.
- *
- * The shape of a job's trace (docs/tracing.md):
- *
- *   recognition.job create                      (jobs create; child of --traceparent if given)
- *   └─ send recognition.job.<service>           (publisher, PRODUCER; a new root when the row has no context)
- *      └─ process recognition.job.<service>     (the service, CONSUMER)
- *         ├─ send recognition.result            (its ack envelope, PRODUCER)
- *         │  └─ process recognition.result      (the inbox applying it, CONSUMER) ─ pg spans
- *         └─ send recognition.result            (its result envelope)
- *            └─ process recognition.result      (the inbox applying it)
- *
- * The inbox's span of an envelope is a child of the envelope's context, not only linked to it:
- * each such span processes exactly one message, so its parent is unambiguous, and the operator who
- * follows one job sees its whole way in one trace. An envelope applied in a batch of several also
- * links to the batch's span (`inbox batch`, linked to every envelope of the batch), which holds
- * the batch transaction's pg spans. The watchdog's timeout and the dead-letter step happen on the
- * core's own schedule, caused by no message: they are roots of their own traces with a link to the
- * job's context.
+ * The spans of one job's way through the exchange, one function per place that records them (the
+ * trace's shape: docs/tracing.md). Each starts with `tracingActive()`: without a started SDK it
+ * returns undefined (or the context it was given) and does nothing else.
  */
 import {
   ROOT_CONTEXT,
@@ -261,7 +243,7 @@ export interface InboxTraceItem {
   raw: { subject: string; streamSeq: number | null; headers: Readonly<Record<string, readonly string[]>> };
   decoded:
     | { ok: true; msgId: string | null; envelope: { job_id: string; status: string } }
-    | { ok: false; msgId?: string | null | undefined; jobId?: string | null | undefined; reason: string };
+    | { ok: false; msgId?: string | null; jobId?: string | null | undefined; reason: string };
 }
 
 /** What the inbox's spans record of an outcome (structurally the inbox's own outcome). */

@@ -1,12 +1,8 @@
 /**
- * OpenTelemetry's SDK for this process: a Node tracer provider exporting over OTLP/HTTP (JSON) in
+ * OpenTelemetry's SDK for this process: a Node tracer provider exporting OTLP/HTTP (JSON) in
  * batches, the W3C propagator, an AsyncLocalStorage context manager and the pg instrumentation.
- *
- * Loaded only by dynamic import, when the `OTEL_*` variables ask for it (`./env.ts`), and before
- * `pg` is first imported: the pg instrumentation patches the module as it loads. The exporter, the
- * batch processor, the sampler and the resource read their standard variables themselves
- * (`OTEL_EXPORTER_OTLP_*`, `OTEL_BSP_*`, `OTEL_TRACES_SAMPLER*`, `OTEL_SERVICE_NAME`,
- * `OTEL_RESOURCE_ATTRIBUTES`).
+ * Loaded only by dynamic import when `./env.ts` says so, and before `pg` is first imported (the
+ * instrumentation patches it as it loads). Its parts read their standard `OTEL_*` variables.
  */
 import { context, diag, DiagConsoleLogger, DiagLogLevel, propagation, trace } from '@opentelemetry/api';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';

@@ -1,13 +1,8 @@
 /**
  * Tracing through the standard API (`@opentelemetry/api`) only: whether a tracer provider was
- * started, W3C trace context in and out of message headers, and the fields log lines carry.
- *
- * Without a started SDK every helper here is a check of one boolean and returns undefined: the
- * code paths of the loops create no span, extract nothing and allocate nothing for tracing.
- *
- * Terminology: a *carrier* is a job's or a message's W3C trace context as text, `traceparent`
- * (`00-<trace id>-<span id>-<flags>`) and optionally `tracestate`; it is what the job row stores
- * and what the messages' headers carry.
+ * started, W3C trace context in and out of message headers, and the fields log lines carry. Without
+ * a started SDK every helper is a check of one boolean. A *carrier* is a W3C trace context as text
+ * (`traceparent`, optionally `tracestate`), as the job row stores it and the headers carry it.
  */
 import {
   context,
@@ -27,7 +22,7 @@ export const TRACESTATE = 'tracestate';
 /** A W3C trace context as text: what the job row stores and the messages' headers carry. */
 export interface TraceCarrier {
   traceparent: string;
-  tracestate?: string | null | undefined;
+  tracestate?: string | null;
 }
 
 let active = false;

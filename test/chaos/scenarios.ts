@@ -33,9 +33,9 @@ export interface Infra {
   /** What the harness itself writes and reads through (follows the primary). */
   harnessDatabaseUrl: string;
   natsNodes: NatsServerHandle[];
-  pg?: PgClusterHandle;
-  patroni?: PatroniClusterHandle;
-  delay?: DelayProxy;
+  pg?: PgClusterHandle | undefined;
+  patroni?: PatroniClusterHandle | undefined;
+  delay?: DelayProxy | undefined;
   /** One line: what runs. */
   describe: string;
 }
@@ -57,7 +57,7 @@ export interface ScenarioFigures {
   /** The core's share of the write gap (ms). */
   coreShareMs?: number;
   /** From the fault to the core committing again with every instance ready (ms). */
-  recoveryMs?: number;
+  recoveryMs?: number | undefined;
   /** Envelopes the database lost (acked, then gone) before any repair. */
   lostBeforeRepair?: number;
   /** Targets that are reported (met or missed), not invariants. */

@@ -500,7 +500,7 @@ async function explainNested(
 ): Promise<PlanNode[]> {
   const client = await t.pool.connect();
   const notices: string[] = [];
-  const onNotice = (n: { message?: string }) => notices.push(n.message ?? '');
+  const onNotice = (n: { message?: string | undefined }) => notices.push(n.message ?? '');
   client.on('notice', onNotice);
   try {
     await client.query(`BEGIN; LOAD 'auto_explain'; SET LOCAL enable_seqscan = off;

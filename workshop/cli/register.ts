@@ -1,13 +1,8 @@
 /**
- * The workshop's commands, which a development checkout adds to the product's program:
- * `statecharts` and `simulate` (`./statecharts.ts`), `demo` (`./demo.ts`) and `service
- * tabular-parser` (`./service.ts`), `conformance` (`./conformance.ts`). The launcher (`bin/recognition-core.js`) imports this module
- * when the checkout's `dist/workshop/` is there; the container image has none, so there these
- * commands do not exist.
- *
- * Loaded for every command line of a checkout, `--help` included, and before tracing starts: like
- * the product's registration modules it imports commander and light modules only, and each action
- * imports what it needs when it runs (`test/unit/cliImports.test.ts`).
+ * The workshop's commands, which a development checkout adds to the product's program (`statecharts`,
+ * `simulate`, `demo`, `service tabular-parser`, `conformance`); the container image has none. Loaded
+ * for every command line of a checkout, so it imports commander and light modules only, and each
+ * action imports what it needs when it runs.
  */
 import type { Command } from 'commander';
 import { registerConformanceCommand } from './conformance.js';

@@ -1,15 +1,8 @@
 /**
- * The servers the demo runs against.
- *
- * `private` (the default): a PostgreSQL by `initdb` into a temporary directory and a nats-server
- * with JetStream, each on a free loopback port, started for this run and removed at the end,
- * whatever answers at the default addresses and whatever DATABASE_URL and NATS_URL say. The demo
- * then cannot reach, purge or consume from the streams or the database of a daemon it did not
- * start. Binaries missing end the demo with the one command that installs them.
- *
- * `existing`: the servers DATABASE_URL and NATS_URL name (their defaults when unset), as they are;
- * the demo then keeps to a database and streams of its own there (see `runDemo`). When one does
- * not answer the demo fails on it with one line.
+ * The servers the demo runs against. `private` (the default): a PostgreSQL and a nats-server on free
+ * loopback ports, started for this run and removed at the end, so the demo cannot reach a daemon it
+ * did not start. `existing`: the servers DATABASE_URL and NATS_URL name, where the demo keeps to a
+ * database and streams of its own (`runDemo`).
  */
 import { loadConfig, redactUrl } from '../../src/config.js';
 import {

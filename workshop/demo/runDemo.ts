@@ -1,16 +1,9 @@
 /**
- * The demo: the whole exchange on one machine, for a newcomer. A demo database and fresh streams,
- * the daemon in-process, the reference `tabular-parser` service answering with a seeded mix of
- * `done`, `needs_check`, `error` and silence, N files and jobs, live progress (`progress.ts`), and
- * a summary read from the database (`report.ts`). This module runs the steps in order and stops
- * what it started, whatever happens.
- *
- * Never a daemon's state: by default the demo runs on a private PostgreSQL and nats-server it
- * starts and removes (`demoServers.ts`), on the contract's names. With `servers: 'existing'` it
- * shares servers with whatever runs there, so it keeps to its own database (the name must contain
- * `demo`) and its own exchange (`demoNames`: streams, subjects and inbox consumer no daemon on the
- * contract's names uses), and deletes those streams at the end. It never purges, consumes from or
- * changes a stream, consumer or database it did not create.
+ * The demo: the whole exchange on one machine, for a newcomer (servers, the daemon in-process, the
+ * reference service, N jobs, live progress and a summary). This module runs the steps in order and
+ * stops what it started, whatever happens. It never touches a daemon's state: private servers by
+ * default; with `servers: 'existing'` a database and exchange of its own (`demoNames`), deleted at
+ * the end.
  */
 import { randomUUID } from 'node:crypto';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -90,7 +83,7 @@ export interface DemoOptions {
    * `--trace`: after the summary, say where the traces went and which trace id is a job's; with
    * the local receiver `demo --trace` starts, print that job's span tree.
    */
-  trace?: DemoTrace;
+  trace?: DemoTrace | undefined;
 }
 
 export interface DemoResult {

@@ -1,15 +1,9 @@
 /**
- * A generated history: many finished jobs with their files, upload and result objects and
- * transitions, written by a few set-based statements (`generate_series`), so that a query plan or
- * a retention pass can be looked at on millions of rows in seconds rather than hours.
- *
- * The rows are what the daemon would have left behind: each file's last attempt is its current
- * job; every `retryEvery`-th file has a failed first attempt (`error` or `timeout`) that was
- * retried; statuses are mixed deterministically (about 85 % `done`, 5 % `needs_check`, 6 %
- * `error`, 3 % `timeout`, 1 % `dlq`); creation times are spread evenly over the last `days` days
- * before the database clock, the oldest first; each job has the transitions the step writes for
- * its path. Ids are time-ordered, as the product makes them: each row's creation time, then bits of
- * an md5 of a `seed` and the row's name, so two histories with different seeds never collide.
+ * A generated history: many finished jobs with their files, objects and transitions, written by a
+ * few set-based statements, so a query plan or a retention pass can be looked at on millions of rows
+ * in seconds. The rows are what the daemon would leave: each file's last attempt is current, every
+ * `retryEvery`-th file has a retried failure, statuses are mixed deterministically, ids are
+ * time-ordered and seeded.
  */
 /**
  * What {@link generateJobHistory} needs to run SQL: one connection (a `pg` Client or PoolClient,

@@ -1,11 +1,7 @@
 /**
- * A local highly available PostgreSQL for failover tests: two or three PostgreSQL members run by
- * Patroni, with a one-member etcd as its store and HAProxy in front (see etcd.ts, haproxy.ts).
- * Clients connect to HAProxy, which routes to whichever member Patroni's REST API reports as the
- * primary; `pg` takes one host per URL, so this is how it follows a failover.
- *
- * Debian's `patroni`, `etcd-server` and `haproxy` packages bring the binaries
- * (`scripts/ensure-patroni.sh` installs them); PostgreSQL's come from {@link findPgBinDir}.
+ * A local highly available PostgreSQL for failover tests: two or three members run by Patroni, a
+ * one-member etcd and HAProxy in front, which routes to the primary (so `pg`, one host per URL,
+ * follows a failover). `scripts/ensure-patroni.sh` installs the binaries.
  */
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';

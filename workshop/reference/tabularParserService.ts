@@ -1,13 +1,7 @@
 /**
- * The reference `tabular-parser` recognition service, on the service kit (`service-kit/`): what
- * is its own is the seeded mix of fates it answers with. The kit does the exchange: validating job
- * messages (answering an invalid one), the `processing` ack, in-progress acks, the result
- * envelope and its `Nats-Msg-Id`, tracing, bounded concurrency and the drain.
- *
- * Per valid job message it draws a fate from the seeded generator: `done` and `needs_check`
- * answer with `result_s3` = the job's result prefix + `result.json`, `error` with one of the codes
- * a real parser reports, after about `replyDelayMs` (± 50 %); `silent` acks the job and never
- * answers, so the core's watchdog times it out.
+ * The reference `tabular-parser` recognition service, on the service kit: the kit does the exchange,
+ * and what is its own is the seeded mix of fates it answers with (`done` and `needs_check` with a
+ * result object, `error` with a parser's codes, `silent`: acked, never answered).
  */
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { Exchange } from '../../service-kit/src/exchange.js';

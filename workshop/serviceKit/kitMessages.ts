@@ -1,9 +1,6 @@
 /**
  * The generator of the service kit's message module (`service-kit/src/generated/messages.ts`): the
- * two schemas of `schemas/` embedded as constants, for the kit's validators, and TypeScript types
- * derived from them. The kit is a package of its own that never reads the repository, so what it
- * knows of the contract is this generated copy; `test/unit/serviceKitMessages.test.ts` fails when
- * the copy differs from what the schemas give today, so the kit and the core cannot drift.
+ * schemas embedded as constants, and types derived from them; a unit test fails when it is stale.
  *
  *     node dist/workshop/serviceKit/kitMessages.js          rewrite the module
  *     node dist/workshop/serviceKit/kitMessages.js --check  exit 1 when it is stale

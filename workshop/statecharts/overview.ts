@@ -1,18 +1,8 @@
 /**
- * The product owners' overview of the machine graph: the full chart with every bundle of parallel
- * edges folded into one. When one event takes a state to several other states depending on a
- * guard (a result envelope reporting `done`, `needs_check` or `error`), the overview draws one edge
- * from that state into a group holding those states, labelled with the event and the statuses it
- * reaches. Every other drawn edge stays as it is.
- *
- * Derived from the machine graph only: a new edge, status or guarded outcome shows up without an
- * edit here. Pure but for the Graphviz instance `renderSvg` caches.
- *
- * Terminology:
- * - a *fan* is the set of drawn edges that share a source state and an event and reach at least
- *   two states other than the source;
- * - a *group* is a set of states that fans reach, drawn as one box; fans whose targets overlap
- *   share one group, so every state is in at most one group.
+ * The product owners' overview of the machine graph: the full chart with every *fan* (drawn edges
+ * that share a source and an event and reach at least two other states) folded into one edge to a
+ * *group* box of the states it reaches. Derived from the machine graph only. Pure but for the
+ * Graphviz instance `renderSvg` caches.
  */
 import type { MachineGraph } from '../../src/statecharts/machineGraph.js';
 import {

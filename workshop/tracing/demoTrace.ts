@@ -1,11 +1,7 @@
 /**
- * Tracing for the workshop's commands, set up by the launcher (`bin/recognition-core.js`) before
- * the SDK starts: `demo --trace` without `OTEL_*` variables asking for tracing gets a local OTLP
- * receiver (`./otlpReceiver.ts`) to export to, so the demo can print a job's trace; `service
- * <name>` traces as `service.name` `<name>`.
- *
- * This module imports only the tracing rule and the product's bootstrap; the receiver is imported
- * when `demo --trace` asks for it.
+ * Tracing for the workshop's commands, set up by the launcher before the SDK starts: `demo --trace`
+ * without `OTEL_*` variables gets a local OTLP receiver to export to; `service <name>` traces as
+ * `service.name` `<name>`. The receiver is imported only when `demo --trace` asks for it.
  */
 import { closeAfterTracing } from '../../src/tracing/bootstrap.js';
 import { tracingRequest } from '../../src/tracing/env.js';

@@ -1,14 +1,8 @@
 /**
- * The chart is what the database enforces: the lifecycle machine's legal status changes, frozen
- * here as a literal list in `recognition_job_edge`, and a trigger that rejects any other change of
- * `recognition_job.status`, whoever makes it (the step, a script, a hand-typed UPDATE).
- *
- * The list is a copy, not an import: an applied migration must never change. A unit test
- * (`test/unit/legalEdges.test.ts`) fails when it and the machine's `legalEdges()` disagree;
- * changing the machine's edges means a new migration that rewrites the table.
- *
- * Updates that keep the status (a publish retry, any column change) pass: the trigger fires only
- * when `OLD.status IS DISTINCT FROM NEW.status`.
+ * The chart is what the database enforces: the machine's legal status changes, frozen here as a
+ * literal list in `recognition_job_edge`, and a trigger that rejects any other change of
+ * `recognition_job.status`, whoever makes it. The list is a copy, never an import
+ * (`test/unit/legalEdges.test.ts` compares it with the machine). Updates that keep the status pass.
  */
 import { sql, type Kysely } from 'kysely';
 

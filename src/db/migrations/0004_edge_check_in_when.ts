@@ -1,16 +1,8 @@
 /**
- * The legal-edge check of migration 0002, made cheap: the legal status changes are compiled into
- * the trigger's `WHEN` clause, so a legal change (every change the step makes) is checked by the
- * executor itself, without calling PL/pgSQL or querying `recognition_job_edge`. Only an illegal
- * change calls `recognition_job_check_edge()`, which consults the table and raises the error
- * migration 0002 defines (check_violation, constraint `recognition_job_legal_edge`).
- *
- * Why: a PL/pgSQL call and a table lookup per status change are paid by every result applied and
- * every job timed out, the hottest writes of the system (docs/performance.md).
- *
- * The list is `LEGAL_EDGES_0002`, frozen: the table and the clause hold the same edges. A migration
- * that changes the machine's edges must rewrite both (test/integration/statecharts.test.ts tries
- * every status pair against the machine, so a clause left behind fails there).
+ * The legal-edge check of migration 0002, compiled into the trigger's `WHEN` clause: a legal status
+ * change is checked by the executor itself; only an illegal one calls `recognition_job_check_edge()`,
+ * which raises migration 0002's error. The list is `LEGAL_EDGES_0002`, frozen; a migration that
+ * changes the machine's edges rewrites both the table and the clause.
  */
 import { sql, type Kysely } from 'kysely';
 import { LEGAL_EDGES_0002 } from './0002_legal_edges.js';

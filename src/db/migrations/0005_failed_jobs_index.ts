@@ -1,12 +1,7 @@
 /**
- * An index for the operator's questions about failed jobs (`jobs list --status error
- * --finished-since 1h`, `jobs retry --status timeout --since 2h`): failed jobs by status and by
- * when they finished.
- *
- * Partial, over the failed statuses only: a job enters it once, when it fails, so the status
- * changes of the hot path (published, processing, done, needs_check) do not pay for it, and it
- * stays as small as the failures. The open statuses are served by the due indexes of migration
- * 0001, a file's jobs by the unique (file_id, attempt) index.
+ * An index of failed jobs by status and finish time, for `jobs list --status error --finished-since`
+ * and `jobs retry`. Partial over the failed statuses, so the hot path's status changes do not pay
+ * for it.
  */
 import { sql, type Kysely } from 'kysely';
 

@@ -1,12 +1,7 @@
 /**
- * A job's W3C trace context, stored with the job so that the publisher, which runs later from a
- * database poll, continues the creator's trace: `trace_parent` (`traceparent`, e.g.
- * `00-<32 hex trace id>-<16 hex span id>-01`) and `trace_state` (`tracestate`). Both nullable: a
- * job created without one is published as the root of a new trace, or untraced. Any creator
- * through SQL may set them; the checks keep a malformed value from reaching a message header.
- *
- * The checks are added `NOT VALID`: every existing row has NULL in the new columns, so none can
- * break them, and the table is not scanned under the ALTER's lock. New and updated rows are checked.
+ * A job's W3C trace context (`trace_parent`, `trace_state`), stored with the job so the publisher
+ * continues the creator's trace; nullable. The checks keep a malformed value from reaching a
+ * header, and are added `NOT VALID` (every existing row is NULL there), so the table is not scanned.
  */
 import { sql, type Kysely } from 'kysely';
 

@@ -1,12 +1,7 @@
 /**
- * `inbox_quarantine.reason` takes `SERVICE_MISMATCH`: an ack or result whose `service.name` is not
- * its job's `target_service`, which the machine rejects and the inbox quarantines with both names.
- *
- * The constraint is dropped and added again with the whole list, under the name PostgreSQL gave
- * the column's CHECK in migration 0001. Every existing row passes (the new list only grows), and
- * the table is small: it holds only messages that could never be applied.
- *
- * The lists are this migration's own, frozen: a later reason is a later migration.
+ * `inbox_quarantine.reason` takes `SERVICE_MISMATCH`: an ack or result of another service than its
+ * job's, which the machine rejects. The CHECK is dropped and added again with the whole list, which
+ * only grows; the list is this migration's own, frozen.
  */
 import { sql, type Kysely } from 'kysely';
 

@@ -1,26 +1,9 @@
 /**
- * Indexes that keep the operator's queries and retention independent of how much history the
- * tables hold (docs/performance.md, "History and its indexes"):
- *
- * - `recognition_job_final_created_idx` (status, created_at, id) over the final statuses: `jobs
- *   list` newest first, one status at a time (the list reads each status's newest rows and merges
- *   them), with or without a status filter;
- * - `recognition_job_finished_idx` (status, finished_at, id) over the final statuses: retention's
- *   walk through the expired jobs of a status, `jobs export`, `--finished-since`, and the failed
- *   jobs of `jobs retry`. It covers every final status, so it replaces migration 0005's
- *   `recognition_job_failed_idx` (failed statuses only), which is dropped;
- * - `stored_file_current_recognition_job_id_idx`: deleting a job makes PostgreSQL check that no
- *   file still points at it (`stored_file_current_recognition_job_id_fkey`); without this index
- *   that check reads the whole of `stored_file`, once per deleted job;
- * - `inbox_quarantine_received_at_idx`: retention and `quarantine purge` find old messages by age.
- *
- * Both job indexes are partial over the final statuses: a job enters them once, when it finishes,
- * so the status changes before that (published, processing) do not pay for them. The due indexes
- * of migration 0001 and the primary keys, which the hot paths use, stay as they are.
- *
- * `IF NOT EXISTS`: on a large table an operator may build the indexes beforehand with
- * `CREATE INDEX CONCURRENTLY` under the same names (docs/operations.md), and this migration then
- * keeps them.
+ * Indexes that keep the operator's queries and retention independent of how much history the tables
+ * hold (docs/performance.md, "History and its indexes"): `recognition_job_final_created_idx`,
+ * `recognition_job_finished_idx` (replacing 0005's `recognition_job_failed_idx`), the index behind
+ * the `stored_file` foreign key check, and `inbox_quarantine_received_at_idx`. `IF NOT EXISTS`, so
+ * indexes an operator built beforehand `CONCURRENTLY` are kept.
  */
 import { sql, type Kysely } from 'kysely';
 

@@ -1,12 +1,7 @@
 /**
- * The step's write takes its batch as typed arrays, one per column. A prepared statement runs on
- * a generic plan, and in a generic plan PostgreSQL estimates `unnest` of a parameter at 10
- * elements whatever the batch: it then joins the result objects to the jobs by a nested loop
- * (each job compared with every object) instead of a hash. These functions unnest each part of
- * the write's parameters with an estimate of 100 rows (`ROWS`), an inbox batch
- * (`INBOX_BATCH_SIZE`'s default) and the order of a watchdog chunk. They are PL/pgSQL so that
- * the planner keeps the estimate (an SQL function would be inlined into the statement, and its
- * `unnest` estimated as before); PL/pgSQL plans each body once per connection.
+ * The step's write takes its batch as typed arrays, one per column, through PL/pgSQL functions with
+ * a row estimate of a batch (`ROWS 100`), so the generic plan hashes the result objects against the
+ * jobs (docs/performance.md, "What keeps the daemon fast").
  */
 import { sql, type Kysely } from 'kysely';
 

@@ -1,14 +1,7 @@
 /**
- * Two changes to the functions that unnest the step write's parameters (migration 0013):
- *
- * - The step reads only the columns a decision depends on, so its write sets only the columns the
- *   machine assigned: the jobs' rows carry a bit mask of them (`assigned`, bit i for the i-th
- *   mutable column but `status`, in `CONTEXT_COLUMNS` order).
- * - Each function unnests its arrays in its select list (`SELECT unnest($1), unnest($2), …`),
- *   which steps through the arrays side by side, as `unnest($1, $2, …)` in FROM does, but without
- *   first copying each array's elements into a tuplestore of their own.
- *
- * The functions stay PL/pgSQL with their row estimate (`ROWS 100`), for the reason 0013 gives.
+ * The step write's functions (migration 0013): the jobs' rows carry a bit mask (`assigned`) of the
+ * columns the machine assigned, and each function unnests its arrays in its select list
+ * (docs/performance.md, "What keeps the daemon fast").
  */
 import { sql, type Kysely } from 'kysely';
 

@@ -1,13 +1,7 @@
 /**
  * The step write's transition rows name their detail document by its place in one array of the
- * batch's distinct documents, instead of carrying a document each: a batch's results share a
- * handful of details (status, service, error code), and PostgreSQL parses every document of a
- * `jsonb[]` parameter as it reads the array.
- *
- * `recognition_step_transitions` takes the details' places (`integer[]`, from 1, null for none)
- * where it took the documents, and the write resolves each place against its array of documents.
- * The overload it replaces (migration 0013) is dropped: no released version calls it. PL/pgSQL
- * with its row estimate, for the reason migration 0013 gives.
+ * batch's distinct documents (docs/performance.md, "What keeps the daemon fast"). The overload of
+ * migration 0013 is dropped.
  */
 import { sql, type Kysely, type RawBuilder } from 'kysely';
 

@@ -1,14 +1,8 @@
 /**
- * The step write's file changes and transition rows name their job by its place in the write's
- * job rows (from 1) instead of carrying the job's id, and a file change no longer carries the
- * file's id: the write takes both from the job row it updates. PostgreSQL parses every element of
- * a `uuid[]` parameter as it reads the array, three of them per applied result.
- *
- * `recognition_step_files` takes (job place, status, error code) where it took (file id, job id,
- * status, error code); `recognition_step_transitions` takes the job's place where it took its id.
- * The overloads they replace (migrations 0013 and 0015) are dropped: no released version calls
- * them. PL/pgSQL with its row estimate, for the reason migration 0013 gives, unnesting in the select
- * list as migration 0014 made them.
+ * The step write's file changes and transition rows name their job by its place in the write's job
+ * rows (from 1), and take the job's and file's ids from the row it updates, so an applied result
+ * carries no uuid to parse (docs/performance.md, "What keeps the daemon fast"). The overloads of
+ * migrations 0013 and 0015 are dropped.
  */
 import { sql, type Kysely, type RawBuilder } from 'kysely';
 

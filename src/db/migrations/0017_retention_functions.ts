@@ -1,27 +1,8 @@
 /**
- * Retention and `quarantine purge` delete through two functions that run with the privileges of
- * their owner, the role that migrates (`SECURITY DEFINER`), so that the role the daemon runs as
- * needs no `DELETE` on any table (docs/deployment.md, "Database roles"). Each function carries the
- * rule of what may go, and the runtime role can delete nothing else:
- *
- * - `recognition_retention_delete_jobs(job_status, finished_before, after_finished_at, after_id,
- *   batch_size)`: one batch of retention's walk through the finished jobs of one final status in
- *   (`finished_at`, `id`) order, after the given key (none: from the oldest); of those finished
- *   before `finished_before`, the jobs that are no file's current job are locked `FOR UPDATE SKIP
- *   LOCKED` and deleted with their transitions. A job that is not final, a file's current job, the
- *   transitions of a job that stays, files and objects are out of its reach. It returns what the
- *   batch looked at and deleted, and the key to continue after (`finished_at` as text to the
- *   microsecond);
- * - `recognition_retention_delete_quarantined(received_before, only_reason, batch_size)`: up to
- *   `batch_size` quarantined messages received before `received_before` (of one reason, or of any
- *   when null), oldest first, skipping rows another transaction holds; it returns how many went.
- *
- * Both are SQL functions planned at each call with their parameters unknown (a generic plan): the
- * final statuses are spelled out beside `job_status` so that the partial index
- * `recognition_job_finished_idx` serves the walk, and the walk's key is always a row comparison,
- * which the index seeks to. `search_path` is fixed (pg_temp last), as a function that runs as its
- * owner needs. `EXECUTE` is taken from PUBLIC: only the owner, superusers and the roles it is
- * granted to (the runtime role, by the default privileges of deploy/postgres/roles.sql) call them.
+ * Retention and `quarantine purge` delete through two `SECURITY DEFINER` functions, so the runtime
+ * role needs no `DELETE` on any table: `recognition_retention_delete_jobs` (one batch of a final
+ * status's walk, current jobs skipped) and `recognition_retention_delete_quarantined`. Each carries
+ * the rule of what may go (docs/operations.md, "Retention").
  */
 import { sql, type Kysely } from 'kysely';
 

@@ -1,11 +1,7 @@
 /**
  * `inbox_quarantine.reason` takes `RESULT_OBJECT_NOT_OWNED`: a result whose `result_s3` is not its
- * job's own object (outside the results bucket or the job's prefix, or an object already
- * registered), which the step refuses and the inbox quarantines.
- *
- * The constraint is dropped and added again with the whole list, as migration 0007 does. Every
- * existing row passes (the list only grows). The list is this migration's own, frozen: a later
- * reason is a later migration.
+ * job's own object, which the step refuses. The CHECK is rebuilt with the whole list, as 0007 does;
+ * the list is this migration's own, frozen.
  */
 import { sql, type Kysely } from 'kysely';
 import { QUARANTINE_REASONS_0007 } from './0007_quarantine_service_mismatch.js';
