@@ -3,7 +3,7 @@
  * edits from one it does (`DATABSE_URL`), or one of them without its unit (`REPLY_TIMEOUT`), is
  * named at start with the variable meant. Variables other programs read are never named. Pure and
  * free of imports but the tracing names, so the CLI can load it with the configuration only
- * (docs/configuration.md).
+ * (docs/development.md, "Why the loops are built as they are").
  */
 import { OTEL_VARIABLES } from './tracing/env.js';
 

@@ -3,7 +3,7 @@
  * probe commits a transactional logical decoding message (`pg_logical_emit_message(true, …)`), which
  * writes WAL and so waits for the synchronous standbys like any batch; `SELECT 1` would answer while
  * commits hang. Red while a probe has waited longer than `timeoutMs` or the last one failed
- * (docs/operations.md, "Readiness").
+ * (docs/development.md, "Why the loops are built as they are").
  */
 import type { Logger } from '../logger.js';
 import type { CheckAnswer } from '../http/server.js';

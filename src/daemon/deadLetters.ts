@@ -3,7 +3,7 @@
  * message becomes `DELIVERY_EXHAUSTED` for its job (→ `dlq`) through the step. Advisories are at
  * most once; the watchdog is the safety net for a lost one. All instances share one queue group,
  * and an advisory the loop cannot confirm with the server changes nothing
- * (docs/reliability.md, "Dead letters: a message that cannot be delivered").
+ * (docs/development.md, "Why the loops are built as they are").
  */
 import {
   jetstreamManager,

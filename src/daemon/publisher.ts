@@ -5,7 +5,7 @@
  * (`publisherOutage.ts`). Each job gets one message in effect: a republish carries the same msg id,
  * within JetStream's duplicate window. Rounds wake on `LISTEN recognition_job_created`, a timer to
  * the earliest `next_publish_at` and a poll; a full round is followed by another at once
- * (docs/reliability.md).
+ * (docs/development.md, "Why the loops are built as they are").
  */
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { sql, type Kysely } from 'kysely';

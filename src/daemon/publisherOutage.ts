@@ -3,7 +3,7 @@
  * refusal of the message (record `PUBLISH_FAILED`, spend one), and waiting an outage out: one job per
  * round, after a pause that doubles, at once on a reconnect. The course of an outage and its pause
  * are pure ({@link outageAfterRound}, {@link outagePauseMs}); {@link createOutageWatch} holds the
- * current one and logs, counts and provisions around it (docs/reliability.md, "Failure behaviour").
+ * current one and logs, counts and provisions around it (docs/development.md, "Why the loops are built as they are").
  */
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import type { Config } from '../config.js';

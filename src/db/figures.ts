@@ -1,21 +1,9 @@
 /**
- * The figures the HTTP endpoints show from the database: jobs per status and transitions per
- * edge. One statement reads them all, so a refresh is one query, and its cost does not grow with
- * the history:
- *
- * - the open statuses (`pending`, `published`, `processing`) are counted exactly, through their
- *   partial due indexes: they hold the jobs in flight, never the history;
- * - each final status is counted exactly while it holds at most {@link EXACT_COUNT_LIMIT} jobs,
- *   through the partial index over the final statuses (the count stops after that many entries);
- *   beyond that, the figure is the planner's estimate: the status's share in `pg_stats` times the
- *   table's row estimate (`pg_class.reltuples`), scaled to the table's size now, as the planner
- *   does. A status whose estimate is already past twice the limit is not counted at all;
- * - the transitions are counted exactly while the table holds at most {@link EXACT_COUNT_LIMIT}
- *   rows; beyond that, each edge's share comes from the extended statistics of migration 0019.
- *
- * Estimates are as fresh as the last `ANALYZE` of the table (autovacuum's included), and each
- * figure says whether it is exact. The final statuses include superseded jobs (attempts a file
- * has moved past) until retention deletes them.
+ * The figures the HTTP endpoints show from the database: jobs per status and transitions per edge,
+ * in one statement whose cost does not grow with the history. Open statuses are counted exactly
+ * through their partial due indexes; a final status, and the transitions, exactly up to
+ * {@link EXACT_COUNT_LIMIT} rows and from the planner's statistics beyond, each figure saying
+ * whether it is exact (docs/monitoring.md, "Database figures").
  */
 import { sql, type Kysely } from 'kysely';
 import { FINAL_JOB_STATUSES, JOB_STATUSES, type JobStatus } from '../../machines/index.js';

@@ -2,7 +2,7 @@
  * What of a message the inbox cannot apply goes into `inbox_quarantine` and its log line: text
  * PostgreSQL can store, of a bounded size, whatever the sender put in it. Pure. A record that lost
  * anything says so in its details (`payload_truncated`, `headers_altered`, `details_truncated`)
- * (docs/operations.md).
+ * (docs/development.md, "Why the loops are built as they are").
  */
 
 /** Longest header name or value stored or logged, in UTF-16 code units. */

@@ -2,7 +2,7 @@
  * The bridge to the Stately inspector: a local inspection server (`@statelyai/inspect/server`'s,
  * listening on loopback only) and an inspector that sends it a run of the lifecycle machine. Its
  * `flush()` resolves once the server has read every event, so a command can exit without sleeping
- * (docs/development.md).
+ * (docs/development.md, "Why the loops are built as they are").
  */
 import { createServer } from 'node:http';
 import { createInspector, type StatelyInspectionEvent } from '@statelyai/inspect';
