@@ -3,18 +3,17 @@
  * constraints and the tests. Pure: no imports.
  */
 
+/** A closed vocabulary: an object naming each value by itself, so `JOB_STATUS.done` is `'done'`. */
+function vocabulary<const T extends string>(values: readonly T[]): { readonly [K in T]: K } {
+  return Object.fromEntries(values.map((v) => [v, v])) as { readonly [K in T]: K };
+}
+
 /** `recognition_job.status`: the machine's state values. */
-export const JOB_STATUS = {
-  pending: 'pending',
-  published: 'published',
-  processing: 'processing',
-  done: 'done',
-  needs_check: 'needs_check',
-  error: 'error',
-  timeout: 'timeout',
-  dlq: 'dlq',
-} as const;
-export type JobStatus = (typeof JOB_STATUS)[keyof typeof JOB_STATUS];
+export const JOB_STATUS = vocabulary([
+  ...['pending', 'published', 'processing'],
+  ...['done', 'needs_check', 'error', 'timeout', 'dlq'],
+] as const);
+export type JobStatus = keyof typeof JOB_STATUS;
 export const JOB_STATUSES = Object.values(JOB_STATUS) as readonly JobStatus[];
 
 /** Statuses a job never leaves. */
@@ -40,54 +39,35 @@ export function isFinalStatus(status: JobStatus): status is FinalJobStatus {
 }
 
 /** `stored_file.status`. `DONE` belongs to the mapping loop; this project never sets it. */
-export const FILE_STATUS = {
-  UPLOADED: 'UPLOADED',
-  QUEUED: 'QUEUED',
-  PROCESSING: 'PROCESSING',
-  ERROR: 'ERROR',
-  DONE: 'DONE',
-} as const;
-export type FileStatus = (typeof FILE_STATUS)[keyof typeof FILE_STATUS];
+export const FILE_STATUS = vocabulary(['UPLOADED', 'QUEUED', 'PROCESSING', 'ERROR', 'DONE']);
+export type FileStatus = keyof typeof FILE_STATUS;
 export const FILE_STATUSES = Object.values(FILE_STATUS) as readonly FileStatus[];
 
 /** Statuses a service may report in a result envelope. */
-export const ENVELOPE_STATUS = {
-  processing: 'processing',
-  done: 'done',
-  needs_check: 'needs_check',
-  error: 'error',
-} as const;
-export type EnvelopeStatus = (typeof ENVELOPE_STATUS)[keyof typeof ENVELOPE_STATUS];
+export const ENVELOPE_STATUS = vocabulary(['processing', 'done', 'needs_check', 'error']);
+export type EnvelopeStatus = keyof typeof ENVELOPE_STATUS;
 export const RESULT_STATUSES = ['done', 'needs_check', 'error'] as const satisfies readonly EnvelopeStatus[];
 export type ResultStatus = (typeof RESULT_STATUSES)[number];
 
 /** `s3_object.bucket_role`. */
-export const BUCKET_ROLE = { uploads: 'uploads', results: 'results' } as const;
-export type BucketRole = (typeof BUCKET_ROLE)[keyof typeof BUCKET_ROLE];
+export const BUCKET_ROLE = vocabulary(['uploads', 'results']);
+export type BucketRole = keyof typeof BUCKET_ROLE;
 export const BUCKET_ROLES = Object.values(BUCKET_ROLE) as readonly BucketRole[];
 
-/** `inbox_quarantine.reason`: why a message can never be applied, whatever the retries. */
-export const QUARANTINE_REASON = {
-  INVALID_JSON: 'INVALID_JSON',
-  SCHEMA_INVALID: 'SCHEMA_INVALID',
-  MISSING_MSG_ID: 'MISSING_MSG_ID',
-  UNKNOWN_JOB: 'UNKNOWN_JOB',
-  PAYLOAD_TOO_LARGE: 'PAYLOAD_TOO_LARGE',
-  /** An ack or result whose `service.name` is not the job's `target_service`. */
-  SERVICE_MISMATCH: 'SERVICE_MISMATCH',
-  /**
-   * A result whose `result_s3` is not the job's own object: outside the results bucket or the
-   * job's prefix `results/<file_id>/<job_id>/`, or an object `s3_object` already holds.
-   */
-  RESULT_OBJECT_NOT_OWNED: 'RESULT_OBJECT_NOT_OWNED',
-} as const;
-export type QuarantineReason = (typeof QUARANTINE_REASON)[keyof typeof QUARANTINE_REASON];
+/**
+ * `inbox_quarantine.reason`: why a message can never be applied, whatever the retries.
+ * `SERVICE_MISMATCH`: an ack or result whose `service.name` is not the job's `target_service`.
+ * `RESULT_OBJECT_NOT_OWNED`: a result whose `result_s3` is not the job's own object: outside the
+ * results bucket or the job's prefix `results/<file_id>/<job_id>/`, or an object `s3_object`
+ * already holds.
+ */
+export const QUARANTINE_REASON = vocabulary([
+  ...['INVALID_JSON', 'SCHEMA_INVALID', 'MISSING_MSG_ID', 'UNKNOWN_JOB', 'PAYLOAD_TOO_LARGE'],
+  ...['SERVICE_MISMATCH', 'RESULT_OBJECT_NOT_OWNED'],
+] as const);
+export type QuarantineReason = keyof typeof QUARANTINE_REASON;
 export const QUARANTINE_REASONS = Object.values(QUARANTINE_REASON) as readonly QuarantineReason[];
 
 /** `recognition_job.error_code` values the core itself writes (services bring their own codes). */
-export const CORE_ERROR_CODE = {
-  TIMEOUT: 'TIMEOUT',
-  PUBLISH_FAILED: 'PUBLISH_FAILED',
-  MAX_DELIVERIES: 'MAX_DELIVERIES',
-} as const;
-export type CoreErrorCode = (typeof CORE_ERROR_CODE)[keyof typeof CORE_ERROR_CODE];
+export const CORE_ERROR_CODE = vocabulary(['TIMEOUT', 'PUBLISH_FAILED', 'MAX_DELIVERIES']);
+export type CoreErrorCode = keyof typeof CORE_ERROR_CODE;

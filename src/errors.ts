@@ -52,74 +52,43 @@ export interface DatabaseFailureRule {
 
 /**
  * The one table of database failures, by SQLSTATE class and the codes that differ from their
- * class. A SQLSTATE it does not list is an infrastructure fault and not transient.
+ * class. A SQLSTATE it does not list is an infrastructure fault and not transient. A row is the
+ * SQLSTATE, its kind (`message`: the message's fault; `transient` or `lasting`: an infrastructure
+ * fault that a retry soon can or cannot get past) and its meaning, which log lines quote.
  */
-export const DATABASE_FAILURES: readonly DatabaseFailureRule[] = [
-  { sqlstate: '08', meaning: 'connection exception', fault: 'infrastructure', transient: true },
-  { sqlstate: '0A', meaning: 'feature not supported', fault: 'infrastructure', transient: false },
-  { sqlstate: '22', meaning: 'data exception: a value refused', fault: 'message', transient: false },
-  {
-    sqlstate: '23',
-    meaning: 'integrity constraint violation: a constraint refuses the values',
-    fault: 'message',
-    transient: false,
-  },
-  { sqlstate: '25', meaning: 'invalid transaction state', fault: 'infrastructure', transient: false },
-  {
-    sqlstate: '25006',
-    meaning: 'read-only transaction: the server is a standby now (a switchover)',
-    fault: 'infrastructure',
-    transient: true,
-  },
-  {
-    sqlstate: '26',
-    meaning: 'invalid statement name: a prepared statement is gone (a transaction-mode pooler)',
-    fault: 'infrastructure',
-    transient: false,
-  },
-  { sqlstate: '28', meaning: 'invalid authorization', fault: 'infrastructure', transient: false },
-  {
-    sqlstate: '3D',
-    meaning: 'invalid catalog name: no such database',
-    fault: 'infrastructure',
-    transient: false,
-  },
-  { sqlstate: '40', meaning: 'transaction rollback', fault: 'infrastructure', transient: false },
-  { sqlstate: '40001', meaning: 'serialization failure', fault: 'infrastructure', transient: true },
-  { sqlstate: '40P01', meaning: 'deadlock detected', fault: 'infrastructure', transient: true },
-  {
-    sqlstate: '42',
-    meaning: 'syntax error or access rule violation (a revoked grant, a missing table)',
-    fault: 'infrastructure',
-    transient: false,
-  },
-  {
-    sqlstate: '42P05',
-    meaning: 'duplicate prepared statement (a transaction-mode pooler)',
-    fault: 'infrastructure',
-    transient: false,
-  },
-  { sqlstate: '53', meaning: 'insufficient resources', fault: 'infrastructure', transient: true },
-  { sqlstate: '54', meaning: 'program limit exceeded', fault: 'infrastructure', transient: false },
-  {
-    sqlstate: '54000',
-    meaning: 'a value too large for its column or index',
-    fault: 'message',
-    transient: false,
-  },
-  { sqlstate: '55', meaning: 'object not in prerequisite state', fault: 'infrastructure', transient: false },
-  { sqlstate: '55P03', meaning: 'lock not available', fault: 'infrastructure', transient: true },
-  { sqlstate: '57', meaning: 'operator intervention', fault: 'infrastructure', transient: false },
-  {
-    sqlstate: '57P',
-    meaning: 'the server is shutting down, restarting or unreachable',
-    fault: 'infrastructure',
-    transient: true,
-  },
-  { sqlstate: '58', meaning: 'system error', fault: 'infrastructure', transient: true },
-  { sqlstate: 'P0', meaning: 'raised by a function or trigger', fault: 'infrastructure', transient: false },
-  { sqlstate: 'XX', meaning: 'internal error', fault: 'infrastructure', transient: false },
-];
+export const DATABASE_FAILURES: readonly DatabaseFailureRule[] = (
+  [
+    ['08', 'transient', 'connection exception'],
+    ['0A', 'lasting', 'feature not supported'],
+    ['22', 'message', 'data exception: a value refused'],
+    ['23', 'message', 'integrity constraint violation: a constraint refuses the values'],
+    ['25', 'lasting', 'invalid transaction state'],
+    ['25006', 'transient', 'read-only transaction: the server is a standby now (a switchover)'],
+    ['26', 'lasting', 'invalid statement name: a prepared statement is gone (a transaction-mode pooler)'],
+    ['28', 'lasting', 'invalid authorization'],
+    ['3D', 'lasting', 'invalid catalog name: no such database'],
+    ['40', 'lasting', 'transaction rollback'],
+    ['40001', 'transient', 'serialization failure'],
+    ['40P01', 'transient', 'deadlock detected'],
+    ['42', 'lasting', 'syntax error or access rule violation (a revoked grant, a missing table)'],
+    ['42P05', 'lasting', 'duplicate prepared statement (a transaction-mode pooler)'],
+    ['53', 'transient', 'insufficient resources'],
+    ['54', 'lasting', 'program limit exceeded'],
+    ['54000', 'message', 'a value too large for its column or index'],
+    ['55', 'lasting', 'object not in prerequisite state'],
+    ['55P03', 'transient', 'lock not available'],
+    ['57', 'lasting', 'operator intervention'],
+    ['57P', 'transient', 'the server is shutting down, restarting or unreachable'],
+    ['58', 'transient', 'system error'],
+    ['P0', 'lasting', 'raised by a function or trigger'],
+    ['XX', 'lasting', 'internal error'],
+  ] as const
+).map(([sqlstate, kind, meaning]) => ({
+  sqlstate,
+  meaning,
+  fault: kind === 'message' ? 'message' : 'infrastructure',
+  transient: kind === 'transient',
+}));
 
 /** A failure that is no SQLSTATE's: the default for codes the table does not list and for errors without one. */
 const UNKNOWN_FAILURE: Omit<DatabaseFailureRule, 'sqlstate'> = {

@@ -3,7 +3,14 @@
  * process; prom-client's process metrics are collected once per process and included in each.
  * Names are documented in docs/operations.md ("Metrics"); do not rename them lightly.
  */
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import {
+  Counter,
+  Gauge,
+  Histogram,
+  Registry,
+  collectDefaultMetrics,
+  type GaugeConfiguration,
+} from 'prom-client';
 import { CORE_ERROR_CODE, QUARANTINE_REASONS } from '../machines/index.js';
 import { packageVersion } from './packageInfo.js';
 
@@ -87,23 +94,22 @@ export interface JobFigures {
 export const HTTP_FIGURES_READ_RESULTS = ['ok', 'failed'] as const;
 
 /**
- * A gauge's `collect`: read `source` on every scrape and show what it returned. A source that
- * fails (the database or NATS is down) leaves the last values: /readyz reports the outage.
+ * A gauge whose value is read on every scrape: `source` is read and `show` sets what it returned.
+ * A source that fails (the database or NATS is down) or has nothing yet leaves the last values:
+ * /readyz reports the outage.
  */
-function readOnScrape<T, L extends string>(
-  source: (() => Promise<T>) | undefined,
+function scrapedGauge<T, L extends string>(
+  config: GaugeConfiguration<L>,
+  source: (() => Promise<T | undefined>) | undefined,
   show: (gauge: Gauge<L>, value: T) => void,
-): (this: Gauge<L>) => Promise<void> {
-  return async function (this: Gauge<L>) {
-    if (!source) return;
-    let value: T;
-    try {
-      value = await source();
-    } catch {
-      return;
-    }
-    show(this, value);
-  };
+): Gauge<L> {
+  return new Gauge({
+    ...config,
+    async collect(this: Gauge<L>) {
+      const value = await source?.().catch(() => undefined);
+      if (value !== undefined) show(this, value);
+    },
+  });
 }
 
 /**
@@ -209,37 +215,39 @@ export function createMetrics(
       labelNames: ['reason'],
       registers,
     }),
-    jobsByStatus: new Gauge({
-      name: 'recognition_jobs',
-      help: 'Jobs now in each status',
-      labelNames: ['status'],
-      registers,
-      collect: readOnScrape(sources.jobsByStatus, (gauge, figures) => {
-        if (!figures) return;
+    jobsByStatus: scrapedGauge(
+      { name: 'recognition_jobs', help: 'Jobs now in each status', labelNames: ['status'], registers },
+      sources.jobsByStatus,
+      (gauge, figures) => {
         gauge.reset();
         for (const r of figures.jobs) gauge.set({ status: r.status }, r.count);
-      }),
-    }),
-    inboxPending: new Gauge({
-      name: 'recognition_inbox_consumer_pending',
-      help: 'core-inbox messages not yet delivered (pending) and delivered but not acked (ack_pending)',
-      labelNames: ['kind'],
-      registers,
-      collect: readOnScrape(sources.inboxPending, (gauge, p) => {
-        if (!p) return;
+      },
+    ),
+    inboxPending: scrapedGauge(
+      {
+        name: 'recognition_inbox_consumer_pending',
+        help: 'core-inbox messages not yet delivered (pending) and delivered but not acked (ack_pending)',
+        labelNames: ['kind'],
+        registers,
+      },
+      sources.inboxPending,
+      (gauge, p) => {
         gauge.set({ kind: 'pending' }, p.pending);
         gauge.set({ kind: 'ack_pending' }, p.ackPending);
-      }),
-    }),
-    ready: new Gauge({
-      name: 'recognition_ready',
-      help: 'Readiness checks of /readyz: 1 when that part works (database, commits, nats, consumer), 0 when not',
-      labelNames: ['check'],
-      registers,
-      collect: readOnScrape(sources.readiness, (gauge, checks) => {
+      },
+    ),
+    ready: scrapedGauge(
+      {
+        name: 'recognition_ready',
+        help: 'Readiness checks of /readyz: 1 when that part works (database, commits, nats, consumer), 0 when not',
+        labelNames: ['check'],
+        registers,
+      },
+      sources.readiness,
+      (gauge, checks) => {
         for (const [check, ok] of Object.entries(checks)) gauge.set({ check }, ok ? 1 : 0);
-      }),
-    }),
+      },
+    ),
     commitProbeDuration: new Histogram({
       name: 'recognition_commit_probe_duration_seconds',
       help: 'Duration of the write transaction of the commits readiness check, by result (committed, failed)',
@@ -271,24 +279,28 @@ export function createMetrics(
       registers,
     }),
     inboxFlood: createInboxFloodMetrics(registers),
-    jobsEstimated: new Gauge({
-      name: 'recognition_jobs_estimated',
-      help: "1 when recognition_jobs of that status is the planner's estimate (a final status with many jobs), 0 when it is an exact count",
-      labelNames: ['status'],
-      registers,
-      collect: readOnScrape(sources.jobsByStatus, (gauge, figures) => {
-        if (!figures) return;
+    jobsEstimated: scrapedGauge(
+      {
+        name: 'recognition_jobs_estimated',
+        help: "1 when recognition_jobs of that status is the planner's estimate (a final status with many jobs), 0 when it is an exact count",
+        labelNames: ['status'],
+        registers,
+      },
+      sources.jobsByStatus,
+      (gauge, figures) => {
         for (const r of figures.jobs) gauge.set({ status: r.status }, r.exact === false ? 1 : 0);
-      }),
-    }),
-    httpFiguresTimestamp: new Gauge({
-      name: 'recognition_http_figures_timestamp_seconds',
-      help: 'When the database figures on /metrics and /statechart (recognition_jobs) were read (Unix time, the database clock); 0 before the first read',
-      registers,
-      collect: readOnScrape(sources.jobsByStatus, (gauge, figures) => {
-        gauge.set(figures ? figures.at.getTime() / 1000 : 0);
-      }),
-    }),
+      },
+    ),
+    // An unlabelled gauge reads 0 until it is set: before the first read.
+    httpFiguresTimestamp: scrapedGauge(
+      {
+        name: 'recognition_http_figures_timestamp_seconds',
+        help: 'When the database figures on /metrics and /statechart (recognition_jobs) were read (Unix time, the database clock); 0 before the first read',
+        registers,
+      },
+      sources.jobsByStatus,
+      (gauge, figures) => gauge.set(figures.at.getTime() / 1000),
+    ),
     httpFiguresReads: new Counter({
       name: 'recognition_http_figures_reads_total',
       help: 'Reads of the database figures of /metrics and /statechart, by result (ok, failed)',
