@@ -17,7 +17,8 @@ export const QUARANTINE_REASONS_0001 = [
 /** The reasons this migration allows. Never edit: add a migration. */
 export const QUARANTINE_REASONS_0007 = [...QUARANTINE_REASONS_0001, 'SERVICE_MISMATCH'] as const;
 
-async function allowReasons(db: Kysely<unknown>, reasons: readonly string[]): Promise<void> {
+/** Rebuild the reason CHECK with `reasons`; 0018 rebuilds it the same way. */
+export async function allowReasons(db: Kysely<unknown>, reasons: readonly string[]): Promise<void> {
   const list = sql.join(reasons.map((r) => sql.lit(r)));
   await sql`
     ALTER TABLE inbox_quarantine

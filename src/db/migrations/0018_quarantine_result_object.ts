@@ -3,19 +3,11 @@
  * job's own object, which the step refuses. The CHECK is rebuilt with the whole list, as 0007 does;
  * the list is this migration's own, frozen.
  */
-import { sql, type Kysely } from 'kysely';
-import { QUARANTINE_REASONS_0007 } from './0007_quarantine_service_mismatch.js';
+import type { Kysely } from 'kysely';
+import { QUARANTINE_REASONS_0007, allowReasons } from './0007_quarantine_service_mismatch.js';
 
 /** The reasons this migration allows. Never edit: add a migration. */
 export const QUARANTINE_REASONS_0018 = [...QUARANTINE_REASONS_0007, 'RESULT_OBJECT_NOT_OWNED'] as const;
-
-async function allowReasons(db: Kysely<unknown>, reasons: readonly string[]): Promise<void> {
-  const list = sql.join(reasons.map((r) => sql.lit(r)));
-  await sql`
-    ALTER TABLE inbox_quarantine
-      DROP CONSTRAINT inbox_quarantine_reason_check,
-      ADD CONSTRAINT inbox_quarantine_reason_check CHECK (reason IN (${list}))`.execute(db);
-}
 
 export async function up(db: Kysely<unknown>): Promise<void> {
   await allowReasons(db, QUARANTINE_REASONS_0018);
