@@ -5,16 +5,17 @@
  */
 import { sql, type Kysely } from 'kysely';
 
-export async function up(db: Kysely<unknown>): Promise<void> {
-  await sql`
-    CREATE FUNCTION recognition_step_objects(text[], text[], text[])
+/** The functions as this migration defines them; 0014's `down` defines them again. Never edit. */
+export const STEP_FUNCTIONS_0013 = [
+  sql`
+    CREATE OR REPLACE FUNCTION recognition_step_objects(text[], text[], text[])
     RETURNS TABLE (bucket text, key text, created_by text)
     LANGUAGE plpgsql STABLE ROWS 100 AS $$
     BEGIN
       RETURN QUERY SELECT * FROM unnest($1, $2, $3);
-    END $$`.execute(db);
-  await sql`
-    CREATE FUNCTION recognition_step_jobs(
+    END $$`,
+  sql`
+    CREATE OR REPLACE FUNCTION recognition_step_jobs(
       tid[], xid[], text[], text[], text[], integer[], timestamptz[], timestamptz[], timestamptz[],
       timestamptz[], timestamptz[], jsonb[], text[], text[], text[], bigint[], text[], text[], text[])
     RETURNS TABLE (
@@ -27,21 +28,25 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     BEGIN
       RETURN QUERY SELECT * FROM unnest(
         $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19);
-    END $$`.execute(db);
-  await sql`
-    CREATE FUNCTION recognition_step_files(uuid[], uuid[], text[], text[])
+    END $$`,
+  sql`
+    CREATE OR REPLACE FUNCTION recognition_step_files(uuid[], uuid[], text[], text[])
     RETURNS TABLE (file_id uuid, job_id uuid, status text, error_code text)
     LANGUAGE plpgsql STABLE ROWS 100 AS $$
     BEGIN
       RETURN QUERY SELECT * FROM unnest($1, $2, $3, $4);
-    END $$`.execute(db);
-  await sql`
-    CREATE FUNCTION recognition_step_transitions(uuid[], text[], text[], text[], text[], jsonb[])
+    END $$`,
+  sql`
+    CREATE OR REPLACE FUNCTION recognition_step_transitions(uuid[], text[], text[], text[], text[], jsonb[])
     RETURNS TABLE (job_id uuid, from_status text, to_status text, event text, msg_id text, detail jsonb, seq bigint)
     LANGUAGE plpgsql STABLE ROWS 100 AS $$
     BEGIN
       RETURN QUERY SELECT * FROM unnest($1, $2, $3, $4, $5, $6) WITH ORDINALITY;
-    END $$`.execute(db);
+    END $$`,
+];
+
+export async function up(db: Kysely<unknown>): Promise<void> {
+  for (const definition of STEP_FUNCTIONS_0013) await definition.execute(db);
 }
 
 export async function down(db: Kysely<unknown>): Promise<void> {

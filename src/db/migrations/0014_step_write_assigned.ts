@@ -4,6 +4,7 @@
  * (docs/performance.md, "What keeps the daemon fast").
  */
 import { sql, type Kysely } from 'kysely';
+import { STEP_FUNCTIONS_0013 } from './0013_step_write_rows.js';
 
 const JOBS_BEFORE = sql`recognition_step_jobs(
   tid[], xid[], text[], text[], text[], integer[], timestamptz[], timestamptz[], timestamptz[],
@@ -56,39 +57,6 @@ export async function up(db: Kysely<unknown>): Promise<void> {
 }
 
 export async function down(db: Kysely<unknown>): Promise<void> {
-  await sql`
-    CREATE OR REPLACE FUNCTION recognition_step_objects(text[], text[], text[])
-    RETURNS TABLE (bucket text, key text, created_by text)
-    LANGUAGE plpgsql STABLE ROWS 100 AS $$
-    BEGIN
-      RETURN QUERY SELECT * FROM unnest($1, $2, $3);
-    END $$`.execute(db);
   await sql`DROP FUNCTION ${JOBS_AFTER}`.execute(db);
-  await sql`
-    CREATE FUNCTION ${JOBS_BEFORE}
-    RETURNS TABLE (
-      ctid tid, version xid, status text, service_name text, service_version text,
-      publish_attempts integer, next_publish_at timestamptz, published_at timestamptz,
-      reply_deadline timestamptz, started_at timestamptz, finished_at timestamptz,
-      metrics jsonb, error_code text, error_message text, result_schema_version text,
-      result_s3_object_id bigint, result_msg_id text, result_bucket text, result_key text)
-    LANGUAGE plpgsql STABLE ROWS 100 AS $$
-    BEGIN
-      RETURN QUERY SELECT * FROM unnest(
-        $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19);
-    END $$`.execute(db);
-  await sql`
-    CREATE OR REPLACE FUNCTION recognition_step_files(uuid[], uuid[], text[], text[])
-    RETURNS TABLE (file_id uuid, job_id uuid, status text, error_code text)
-    LANGUAGE plpgsql STABLE ROWS 100 AS $$
-    BEGIN
-      RETURN QUERY SELECT * FROM unnest($1, $2, $3, $4);
-    END $$`.execute(db);
-  await sql`
-    CREATE OR REPLACE FUNCTION recognition_step_transitions(uuid[], text[], text[], text[], text[], jsonb[])
-    RETURNS TABLE (job_id uuid, from_status text, to_status text, event text, msg_id text, detail jsonb, seq bigint)
-    LANGUAGE plpgsql STABLE ROWS 100 AS $$
-    BEGIN
-      RETURN QUERY SELECT * FROM unnest($1, $2, $3, $4, $5, $6) WITH ORDINALITY;
-    END $$`.execute(db);
+  for (const definition of STEP_FUNCTIONS_0013) await definition.execute(db);
 }
