@@ -1,14 +1,8 @@
 /**
- * The `jobs` commands: `create`, `show` and `history` of one job, and jobs at scale: `jobs list` (filters, a table in a terminal, JSON lines otherwise) and
- * `jobs retry` (one failed job, or failed jobs in bulk: the next attempt of each, through the
- * machine and the step).
- *
- * Output: one JSON object per line with `--json`, or when stdout is not a terminal (a pipe, a file,
- * a script); an aligned table on a terminal, or with `--table`. Messages and the progress bar go to
- * stderr, so stdout stays parseable.
- *
- * This module registers the commands and their options only; what they do is in
- * `./jobsActions.ts`, imported when one runs.
+ * The `jobs` commands: `create`, `show`, `history`, `list`, `retry` and `export`, registered with
+ * their options; what they do is in `./jobsActions.ts`, imported when one runs. Output is JSON
+ * lines with `--json` or when stdout is not a terminal, an aligned table otherwise; messages and
+ * the progress bar go to stderr, so stdout stays parseable.
  */
 import type { Command } from 'commander';
 import { InvalidArgumentError, Option } from './commander.js';
