@@ -71,3 +71,7 @@ export const QUARANTINE_REASONS = Object.values(QUARANTINE_REASON) as readonly Q
 /** `recognition_job.error_code` values the core itself writes (services bring their own codes). */
 export const CORE_ERROR_CODE = vocabulary(['TIMEOUT', 'PUBLISH_FAILED', 'MAX_DELIVERIES']);
 export type CoreErrorCode = keyof typeof CORE_ERROR_CODE;
+
+/** `recognition_audit.action`: the operator actions the audit log records. */
+export const AUDIT_ACTIONS = ['jobs retry', 'quarantine replay', 'quarantine purge', 'inbox replay'] as const;
+export type AuditAction = (typeof AUDIT_ACTIONS)[number];

@@ -20,3 +20,5 @@ GRANT EXECUTE ON FUNCTION
   TO recognition_runtime;
 -- An object is registered once and never changed: a result never takes over an existing row.
 REVOKE UPDATE ON s3_object FROM recognition_runtime;
+-- The audit log of operator actions is written once per action and never changed.
+REVOKE UPDATE ON recognition_audit FROM recognition_runtime;

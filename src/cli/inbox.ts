@@ -6,6 +6,7 @@
  * This module registers it; what it does is in `./inboxActions.ts`, imported when it runs.
  */
 import type { Command } from 'commander';
+import { noteOption } from './audit.js';
 import type { Since } from '../db/jobs.js';
 import { sinceTime, wholeNumber } from './plumbing.js';
 
@@ -15,13 +16,13 @@ export interface ReplayOptions {
   fromSeq?: number;
   untilSeq?: number;
   dryRun?: boolean;
+  note?: string;
 }
 
 /** Register `inbox replay`. */
 export function registerInboxCommands(program: Command): void {
   const inbox = program.command('inbox').description('the inbox: results from RECOGNITION_RESULTS');
-  inbox
-    .command('replay')
+  noteOption(inbox.command('replay'))
     .description(
       'deliver RECOGNITION_RESULTS again through the inbox, from a time or a sequence up to its last message (after a restore or a failover); idempotent',
     )

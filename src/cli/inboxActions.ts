@@ -47,6 +47,7 @@ export async function replayAction(o: ReplayOptions): Promise<void> {
     import('../replay/inboxReplay.js'),
     import('cli-progress'),
   ]);
+  const { audited } = await import('./auditActions.js');
   const cfg = commandConfig();
   // stdout carries the result: the connection's warnings go to stderr.
   const logger = createLogger({
@@ -78,41 +79,63 @@ export async function replayAction(o: ReplayOptions): Promise<void> {
             ? { time: since.at }
             : { time: new Date((await dbNow(db.db)).getTime() - since.agoMs) };
 
-      // 3. The replay.
-      const summary = await replayInbox({
-        db: db.db,
-        pool: db.pool,
-        js: jetstream(nats.nc),
-        jsm: await jetstreamManager(nats.nc),
-        from,
-        untilSeq: o.untilSeq,
-        batchSize: cfg.INBOX_BATCH_SIZE,
-        maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
-        quarantinePayloadMaxBytes: cfg.QUARANTINE_PAYLOAD_MAX_BYTES,
-        resultsBucket: cfg.RESULTS_BUCKET,
-        dryRun: o.dryRun === true,
-        onPlan(plan) {
-          if (plan.startAgedOut && plan.oldest)
-            process.stderr.write(
-              `warning: the oldest message still in ${plan.stream} is sequence ${plan.oldest.seq}, stored ${plan.oldest.time.toISOString()}: results stored before it, if any, cannot be replayed\n`,
-            );
-          if (process.stderr.isTTY && plan.pending > 0) {
-            bar = new cliProgress.SingleBar(
-              {
-                format: ' replaying {bar} seq {seq} · {value}/{total} messages',
-                stream: process.stderr,
-                hideCursor: true,
-                fps: 10,
+      // 3. The replay, recorded in the audit log unless dry.
+      const replay = async (onBatch: (s: Readonly<InboxReplaySummary>) => void) =>
+        replayInbox({
+          db: db.db,
+          pool: db.pool,
+          js: jetstream(nats.nc),
+          jsm: await jetstreamManager(nats.nc),
+          from,
+          untilSeq: o.untilSeq,
+          batchSize: cfg.INBOX_BATCH_SIZE,
+          maxEnvelopeBytes: cfg.MAX_ENVELOPE_BYTES,
+          quarantinePayloadMaxBytes: cfg.QUARANTINE_PAYLOAD_MAX_BYTES,
+          resultsBucket: cfg.RESULTS_BUCKET,
+          dryRun: o.dryRun === true,
+          onPlan(plan) {
+            if (plan.startAgedOut && plan.oldest)
+              process.stderr.write(
+                `warning: the oldest message still in ${plan.stream} is sequence ${plan.oldest.seq}, stored ${plan.oldest.time.toISOString()}: results stored before it, if any, cannot be replayed\n`,
+              );
+            if (process.stderr.isTTY && plan.pending > 0) {
+              bar = new cliProgress.SingleBar(
+                {
+                  format: ' replaying {bar} seq {seq} · {value}/{total} messages',
+                  stream: process.stderr,
+                  hideCursor: true,
+                  fps: 10,
+                },
+                cliProgress.Presets.shades_classic,
+              );
+              bar.start(plan.pending, 0, { seq: '-' });
+            }
+          },
+          onProgress(s) {
+            bar?.update(s.delivered, { seq: s.lastSeq ?? '-' });
+            onBatch(s);
+          },
+        });
+      const selection = {
+        ...(o.since === undefined ? { from_seq: o.fromSeq } : { since: o.since }),
+        until_seq: o.untilSeq ?? null,
+      };
+      const summary =
+        o.dryRun === true
+          ? await replay(() => undefined)
+          : await audited(
+              db.db,
+              { action: 'inbox replay', selection, affected: 0, note: o.note ?? null },
+              async (e) => {
+                const took = (s: Readonly<InboxReplaySummary>) => {
+                  e.affected = s.applied;
+                  e.outcome = { ...s };
+                };
+                const done = await replay(took);
+                took(done);
+                return done;
               },
-              cliProgress.Presets.shades_classic,
             );
-            bar.start(plan.pending, 0, { seq: '-' });
-          }
-        },
-        onProgress(s) {
-          bar?.update(s.delivered, { seq: s.lastSeq ?? '-' });
-        },
-      });
       bar?.stop();
       bar = undefined;
 

@@ -5,6 +5,7 @@
  * the progress bar go to stderr, so stdout stays parseable.
  */
 import type { Command } from 'commander';
+import { noteOption } from './audit.js';
 import { InvalidArgumentError, Option } from './commander.js';
 import {
   FAILED_JOB_STATUSES,
@@ -59,6 +60,7 @@ export interface RetryOptions extends OutputOptions {
   limit: number;
   toService?: string;
   dryRun?: boolean;
+  note?: string;
 }
 
 /** Options of `jobs export`. */
@@ -145,7 +147,7 @@ function registerJobsAtScaleCommands(jobs: Command): void {
       if (id === undefined && o.status === undefined)
         throw new UsageError('give a job id, or --status to retry failed jobs in bulk');
     });
-  outputOptions(retry).action(async (id: string | undefined, o: RetryOptions) =>
+  outputOptions(noteOption(retry)).action(async (id: string | undefined, o: RetryOptions) =>
     (await import('./jobsActions.js')).retryAction(id, o),
   );
 }

@@ -22,6 +22,7 @@ import { tracingStarted } from '../tracing/bootstrap.js';
 import { plural, print, type InspectOptions } from './plumbing.js';
 import { printRows, type Cell } from './rows.js';
 import type { CreateOptions, ExportOptions, ListOptions, RetryOptions } from './jobs.js';
+import { audited, type CliAuditEntry } from './auditActions.js';
 import { withDb } from './withDb.js';
 
 /**
@@ -99,6 +100,7 @@ async function retryInBatches(
   db: Db,
   requests: readonly RetryRequest[],
   dryRun: boolean,
+  onBatch: (outcomes: readonly RetryOutcome[]) => void = () => undefined,
 ): Promise<RetryOutcome[]> {
   const { applyRetries, previewRetries } = await import('../step/index.js');
   const bar = await progressBar(requests.length);
@@ -106,17 +108,30 @@ async function retryInBatches(
   try {
     for (let start = 0; start < requests.length; start += RETRY_BATCH) {
       const batch = requests.slice(start, start + RETRY_BATCH);
-      outcomes.push(
-        ...(await db.db
-          .transaction()
-          .execute((tx) => (dryRun ? previewRetries(tx, batch) : applyRetries(tx, batch)))),
-      );
+      const done = await db.db
+        .transaction()
+        .execute((tx) => (dryRun ? previewRetries(tx, batch) : applyRetries(tx, batch)));
+      outcomes.push(...done);
+      onBatch(done);
       bar.increment(batch.length);
     }
   } finally {
     bar.stop();
   }
   return outcomes;
+}
+
+/** New attempts' ids an audit row keeps: enough to follow a small retry, bounded for a bulk one. */
+const AUDITED_IDS = 100;
+
+/** The audit row of a retry, before it runs. */
+function retryAudit(id: string | undefined, o: RetryOptions): CliAuditEntry {
+  const selection: Record<string, unknown> =
+    id !== undefined
+      ? { job_id: id }
+      : { status: o.status, service: o.service ?? null, since: o.since ?? null, limit: o.limit };
+  if (o.toService !== undefined) selection['to_service'] = o.toService;
+  return { action: 'jobs retry', selection, affected: 0, note: o.note ?? null };
 }
 
 async function retryCommand(db: Db, id: string | undefined, o: RetryOptions): Promise<void> {
@@ -136,7 +151,20 @@ async function retryCommand(db: Db, id: string | undefined, o: RetryOptions): Pr
     });
     requests = candidates.map((c) => ({ jobId: c.id, ...target }));
   }
-  const outcomes = await retryInBatches(db, requests, o.dryRun === true);
+  const outcomes =
+    o.dryRun === true
+      ? await retryInBatches(db, requests, true)
+      : await audited(db.db, retryAudit(id, o), (entry) => {
+          const attempts: string[] = [];
+          entry.outcome = { selected: requests.length, attempts };
+          return retryInBatches(db, requests, false, (done) => {
+            for (const r of done) {
+              if (r.next === null) continue;
+              entry.affected++;
+              if (attempts.length < AUDITED_IDS) attempts.push(r.next.jobId);
+            }
+          });
+        });
   const retried = outcomes.filter((r) => r.next !== null);
   if (id !== undefined && retried.length === 0) throw new UsageError(refusal(outcomes[0]!));
   printRows(

@@ -7,6 +7,7 @@
  */
 import { Command } from './commander.js';
 import { packageVersion } from '../packageInfo.js';
+import { registerAuditCommands } from './audit.js';
 import { registerDbCommands } from './db.js';
 import { registerInboxCommands } from './inbox.js';
 import { registerJobsCommands } from './jobs.js';
@@ -34,5 +35,6 @@ export function buildProgram(): Command {
   registerQuarantineCommands(program);
   registerInboxCommands(program);
   registerRetentionCommands(program);
+  registerAuditCommands(program);
   return program;
 }

@@ -3,6 +3,7 @@
  * This module registers them; what they do is in `./quarantineActions.ts`, imported when one runs.
  */
 import type { Command } from 'commander';
+import { noteOption } from './audit.js';
 import { InvalidArgumentError } from './commander.js';
 import { QUARANTINE_REASONS, type QuarantineReason } from '../../machines/statuses.js';
 import { UsageError } from '../errors.js';
@@ -26,6 +27,7 @@ export interface ListOptions {
 /** Options of `quarantine replay`. */
 export interface ReplayOptions {
   reason?: QuarantineReason | undefined;
+  note?: string;
 }
 
 /** Options of `quarantine purge`. */
@@ -33,6 +35,7 @@ export interface PurgeOptions {
   olderThan: Since;
   reason?: QuarantineReason | undefined;
   dryRun?: boolean | undefined;
+  note?: string;
 }
 
 /** Register `quarantine list|replay|purge`. */
@@ -43,7 +46,7 @@ export function registerQuarantineCommands(program: Command): void {
     .option('--reason <reason>', `only this reason (${QUARANTINE_REASONS.join(', ')})`, reason)
     .option('--limit <n>', 'at most this many', wholeNumber(1), 100)
     .action(async (o: ListOptions) => (await import('./quarantineActions.js')).listAction(o));
-  q.command('replay [id]')
+  noteOption(q.command('replay [id]'))
     .description(
       'run stored messages through the inbox again (one by id, or all not yet replayed of --reason); prints each outcome, then a summary on stderr; exit 1 when any stays quarantined',
     )
@@ -63,7 +66,7 @@ export function registerQuarantineCommands(program: Command): void {
 
 /** `quarantine purge`, on the `quarantine` command. */
 function registerQuarantinePurgeCommand(q: Command): void {
-  q.command('purge')
+  noteOption(q.command('purge'))
     .description(
       'delete quarantined messages received before --older-than (of --reason); prints how many (retention does this every pass with RETENTION_QUARANTINE)',
     )

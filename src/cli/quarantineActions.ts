@@ -8,6 +8,7 @@ import { UsageError } from '../errors.js';
 import { replayQuarantine } from '../replay/quarantineReplay.js';
 import { plural, print } from './plumbing.js';
 import type { ListOptions, PurgeOptions, ReplayOptions } from './quarantine.js';
+import { audited } from './auditActions.js';
 import { withDb } from './withDb.js';
 
 /** Messages deleted per transaction by `quarantine purge`. */
@@ -37,13 +38,23 @@ export async function listAction(o: ListOptions): Promise<void> {
  * ({@link StillQuarantined}) when any message stays quarantined.
  */
 export async function replayAction(id: string | undefined, o: ReplayOptions): Promise<void> {
+  const which = id !== undefined ? { id } : { reason: o.reason! };
   const results = await withDb(({ db }, cfg) =>
-    replayQuarantine(
+    audited(
       db,
-      id !== undefined ? { id } : { reason: o.reason! },
-      cfg.MAX_ENVELOPE_BYTES,
-      { resultsBucket: cfg.RESULTS_BUCKET },
-      { quarantinePayloadMaxBytes: cfg.QUARANTINE_PAYLOAD_MAX_BYTES },
+      { action: 'quarantine replay', selection: which, affected: 0, note: o.note ?? null },
+      async (e) => {
+        const replayed = await replayQuarantine(
+          db,
+          which,
+          cfg.MAX_ENVELOPE_BYTES,
+          { resultsBucket: cfg.RESULTS_BUCKET },
+          { quarantinePayloadMaxBytes: cfg.QUARANTINE_PAYLOAD_MAX_BYTES },
+        );
+        e.affected = replayed.length;
+        e.outcome = countBy(replayed.map((r) => r.outcome));
+        return replayed;
+      },
     ),
   );
   if (id !== undefined && results.length === 0) throw new UsageError(`no inbox_quarantine row with id ${id}`);
@@ -62,12 +73,18 @@ export async function purgeAction(o: PurgeOptions): Promise<void> {
   const which = { receivedBefore: o.olderThan, reason: o.reason };
   const messages = await withDb(async ({ db }) => {
     if (dryRun) return countQuarantined(db, which);
-    let total = 0;
-    for (;;) {
-      const deleted = await db.transaction().execute((tx) => deleteQuarantined(tx, which, PAGE));
-      total += deleted;
-      if (deleted < PAGE) return total;
-    }
+    const selection = { older_than: o.olderThan, reason: o.reason ?? null };
+    return audited(
+      db,
+      { action: 'quarantine purge', selection, affected: 0, note: o.note ?? null },
+      async (e) => {
+        for (;;) {
+          const deleted = await db.transaction().execute((tx) => deleteQuarantined(tx, which, PAGE));
+          e.affected += deleted;
+          if (deleted < PAGE) return e.affected;
+        }
+      },
+    );
   });
   print({ dry_run: dryRun, reason: o.reason ?? null, messages });
   process.stderr.write(
@@ -101,4 +118,11 @@ export function replaySummary(outcomes: readonly string[]): { text: string; stil
       `${stillQuarantined} still quarantined (${[...stuck].map(([why, n]) => `${why}: ${n}`).join(', ')})`,
     );
   return { text: `replayed ${outcomes.length}: ${parts.join(', ')}`, stillQuarantined };
+}
+
+/** How many of each value `values` holds. */
+function countBy(values: readonly string[]): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const v of values) counts[v] = (counts[v] ?? 0) + 1;
+  return counts;
 }

@@ -3,7 +3,7 @@
  * (docs/lifecycle.md, "The data model"): never rename them.
  */
 import type { ColumnType, Generated, Insertable, Selectable } from 'kysely';
-import type { BucketRole, FileStatus, JobStatus, QuarantineReason } from '../../machines/index.js';
+import type { AuditAction, BucketRole, FileStatus, JobStatus, QuarantineReason } from '../../machines/index.js';
 
 /** A timestamptz written by the database clock (`now()` default) and read as a Date. */
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
@@ -86,6 +86,18 @@ export interface InboxQuarantineTable {
   replay_outcome: string | null;
 }
 
+export interface RecognitionAuditTable {
+  id: Generated<BigIntId>;
+  at: Timestamp;
+  actor: string;
+  via: 'cli' | 'console';
+  action: AuditAction;
+  selection: ColumnType<Record<string, unknown>, string, string>;
+  affected: number;
+  outcome: ColumnType<Record<string, unknown>, string | undefined, string>;
+  note: string | null;
+}
+
 export interface RecognitionJobEdgeTable {
   from_status: JobStatus;
   to_status: JobStatus;
@@ -99,6 +111,7 @@ export interface Database {
   recognition_job_transition: RecognitionJobTransitionTable;
   inbox_quarantine: InboxQuarantineTable;
   recognition_job_edge: RecognitionJobEdgeTable;
+  recognition_audit: RecognitionAuditTable;
 }
 
 /** The trace columns: a row built in code for the machine (samples, scenarios) may leave them out. */
@@ -110,3 +123,4 @@ export type S3ObjectRow = Selectable<S3ObjectTable>;
 export type TransitionRow = Selectable<RecognitionJobTransitionTable>;
 export type QuarantineRow = Selectable<InboxQuarantineTable>;
 export type NewQuarantine = Insertable<InboxQuarantineTable>;
+export type AuditRow = Selectable<RecognitionAuditTable>;

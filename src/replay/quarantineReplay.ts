@@ -3,7 +3,7 @@
  * once the job an UNKNOWN_JOB message named exists) on the settle policy's road, one transaction
  * per row. Rule: the row is the message's one record; a message still quarantined (or refused)
  * stays in the same row, which takes the new verdict (reason, details, job id, msg id) with
- * `replayed_at` and `replay_outcome`. Nothing is printed: the CLI and the console format results.
+ * `replayed_at` and `replay_outcome`. Nothing is printed: the caller formats results.
  */
 import { sql, type Kysely } from 'kysely';
 import type { QuarantineReason } from '../../machines/index.js';

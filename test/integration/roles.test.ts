@@ -202,8 +202,20 @@ describe('the runtime role', () => {
     const exported = await cli(['jobs', 'export', '--finished-before', '30d']);
     expect(exported.code, exported.output).toBe(0);
     expect(exported.stdout.map((l) => (JSON.parse(l) as { id: string }).id)).toEqual([expired.jobId]);
-    const superseded = await cli(['jobs', 'retry', expired.jobId]);
+    const superseded = await cli(['jobs', 'retry', expired.jobId, '--note', 'the service is fixed']);
     expect(superseded.code, superseded.output).toBe(0);
+    // The runtime role records the retry in the audit log and reads it back.
+    const audit = await cli(['audit', 'list', '--json']);
+    expect(audit.code, audit.output).toBe(0);
+    expect(audit.stdout.map((l) => JSON.parse(l) as unknown)).toMatchObject([
+      {
+        action: 'jobs retry',
+        via: 'cli',
+        affected: 1,
+        selection: { job_id: expired.jobId },
+        note: 'the service is fixed',
+      },
+    ]);
     const dry = await cli(['retention', 'run', '--dry-run']);
     expect(dry.code, dry.output).toBe(0);
     // Its two transitions, and the RETRY_REQUESTED the retry recorded on it.
@@ -409,6 +421,8 @@ describe('the runtime role', () => {
         "INSERT INTO kysely_migration (name, timestamp) VALUES ('9999_fake', 'now')",
         'UPDATE recognition_job_transition SET event = event',
         'UPDATE s3_object SET key = key',
+        'UPDATE recognition_audit SET note = note',
+        'DELETE FROM recognition_audit',
         'DELETE FROM recognition_job_edge',
         'SELECT * FROM kysely_migration_lock',
       ]) {

@@ -95,6 +95,9 @@ const OPTION_SAMPLES: Record<string, string> = {
   '--finished-since': '1h',
   '--finished-before': '2026-11-30T00:00:00Z',
   '--older-than': '30d',
+  '--action': 'jobs retry',
+  '--actor': 'alice',
+  '--note': 'the parser is fixed',
   '--limit': '5',
   '--jobs': '5',
   '--seed': '5',
@@ -107,7 +110,7 @@ const OPTION_SAMPLES: Record<string, string> = {
 };
 /** A placeholder, or a word the shell expands (`"${day}T00:00:00Z"`), stands for a sample value. */
 const isPlaceholder = (word: string) =>
-  /^<[^>]+>$/.test(word) || /^(ID|N|T|R|NAME)$/.test(word) || word.includes('$');
+  /^<[^>]+>$/.test(word) || /^(ID|N|T|R|NAME|ACTION|USER|TEXT)$/.test(word) || word.includes('$');
 
 /**
  * The command lines `args` stands for with sample values: `<command>` stands for every command

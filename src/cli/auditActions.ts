@@ -1,0 +1,69 @@
+/**
+ * What `audit list` does, and how the CLI's recorded commands write their audit row: after the
+ * action has run, or failed part-way, with what it did; a dry run is not recorded. The CLI's actor
+ * is the operating-system user it runs as. Imported by actions only: it loads the database client.
+ */
+import { userInfo } from 'node:os';
+import type { Kysely } from 'kysely';
+import { listAudit, recordAudit, type AuditEntry } from '../db/audit.js';
+import type { Database } from '../db/schema.js';
+import type { AuditListOptions } from './audit.js';
+import { printRows, type Cell } from './rows.js';
+import { withDb } from './withDb.js';
+
+/** The CLI's actor: the operating-system user, or `unknown` where the system names none. */
+export function cliActor(): string {
+  try {
+    return userInfo().username || 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** What an action of the CLI records; the actor and `via` are the CLI's. */
+export type CliAuditEntry = Omit<AuditEntry, 'actor' | 'via'>;
+
+/**
+ * Run `work` and record what it did: `work` fills `entry.affected` and `entry.outcome` as it goes,
+ * so an action that fails part-way is recorded with its error and what it had done.
+ */
+export async function audited<T>(
+  db: Kysely<Database>,
+  entry: CliAuditEntry,
+  work: (entry: CliAuditEntry) => Promise<T>,
+): Promise<T> {
+  const record = () => recordAudit(db, { ...entry, actor: cliActor(), via: 'cli' });
+  let result: T;
+  try {
+    result = await work(entry);
+  } catch (err) {
+    entry.outcome = { ...entry.outcome, error: err instanceof Error ? err.message : String(err) };
+    await record().catch((auditErr: unknown) => {
+      process.stderr.write(`warning: the audit log did not take this action: ${String(auditErr)}\n`);
+    });
+    throw err;
+  }
+  await record();
+  return result;
+}
+
+type AuditLine = Awaited<ReturnType<typeof listAudit>>[number];
+
+const AUDIT_COLUMNS: ReadonlyArray<[string, (r: AuditLine) => Cell]> = [
+  ['ID', (r) => r.id],
+  ['AT', (r) => r.at],
+  ['ACTOR', (r) => r.actor],
+  ['VIA', (r) => r.via],
+  ['ACTION', (r) => r.action],
+  ['AFFECTED', (r) => r.affected],
+  ['SELECTION', (r) => JSON.stringify(r.selection)],
+  ['NOTE', (r) => r.note],
+];
+
+/** `audit list`: newest first, JSON lines or a table. */
+export async function listAction(o: AuditListOptions): Promise<void> {
+  const rows = await withDb(({ db }) =>
+    listAudit(db, { action: o.action, actor: o.actor, since: o.since, limit: o.limit }),
+  );
+  printRows(rows, AUDIT_COLUMNS, o);
+}
