@@ -3,7 +3,13 @@
  * (docs/lifecycle.md, "The data model"): never rename them.
  */
 import type { ColumnType, Generated, Insertable, Selectable } from 'kysely';
-import type { AuditAction, BucketRole, FileStatus, JobStatus, QuarantineReason } from '../../machines/index.js';
+import type {
+  AuditAction,
+  BucketRole,
+  FileStatus,
+  JobStatus,
+  QuarantineReason,
+} from '../../machines/index.js';
 
 /** A timestamptz written by the database clock (`now()` default) and read as a Date. */
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
