@@ -4,7 +4,8 @@
  * "Layers"): `--help`, `--version` and a usage error pay for commander and light modules only;
  * every library a command needs is imported by its action, with `await import()`, when it runs.
  * The graph is the one node loads: from the modules the launcher imports, static imports and
- * `require` calls as compiled (type-only imports are gone), no `import()`.
+ * `require` calls as compiled (type-only imports are gone), no `import()`; commander's rules read
+ * every module of src/ and workshop/ so.
  * test/unit/shapeRules.test.ts shows each rule firing on a file that breaks it.
  */
 import { readFileSync } from 'node:fs';
@@ -50,6 +51,8 @@ const AT_RUN_TIME = [
   'workshop/statecharts/scenarioFile.ts',
 ];
 
+const { tsConfig: _tsConfig, ...sharedOptions } = options;
+
 const pkg = /** @type {{ dependencies: Record<string, string>; devDependencies: Record<string, string> }} */ (
   JSON.parse(readFileSync(new URL('./package.json', import.meta.url), 'utf8'))
 );
@@ -81,17 +84,33 @@ export default {
         reachable: true,
       },
     },
+    {
+      name: 'commander-from-one-module',
+      comment:
+        "src/ and workshop/ take commander's values from src/cli/commander.ts, which loads it as CommonJS: imported as ESM, node lexes its source and resolves its exports on every start (its types may come from commander itself: they are gone once compiled)",
+      from: { path: '^(src|workshop)/', pathNot: '^src/cli/commander\\.ts$' },
+      to: { path: packages(['commander']) },
+    },
+    {
+      name: 'commander-required',
+      comment: 'src/cli/commander.ts loads commander with require (createRequire), never as ESM',
+      from: { path: '^src/cli/commander\\.ts$' },
+      to: { path: packages(['commander']), dependencyTypesNot: ['require'] },
+    },
   ],
   required: [
     {
       name: 'startup-reaches-commander',
-      comment: "the command's start-up graph reaches commander: the graph is the command line's, required modules included",
+      comment:
+        "the command's start-up graph reaches commander: the graph is the command line's, required modules included",
       module: { path: '^src/cli\\.ts$' },
       to: { path: packages(['commander']), reachable: true },
     },
   ],
+  // Without the project's tsconfig, whose `module: node16` makes a lone file compile to CommonJS,
+  // the sources compile to ES modules as node loads them, `import` and `require` told apart.
   options: {
-    ...options,
+    ...sharedOptions,
     tsPreCompilationDeps: false,
     exclude: { ...options.exclude, dynamic: true },
   },

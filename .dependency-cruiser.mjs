@@ -97,7 +97,7 @@ const boundaries = [
   {
     name: 'src-is-the-product',
     comment:
-      "every file of src/ is reached from the modules the launcher loads: a module only the tests, the bench or the demo use belongs in workshop/",
+      'every file of src/ is reached from the modules the launcher loads: a module only the tests, the bench or the demo use belongs in workshop/',
     from: { path: exactly(PRODUCT_ENTRIES) },
     to: { path: '^src/', pathNot: exactly(PRODUCT_ENTRIES), reachable: false },
   },
@@ -106,7 +106,10 @@ const boundaries = [
     comment:
       'what the product loads at run time is a production dependency: the image installs `dependencies` only (a type-only import is gone from the compiled code)',
     from: { path: '^(src|machines|bin)/' },
-    to: { dependencyTypes: ['npm-dev', 'npm-optional', 'npm-peer'], dependencyTypesNot: ['type-only', 'type-import'] },
+    to: {
+      dependencyTypes: ['npm-dev', 'npm-optional', 'npm-peer'],
+      dependencyTypesNot: ['pre-compilation-only'],
+    },
   },
   {
     name: 'service-kit-own-package',
@@ -114,19 +117,6 @@ const boundaries = [
       'service-kit/ is a package of its own: it imports its own files and its dependencies, never the rest of the repository',
     from: { path: '^service-kit/' },
     to: { dependencyTypes: ['local'], pathNot: '^service-kit/' },
-  },
-  {
-    name: 'commander-from-one-module',
-    comment:
-      "src/ and workshop/ take commander's values from src/cli/commander.ts, which loads it as CommonJS: imported as ESM, node lexes its source and resolves its exports on every start",
-    from: { path: '^(src|workshop)/', pathNot: '^src/cli/commander\\.ts$' },
-    to: { path: packages(['commander']), dependencyTypesNot: ['type-only', 'type-import'] },
-  },
-  {
-    name: 'commander-required',
-    comment: 'src/cli/commander.ts loads commander with require (createRequire), never as ESM',
-    from: { path: '^src/cli/commander\\.ts$' },
-    to: { path: packages(['commander']), dependencyTypesNot: ['require', 'type-only', 'type-import'] },
   },
   {
     name: 'declared-packages',
@@ -143,10 +133,13 @@ const boundaries = [
   },
 ];
 
-/** The options both configurations share: TypeScript sources, imports as written. */
+/**
+ * The options both configurations share: TypeScript sources, every import as written, each marked
+ * `pre-compilation-only` when the compiled code no longer has it (a type-only import).
+ */
 export const options = {
   tsConfig: { fileName: 'tsconfig.json' },
-  tsPreCompilationDeps: true,
+  tsPreCompilationDeps: 'specify',
   preserveSymlinks: true,
   doNotFollow: { path: 'node_modules' },
   exclude: { path: '^(service-kit/)?dist/' },
