@@ -9,7 +9,7 @@
  * test/unit/shapeRules.test.ts shows each rule firing on a file that breaks it.
  */
 import { readFileSync } from 'node:fs';
-import { exactly, options, packages, PRODUCT_ENTRIES } from './.dependency-cruiser.mjs';
+import { errors, exactly, options, packages, PRODUCT_ENTRIES } from './.dependency-cruiser.mjs';
 
 /** The launcher of a checkout loads the workshop's registration module besides the product's entries. */
 export const STARTUP_ENTRIES = [...PRODUCT_ENTRIES, 'workshop/cli/register.ts'];
@@ -59,7 +59,7 @@ const pkg = /** @type {{ dependencies: Record<string, string>; devDependencies: 
 
 /** @type {import('dependency-cruiser').IConfiguration} */
 export default {
-  forbidden: [
+  forbidden: errors([
     {
       name: 'startup-no-heavy-library',
       comment:
@@ -97,8 +97,8 @@ export default {
       from: { path: '^src/cli/commander\\.ts$' },
       to: { path: packages(['commander']), dependencyTypesNot: ['require'] },
     },
-  ],
-  required: [
+  ]),
+  required: errors([
     {
       name: 'startup-reaches-commander',
       comment:
@@ -106,7 +106,7 @@ export default {
       module: { path: '^src/cli\\.ts$' },
       to: { path: packages(['commander']), reachable: true },
     },
-  ],
+  ]),
   // Without the project's tsconfig, whose `module: node16` makes a lone file compile to CommonJS,
   // the sources compile to ES modules as node loads them, `import` and `require` told apart.
   options: {

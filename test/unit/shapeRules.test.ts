@@ -343,7 +343,10 @@ describe('the import rules (.dependency-cruiser.mjs)', { timeout: 60_000 }, () =
     const names = (importConfig.forbidden ?? []).map((r) => r.name);
     expect(new Set(names).size).toBe(names.length);
     expect([...new Set(IMPORT_VIOLATIONS.map(([rule]) => rule))].sort()).toEqual([...names].sort());
-    for (const rule of importConfig.forbidden ?? []) expect(rule.comment, rule.name).toMatch(/\w{4,}/);
+    for (const rule of importConfig.forbidden ?? []) {
+      expect(rule.comment, rule.name).toMatch(/\w{4,}/);
+      expect(rule.severity, rule.name).toBe('error');
+    }
   });
 
   it('enters the product where the launcher does', () => {
@@ -457,7 +460,10 @@ describe("the command's start-up imports (.dependency-cruiser-startup.mjs)", { t
     expect([...new Set(STARTUP_VIOLATIONS.map(([rule]) => rule))].sort()).toEqual(
       rules.map((r) => r.name).sort(),
     );
-    for (const rule of rules) expect(rule.comment, rule.name).toMatch(/\w{4,}/);
+    for (const rule of rules) {
+      expect(rule.comment, rule.name).toMatch(/\w{4,}/);
+      expect(rule.severity, rule.name).toBe('error');
+    }
   });
 
   it.each(STARTUP_VIOLATIONS)('%s fires: %s', async (rule, _what, tree) => {
