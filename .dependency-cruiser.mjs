@@ -2,9 +2,10 @@
 /**
  * The repository's shape (docs/development.md, "Product and workshop" and "Layers"): which folder
  * may import which, what the product is, and which packages it may load. Every import counts:
- * `import()` expressions, type-only imports and `import('…')` types included. The command's
- * start-up imports are .dependency-cruiser-startup.mjs. `npm run check:shape` runs both;
- * test/unit/shapeRules.test.ts shows each rule firing on a file that breaks it.
+ * `import()` expressions, type-only imports and `import('…')` types included. What the command
+ * loads before a command runs is .dependency-cruiser-startup.mjs's. `npm run check:shape` runs
+ * both (and the link check); test/unit/shapeRules.test.ts shows each rule firing on a file that
+ * breaks it.
  */
 
 /** The modules the launcher (`bin/recognition-core.js`) loads out of the product's compiled tree. */
@@ -138,8 +139,9 @@ const boundaries = [
 ];
 
 /**
- * The options both configurations share: TypeScript sources, every import as written, each marked
- * `pre-compilation-only` when the compiled code no longer has it (a type-only import).
+ * The options of these rules, which the start-up rules start from: TypeScript sources, every
+ * import as written, each marked `pre-compilation-only` when the compiled code no longer has it (a
+ * type-only import). Paths stay as written, inside the repository, where node_modules is a link.
  */
 export const options = {
   tsConfig: { fileName: 'tsconfig.json' },
