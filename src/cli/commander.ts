@@ -10,6 +10,7 @@
 import { createRequire } from 'node:module';
 import type * as Commander from 'commander';
 
+// Named `require`: the start-up check (.dependency-cruiser-startup.mjs) reads `require('…')` calls.
 const require = createRequire(import.meta.url);
 const commander = require('commander') as typeof Commander;
 
