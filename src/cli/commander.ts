@@ -10,7 +10,9 @@
 import { createRequire } from 'node:module';
 import type * as Commander from 'commander';
 
-const commander = createRequire(import.meta.url)('commander') as typeof Commander;
+// Named `require`: the start-up check (.dependency-cruiser-startup.mjs) reads `require('…')` calls.
+const require = createRequire(import.meta.url);
+const commander = require('commander') as typeof Commander;
 
 export const { Command, CommanderError, InvalidArgumentError, Option } = commander;
 /** The program and its commands' type, beside the class of the same name. */
