@@ -1,7 +1,7 @@
 /**
  * The step against real PostgreSQL: the rules of docs/lifecycle.md, each with a full comparison of the
  * rows before and after — on both of its paths: locked (a transaction: lock, write, commit) and
- * unlocked (each event decided for the state its job is expected to be in, then the same write,
+ * unlocked (each event decided for the state its job is assumed to be in, then the same write,
  * which applies only where every job still is so; handing back to the locked path as the inbox
  * does when it cannot finish).
  */
@@ -14,7 +14,7 @@ import { withPgClient } from '../../src/db/pgTransaction.js';
 import { arrayLiteral, type ArrayElement } from '../../src/step/arrayLiteral.js';
 import {
   applyEvents,
-  applyEventsOptimistic,
+  applyUnlocked,
   pgStepSql,
   step,
   type Statement,
@@ -23,13 +23,8 @@ import {
   type StepSql,
   WRITE,
 } from '../../src/step/index.js';
-import {
-  LOCK,
-  REGISTERED_OBJECTS,
-  UNNEST_FUNCTION,
-  WRITE_PARAMETERS,
-  WRITE_PARTS,
-} from '../../src/step/statements.js';
+import { LOCK, REGISTERED_OBJECTS } from '../../src/step/statements.js';
+import { UNNEST_FUNCTION, WRITE_PARAMETERS, WRITE_PARTS } from '../../src/step/write.js';
 import { insertJob, loadAll, RESULTS, snapshotTables } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
 
@@ -53,7 +48,7 @@ function unlockedBatch(
       return rows;
     },
   });
-  return withPgClient(t.pool, (client) => applyEventsOptimistic(watched(pgStepSql(client)), items, RESULTS));
+  return withPgClient(t.pool, (client) => applyUnlocked(watched(pgStepSql(client)), items, RESULTS));
 }
 
 /** The unlocked path for one event ({@link unlockedBatch}). */
@@ -532,7 +527,7 @@ describe('the unlocked path, a batch of several jobs', () => {
     expect(rows.map((r) => r.exact)).toEqual([true, true]);
   });
 
-  it('hands back a batch with two events of one job, or an event without an expected decision, sending nothing', async () => {
+  it('hands back a batch with two events of one job, or an event without an unlocked decision, sending nothing', async () => {
     const { jobId, fileId } = await insertJob(t.db, { status: 'published' });
     const names: string[] = [];
     const twice = [
