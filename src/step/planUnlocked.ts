@@ -25,7 +25,7 @@ export interface UnlockedWrite {
   params: unknown[];
   /**
    * One outcome per item, from the rows the write returned; null when the write found a job not as
-   * expected, and wrote nothing.
+   * assumed, and wrote nothing.
    */
   outcomes(rows: readonly WrittenRow[]): StepOutcome[] | null;
 }
@@ -43,7 +43,7 @@ export function planUnlocked(items: readonly StepItem[], rule?: ResultObjectRule
   const written = new Map<string, JobState>();
   const current = new Map<string, JobState>();
   const at = new Map<string, { address: null; version: null }>();
-  // Per item, in order: what its outcome takes from its decision, the statuses it expects (as
+  // Per item, in order: what its outcome takes from its decision, the statuses it assumes (as
   // bits) and the service; not the event, nor the context the decision left (see UnlockedWrite).
   const decided: Array<Omit<DecidedOutcome, 'fileId' | 'from'>> = [];
   const statuses: number[] = [];
@@ -53,9 +53,9 @@ export function planUnlocked(items: readonly StepItem[], rule?: ResultObjectRule
   const fx = noEffects();
   for (const item of items) {
     if (current.has(item.jobId)) return null;
-    const expected = decideUnlocked(item.event);
-    if (!expected) return null;
-    const d = expected.decision;
+    const unlocked = decideUnlocked(item.event);
+    if (!unlocked) return null;
+    const d = unlocked.decision;
     const object = registeredObjectOf(d);
     let resultFile: string | null = null;
     if (object) {
@@ -65,8 +65,8 @@ export function planUnlocked(items: readonly StepItem[], rule?: ResultObjectRule
       if (resultFile === null) return null;
     }
     resultFiles.push(resultFile);
-    const targetService = expected.assumed.context.targetService;
-    written.set(item.jobId, expected.assumed);
+    const targetService = unlocked.assumed.context.targetService;
+    written.set(item.jobId, unlocked.assumed);
     current.set(item.jobId, { status: d.to, context: d.context });
     at.set(item.jobId, NOT_READ);
     decided.push({
@@ -77,13 +77,13 @@ export function planUnlocked(items: readonly StepItem[], rule?: ResultObjectRule
       to: d.to,
       reason: d.reason,
     });
-    statuses.push(statusBits(expected.statuses));
+    statuses.push(statusBits(unlocked.statuses));
     targets.push(targetService);
     collectEffects(fx, item.jobId, item.jobId, d, null);
   }
   const w = unlockedWrite(fx, { written, current, at }, { statuses, targets, resultFiles });
   // An unlocked decision is applied: it records a transition, so each job has a row in the write,
-  // in the order of the items (the expectations' order).
+  // in the order of the items (the assumptions' order).
   if (!w || w.jobIds.length !== items.length)
     throw new InconsistencyError('an unlocked decision must write its job: it is applied');
   return {

@@ -6,7 +6,7 @@
  * the machine assigned it (bit i for `CONTEXT_COLUMNS[i]`), a file change and a transition name
  * their job by its place among the job rows, a transition its detail by its place among the
  * batch's distinct documents; then the count of jobs, whether to return them, and the unlocked
- * path's expectations. The functions that unnest each part's arrays (`UNNEST_FUNCTION`) are
+ * path's assumptions. The functions that unnest each part's arrays (`UNNEST_FUNCTION`) are
  * defined by migrations 0013 (the parts), 0014 (the mask), 0015 (the details' places) and 0016
  * (the jobs' places), and the check of the written count by 0003 (`src/db/migrations/`): a change
  * of a part's arrays is a new migration that replaces its function.
@@ -106,19 +106,19 @@ const UNNEST = unnestOf();
 /**
  * After the parts' arrays: the batch's distinct transition details (the documents the transition
  * rows name by place), the count of job rows the write must find, whether to return them, and the
- * unlocked path's expectations, one element per job row in the same order (null on the locked
+ * unlocked path's assumptions, one element per job row in the same order (null on the locked
  * paths, whose rows are locked and read already): each job's id, the statuses it may be in (bit i
  * for `JOB_STATUSES[i]`), the `target_service` it must have, and the file id its result object's
  * key names (null for a job without one), which must be the job's.
  */
 const PARTS_PARAMETERS = Object.values(WRITE_PARAMETERS).reduce((n, p) => n + Object.keys(p).length, 0);
 const DETAILS = `$${PARTS_PARAMETERS + 1}::jsonb[]`;
-const EXPECTED_JOBS = `$${PARTS_PARAMETERS + 2}`;
+const JOB_COUNT = `$${PARTS_PARAMETERS + 2}`;
 const RETURN_JOBS = `$${PARTS_PARAMETERS + 3}`;
-const EXPECTED_IDS = `$${PARTS_PARAMETERS + 4}::uuid[]`;
-const EXPECTED_STATUSES = `$${PARTS_PARAMETERS + 5}::integer[]`;
-const EXPECTED_TARGETS = `$${PARTS_PARAMETERS + 6}::text[]`;
-const EXPECTED_FILES = `$${PARTS_PARAMETERS + 7}::text[]`;
+const ASSUMED_IDS = `$${PARTS_PARAMETERS + 4}::uuid[]`;
+const ASSUMED_STATUSES = `$${PARTS_PARAMETERS + 5}::integer[]`;
+const ASSUMED_TARGETS = `$${PARTS_PARAMETERS + 6}::text[]`;
+const ASSUMED_FILES = `$${PARTS_PARAMETERS + 7}::text[]`;
 
 /**
  * What step 0 checks of a job besides its status and `target_service` is what an unlocked decision
@@ -128,7 +128,7 @@ const EXPECTED_FILES = `$${PARTS_PARAMETERS + 7}::text[]`;
 const CHECKED: { resultMsgId: null; fileIsCurrent: true } = UNLOCKED_ROW;
 void CHECKED;
 
-/** The statuses in the order of the expectations' bits. */
+/** The statuses in the order of the assumptions' bits. */
 const STATUS_BITS = `'{${JOB_STATUSES.join(',')}}'::text[]`;
 
 /**
@@ -139,7 +139,7 @@ const STATUS_BITS = `'{${JOB_STATUSES.join(',')}}'::text[]`;
  *   0. on the unlocked path, before anything else: lock every job it decided for, in id order as
  *      every locked path locks (so no two transactions wait for each other), waiting for a
  *      transaction holding one, and check each is as its unlocked decision assumed it: its status
- *      one of the expected ones, its `target_service` the expected one, no result msg id, its file
+ *      one of the assumed ones, its `target_service` the assumed one, no result msg id, its file
  *      pointing at it, its file the one its result object's key names. If one is not, the
  *      statement writes nothing and returns no job; the caller then takes the batch through the
  *      locked path;
@@ -205,18 +205,18 @@ function writeSql(): string {
              AND j.target_service = e.target_service
              AND j.result_msg_id IS NULL
              AND f.current_recognition_job_id IS NOT DISTINCT FROM j.id
-             AND (e.result_file IS NULL OR j.file_id::text = e.result_file) AS expected
-    FROM unnest(${EXPECTED_IDS}, ${EXPECTED_STATUSES}, ${EXPECTED_TARGETS}, ${EXPECTED_FILES})
+             AND (e.result_file IS NULL OR j.file_id::text = e.result_file) AS as_assumed
+    FROM unnest(${ASSUMED_IDS}, ${ASSUMED_STATUSES}, ${ASSUMED_TARGETS}, ${ASSUMED_FILES})
       WITH ORDINALITY AS e(id, statuses, target_service, result_file, place)
     JOIN recognition_job AS j ON j.id = e.id
     JOIN stored_file AS f ON f.id = j.file_id
     ORDER BY j.id
     FOR UPDATE OF j
   ),
-  -- One row: 1 when every expectation holds (and on the locked paths, which send none), else null.
+  -- One row: 1 when every assumption holds (and on the locked paths, which send none), else null.
   guarded AS (
-    SELECT CASE WHEN (SELECT count(*) FILTER (WHERE expected) FROM guard)
-                     = COALESCE(cardinality(${EXPECTED_IDS}), 0) THEN 1 END AS n
+    SELECT CASE WHEN (SELECT count(*) FILTER (WHERE as_assumed) FROM guard)
+                     = COALESCE(cardinality(${ASSUMED_IDS}), 0) THEN 1 END AS n
   ),
   obj AS (
     INSERT INTO s3_object (bucket, key, bucket_role, created_by)
@@ -264,7 +264,7 @@ function writeSql(): string {
   -- A write that step 0 refused writes no job.
   checked AS (
     SELECT recognition_job_versions_checked((SELECT count(*) FROM job),
-      CASE WHEN (SELECT n FROM guarded) IS NULL THEN 0 ELSE ${EXPECTED_JOBS}::integer END) AS n
+      CASE WHEN (SELECT n FROM guarded) IS NULL THEN 0 ELSE ${JOB_COUNT}::integer END) AS n
   )
   -- Every data-modifying CTE runs to completion whether or not it is read.
   SELECT job.id::text, job.row_address, job.version, job.file_id::text, job.prior_status
@@ -307,7 +307,7 @@ if (CONTEXT_COLUMNS.length > 31) throw new Error('assignedColumns: more than 31 
 /**
  * One write statement's worth: its parameters (`WRITE_PARAMETERS`, then the batch's distinct
  * transition details, the count of jobs, whether the statement returns their new addresses, and
- * the expectations it checks: none on the locked paths, see {@link unlockedWrite}).
+ * the assumptions it checks: none on the locked paths, see {@link unlockedWrite}).
  */
 export interface PlannedWrite {
   params: unknown[];
@@ -484,7 +484,7 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
 }
 
 /**
- * A locked path's write for `fx`, or null when there is nothing to write: no expectations, its
+ * A locked path's write for `fx`, or null when there is nothing to write: no assumptions, its
  * rows are locked and read already. `returnJobs`: the statement returns where its jobs stand now,
  * for a later chunk of the batch that changes them again.
  */
@@ -499,7 +499,7 @@ export function lockedWrite(fx: Effects, ctx: WriteContext, returnJobs: boolean)
  * and the file id its result object's key names (null for a job without one), which must be the
  * job's.
  */
-export interface Expectations {
+export interface Assumptions {
   statuses: number[];
   targets: string[];
   resultFiles: Array<string | null>;
@@ -507,23 +507,23 @@ export interface Expectations {
 
 /**
  * The unlocked path's write for `fx`, its job rows returned (their prior status is each outcome's
- * `from`) and `expected` checked first; null when there is nothing to write.
+ * `from`) and `assumed` checked first; null when there is nothing to write.
  */
-export function unlockedWrite(fx: Effects, ctx: WriteContext, expected: Expectations): PlannedWrite | null {
+export function unlockedWrite(fx: Effects, ctx: WriteContext, assumed: Assumptions): PlannedWrite | null {
   const w = writeParams(fx, ctx);
   if (!w) return null;
   const params = [
     ...w.params,
     true,
     arrayLiteral('uuid', w.jobIds),
-    arrayLiteral('integer', expected.statuses),
-    arrayLiteral('text', expected.targets, true),
-    expected.resultFiles.every((f) => f === null) ? null : arrayLiteral('text', expected.resultFiles),
+    arrayLiteral('integer', assumed.statuses),
+    arrayLiteral('text', assumed.targets, true),
+    assumed.resultFiles.every((f) => f === null) ? null : arrayLiteral('text', assumed.resultFiles),
   ];
   return { params, jobIds: w.jobIds };
 }
 
-/** Statuses as the write's expectations give them: bit i for `JOB_STATUSES[i]`. */
+/** Statuses as the write's assumptions give them: bit i for `JOB_STATUSES[i]`. */
 export function statusBits(statuses: readonly JobStatus[]): number {
   let bits = 0;
   for (const s of statuses) bits |= 1 << JOB_STATUSES.indexOf(s);
