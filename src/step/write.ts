@@ -24,7 +24,7 @@ import type { Effects } from './effects.js';
 import { defineStatement } from './statement.js';
 
 /**
- * The job columns step 3 writes, with their SQL types, in the order of its parameters: every
+ * The job columns the write sets, with their SQL types, in the order of its parameters: every
  * mutable column the machine assigned, to the value it assigned; the others stay as they are.
  */
 export const WRITTEN_JOB_COLUMNS = {
@@ -45,7 +45,7 @@ export const WRITTEN_JOB_COLUMNS = {
   result_msg_id: 'text',
 } as const satisfies Record<MutableJobColumn, string>;
 
-/** Step 3's parameters: one typed array per column of each part, in this order. */
+/** The write's parameters: one typed array per column of each part, in this order. */
 export const WRITE_PARAMETERS = {
   objects: { bucket: 'text', key: 'text', created_by: 'text' },
   jobs: {
@@ -54,7 +54,7 @@ export const WRITE_PARAMETERS = {
     ...WRITTEN_JOB_COLUMNS,
     // Which columns but `status` the job's element sets: bit i for CONTEXT_COLUMNS[i].
     assigned: 'integer',
-    // A result registered in this statement, by bucket and key: 3a returns its id.
+    // A result registered in this statement, by bucket and key: (a) returns its id.
     result_bucket: 'text',
     result_key: 'text',
   },
@@ -73,7 +73,7 @@ export const WRITE_PARAMETERS = {
   },
 } as const;
 
-/** The parts of step 3's parameters, in order, and the count of jobs that must be written, last. */
+/** The parts of the write's parameters, in order, and the count of jobs that must be written, last. */
 export type WritePart = keyof typeof WRITE_PARAMETERS;
 export const WRITE_PARTS = Object.keys(WRITE_PARAMETERS) as WritePart[];
 
@@ -121,7 +121,7 @@ const ASSUMED_TARGETS = `$${PARTS_PARAMETERS + 6}::text[]`;
 const ASSUMED_FILES = `$${PARTS_PARAMETERS + 7}::text[]`;
 
 /**
- * What step 0 checks of a job besides its status and `target_service` is what an unlocked decision
+ * What the guard checks of a job besides its status and `target_service` is what an unlocked decision
  * assumes (`UNLOCKED_ROW`: no result msg id, its file pointing at it), written into its SQL; this
  * stops compiling when the assumptions change and the SQL has not.
  */
@@ -132,13 +132,13 @@ void CHECKED;
 const STATUS_BITS = `'{${JOB_STATUSES.join(',')}}'::text[]`;
 
 /**
- * Step 3, the one write of every event path, one statement (data-modifying CTEs, which see one
+ * The write, the one statement every event path ends in (data-modifying CTEs, which see one
  * snapshot and whose foreign keys are checked at its end), its parameters typed arrays (one
  * element per row, {@link WRITE_PARAMETERS}; an array of nulls may come as null, which the
  * functions that unnest them read the same):
- *   0. on the unlocked path, before anything else: lock every job it decided for, in id order as
- *      every locked path locks (so no two transactions wait for each other), waiting for a
- *      transaction holding one, and check each is as its unlocked decision assumed it: its status
+ *   0. the guard, on the unlocked path, before anything else: lock every job it decided for, in
+ *      id order as every locked path locks (so no two transactions wait for each other), waiting
+ *      for a transaction holding one, and check each is as its unlocked decision assumed it: its status
  *      one of the assumed ones, its `target_service` the assumed one, no result msg id, its file
  *      pointing at it, its file the one its result object's key names. If one is not, the
  *      statement writes nothing and returns no job; the caller then takes the batch through the
@@ -149,28 +149,28 @@ const STATUS_BITS = `'{${JOB_STATUSES.join(',')}}'::text[]`;
  *      written, so the count of written jobs falls short (below);
  *   b. write each job's status and the columns the machine assigned it (the others stay as they
  *      are), at the address it was read or locked at and only while it still has that version; a
- *      result registered in 3a is pointed at by its id; a time given as `now` is the database's
+ *      result registered in (a) is pointed at by its id; a time given as `now` is the database's
  *      clock, and every time is written to the millisecond, as a JavaScript Date holds it;
  *   c. change the files that are still the jobs' current files, each file change naming its job by
- *      the job's place among the rows of 3b, which give the job's id and its file's id;
+ *      the job's place among the rows of (b), which give the job's id and its file's id;
  *   d. append the transition log, in the order the events were applied, each row naming its job
  *      as a file change does, its detail by the document's place in the batch's details, and its
- *      `from_status`, when the element has none (an unlocked decision), as step 0 locked it.
- * A job that step 0 locked in a version the statement's snapshot does not see (committed by
- * another transaction while step 0 waited for it) is not found by 3b. The count of written jobs
- * then falls short, and the statement aborts as a whole with a serialization failure
+ *      `from_status`, when the element has none (an unlocked decision), as the guard locked it.
+ * A job that the guard locked in a version the statement's snapshot does not see (committed by
+ * another transaction while the guard waited for it) is not found by (b). The count of written
+ * jobs then falls short, and the statement aborts as a whole with a serialization failure
  * (`recognition_job_versions_checked`, migration 0003); so does a locked path's job not at its
- * address and version any more, and a job whose result object 3a found already there: the locked
+ * address and version any more, and a job whose result object (a) found already there: the locked
  * path's next try reads that object before deciding and refuses the result (the unlocked path
- * hands such a batch to it once its tries are spent). Step 0 runs first: the insert and the
+ * hands such a batch to it once its tries are spent). The guard runs first: the insert and the
  * update wait for its check (a condition without columns, which PostgreSQL evaluates once, before
  * the first row).
  * When asked to, returns each written job's new address and version, with its file and the status
- * step 0 locked it in: a later chunk of the same batch that changes the job again finds it there,
- * and an unlocked decision learns its `from`. Otherwise it returns one row of nulls, and a batch
+ * the guard locked it in: a later chunk of the same batch that changes the job again finds it
+ * there, and an unlocked decision learns its `from`. Otherwise it returns one row of nulls, and a batch
  * of one chunk of the locked path receives nothing it does not read.
  *
- * How the jobs are found: the batch's addresses (the ones read, and the ones step 0 locked) as an
+ * How the jobs are found: the batch's addresses (the ones read, and the ones the guard locked) as an
  * array make the planner fetch exactly those rows (a Tid Scan) and hash them against the
  * elements, whatever it guesses of the batch's and the table's size. No condition on the row's
  * id: that makes the planner expect one row out of the join and join the result objects to it by
@@ -261,7 +261,7 @@ function writeSql(): string {
     ORDER BY t.seq
   ),
   -- One row, so the check runs whether or not any job was written.
-  -- A write that step 0 refused writes no job.
+  -- A write that the guard refused writes no job.
   checked AS (
     SELECT recognition_job_versions_checked((SELECT count(*) FROM job),
       CASE WHEN (SELECT n FROM guarded) IS NULL THEN 0 ELSE ${JOB_COUNT}::integer END) AS n
@@ -271,11 +271,11 @@ function writeSql(): string {
   FROM checked LEFT JOIN job ON ${RETURN_JOBS}::boolean`;
 }
 
-/** Step 3's statement. */
+/** The write's statement. */
 export const WRITE = defineStatement('step_write', writeSql());
 
 /**
- * A job row step 3 wrote: where it stands now, its file, and the status step 0 locked it in (null
+ * A job row the write changed: where it stands now, its file, and the status the guard locked it in (null
  * for a job the write did not lock there); null columns when the write changed no job.
  */
 export interface WrittenRow {
@@ -389,7 +389,7 @@ function literalsOf(part: WritePart, columns: Record<string, ArrayElement[]>): A
 }
 
 /**
- * Step 3's parameters for `fx`: each touched job whose state changed or that has an effect, with
+ * The write's parameters for `fx`: each touched job whose state changed or that has an effect, with
  * its status and the columns the machine assigned it since its last write (the mask `assigned`;
  * the other elements are null and the statement leaves those columns as they are); or null when
  * there is nothing to write.
@@ -415,7 +415,7 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
     for (let i = 0; i < contextArrays.length; i++) {
       contextArrays[i]!.push(assigned & (1 << i) ? element(after.context[CONTEXT_COLUMNS[i]![1]]) : null);
     }
-    // A registered result object: the statement resolves its id (3a) and points the job at it (3b).
+    // A registered result object: the statement resolves its id (a) and points the job at it (b).
     const object = fx.objects.get(id);
     jobs.result_bucket.push(object?.bucket ?? null);
     jobs.result_key.push(object?.key ?? null);
