@@ -125,6 +125,7 @@ export interface StepItem {
   jobId: string;
   event: JobEventInput;
 }
+
 export const JOB_EVENT_TYPES = [
   'PUBLISHED',
   'PUBLISH_FAILED',

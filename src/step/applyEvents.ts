@@ -70,7 +70,7 @@ async function resultObjects(
 }
 
 /** Convenience for one event: its own transaction, committed before it returns. */
-export async function step(
+export async function applyEvent(
   db: Kysely<Database>,
   jobId: string,
   event: JobEventInput,

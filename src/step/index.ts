@@ -11,10 +11,10 @@
  * - {@link applyRetries}: `RETRY_REQUESTED` for failed jobs, their jobs and files locked in job id
  *   order; it creates the next attempts, which no event path does (`jobs retry`);
  *   {@link previewRetries} decides the same and writes nothing (`--dry-run`);
- * - {@link step}: one event in its own transaction.
+ * - {@link applyEvent}: one event in its own transaction (the dead letters).
  */
 export { applyUnlocked } from './applyUnlocked.js';
-export { applyEvents, step } from './applyEvents.js';
+export { applyEvent, applyEvents } from './applyEvents.js';
 export { applyPassedDeadlines, type PassedDeadlines } from './applyPassedDeadlines.js';
 export {
   applyRetries,

@@ -16,7 +16,7 @@ import {
   applyEvents,
   applyUnlocked,
   pgStepSql,
-  step,
+  applyEvent,
   type Statement,
   type StepItem,
   type StepOutcome,
@@ -62,9 +62,9 @@ async function unlocked(
 }
 
 const paths = {
-  locked: (jobId: string, event: JobEventInput) => step(t.db, jobId, event, RESULTS),
+  locked: (jobId: string, event: JobEventInput) => applyEvent(t.db, jobId, event, RESULTS),
   unlocked: async (jobId: string, event: JobEventInput) =>
-    (await unlocked(jobId, event)) ?? step(t.db, jobId, event, RESULTS),
+    (await unlocked(jobId, event)) ?? applyEvent(t.db, jobId, event, RESULTS),
 };
 const service = { name: 'tabular-parser', version: '2.3.1' };
 
@@ -474,7 +474,7 @@ describe('the unlocked path, a batch of several jobs', () => {
       'a result already applied (a duplicate)',
       async () => {
         const j = await insertJob(t.db, { status: 'processing' });
-        await step(t.db, j.jobId, done(j.jobId, j.fileId), RESULTS);
+        await applyEvent(t.db, j.jobId, done(j.jobId, j.fileId), RESULTS);
         return { jobId: j.jobId, event: done(j.jobId, j.fileId) };
       },
     ],
