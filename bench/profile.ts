@@ -22,8 +22,8 @@ import { startBenchEnv, type BenchEnv } from './env.js';
 import { decodeEnvelope } from '../src/messages/decodeEnvelope.js';
 import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
 import { applyV8Flags } from '../src/process/v8Flags.js';
-import { applyEventsOptimistic, pgStepSql, type Statement, type StepSql } from '../src/step/index.js';
-import { WRITE } from '../src/step/statements.js';
+import { applyUnlocked, pgStepSql, type Statement, type StepSql } from '../src/step/index.js';
+import { WRITE } from '../src/step/write.js';
 import { doneEnvelope, resultHeaders, seedPublishedJobs, type BenchJob } from '../workshop/benchFixtures.js';
 import { processCpuMs, threadCpuMs } from '../workshop/processStats.js';
 import {
@@ -156,7 +156,7 @@ const STATEMENT_WARM_UP = 6;
 
 /**
  * PostgreSQL CPU per envelope of an inbox batch's statement (the step's unlocked path itself,
- * `applyEventsOptimistic`: its one write, prepared once per connection) and of the
+ * `applyUnlocked`: its one write, prepared once per connection) and of the
  * ceiling's transaction (BEGIN, its statement, COMMIT), each on batches of `size` fresh jobs'
  * results, in turns on one connection, so that both meet the same table. The backend's
  * CPU is read from /proc around each statement (in ticks of 10 ms, which average out over the
@@ -202,7 +202,7 @@ async function statementCpu(
       const at = 2 * size * i;
       // An inbox batch on the unlocked path.
       const items = results(jobs.slice(at, at + size)).map((d) => envelopeToJobEvent(d.envelope, d.msgId));
-      if ((await applyEventsOptimistic(measured, items, { resultsBucket: 'arm-ka' })) === null) {
+      if ((await applyUnlocked(measured, items, { resultsBucket: 'arm-ka' })) === null) {
         throw new Error('a batch of fresh results left the unlocked path');
       }
       // The ceiling's transaction on as many other jobs.

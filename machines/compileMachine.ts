@@ -21,7 +21,7 @@
  * It refuses any other machine, with the reason; the caller then uses `machine.transition()`.
  * What only shows when an event is taken — an `enqueueActions` that enqueues a built-in other than
  * `assign` (raise, sendTo, emit…), an `assign` that spawns, an event of xstate's own (`xstate.*`),
- * a state the machine lacks, a guard or action that throws — makes `step` answer `undefined`:
+ * a state the machine lacks, a guard or action that throws — makes `transition` answer `undefined`:
  * "ask `machine.transition()`", which then decides, or throws its own error.
  */
 import {
@@ -51,18 +51,18 @@ export interface ExecutedAction {
 }
 
 /** What taking one event makes: the next state, the next context, the actions, in order. */
-export interface Step {
+export interface TransitionResult {
   value: string;
   context: MachineContext;
   actions: ExecutedAction[];
 }
 
-/** The outcome of compiling: the table's `step`, or why the machine is left to xstate. */
+/** The outcome of compiling: the table's `transition`, or why the machine is left to xstate. */
 export type CompiledMachine =
   | {
       path: 'compiled';
       /** Take `event` in state `value`; `undefined` when the table does not cover it. */
-      step(value: string, context: MachineContext, event: EventObject): Step | undefined;
+      transition(value: string, context: MachineContext, event: EventObject): TransitionResult | undefined;
     }
   | { path: 'xstate'; reason: string };
 
@@ -82,7 +82,7 @@ interface Row {
   candidates: Map<string, Candidate[]>;
 }
 
-/** Thrown while taking an event that the table does not cover; `step` then answers `undefined`. */
+/** Thrown while taking an event that the table does not cover; `transition` then answers `undefined`. */
 const UNCOVERED = Symbol('not covered by the compiled table');
 
 /** The fields of xstate's built-in actions the table reads (`assign`'s and `enqueueActions`'s). */
@@ -208,7 +208,7 @@ export function compileMachine(machine: AnyStateMachine, scope: AnyActorScope): 
 
   return {
     path: 'compiled',
-    step(value, context, event) {
+    transition(value, context, event) {
       const row = rows.get(value);
       if (row === undefined || event.type.startsWith('xstate.')) return undefined;
       try {

@@ -6,7 +6,7 @@
  * xstate's `transition()` when the machine uses something the table does not cover.
  */
 import { createActor, type AnyActorScope } from 'xstate';
-import { compileMachine, type ExecutedAction, type Step } from './compileMachine.js';
+import { compileMachine, type ExecutedAction, type TransitionResult } from './compileMachine.js';
 import { CONTEXT_THE_MACHINE_READS, recognitionJobMachine } from './recognitionJob.machine.js';
 import { JOB_STATUSES, type JobStatus } from './statuses.js';
 import {
@@ -148,8 +148,9 @@ export function decisionPath(): DecisionPath {
  * every status, event and guard input).
  */
 export function decide(job: JobState, event: JobEvent): JobDecision {
-  const step = compiled.path === 'compiled' ? compiled.step(job.status, job.context, event) : undefined;
-  return step === undefined ? decideWithXstate(job, event) : toDecision(job, event, step);
+  const taken =
+    compiled.path === 'compiled' ? compiled.transition(job.status, job.context, event) : undefined;
+  return taken === undefined ? decideWithXstate(job, event) : toDecision(job, event, taken);
 }
 
 /**
@@ -163,13 +164,13 @@ export function decideWithXstate(job: JobState, event: JobEvent): JobDecision {
 }
 
 /**
- * The decision a step makes: its effects are the executed actions the shell knows; it is
+ * The decision a transition result makes: its effects are the executed actions the shell knows; it is
  * `applied` exactly when a transition was recorded.
  */
-function toDecision(job: JobState, event: JobEvent, step: Step): JobDecision {
-  const effects = step.actions.filter((a) => EFFECT_TYPES.has(a.type)) as JobEffect[];
-  const to = step.value as JobStatus;
-  const context = step.context as JobContext;
+function toDecision(job: JobState, event: JobEvent, taken: TransitionResult): JobDecision {
+  const effects = taken.actions.filter((a) => EFFECT_TYPES.has(a.type)) as JobEffect[];
+  const to = taken.value as JobStatus;
+  const context = taken.context as JobContext;
   const note = effects.find((e) => e.type === 'noteNoChange');
   if (note) {
     return {

@@ -3,4 +3,4 @@ export * from './statuses.js';
 export * from './recognitionJob.types.js';
 export * from './recognitionJob.machine.js';
 export * from './decide.js';
-export * from './expectedDecision.js';
+export * from './unlockedDecision.js';

@@ -119,6 +119,13 @@ export type JobEventType = JobEvent['type'];
 type DistributiveOmit<T, K extends keyof never> = T extends unknown ? Omit<T, K> : never;
 /** An event before it is timed: what a loop or a message builds; the step adds `now` from the database clock. */
 export type JobEventInput = DistributiveOmit<JobEvent, 'now'>;
+
+/** One event for one job, before it is timed: what the loops and the inbox hand the step. */
+export interface StepItem {
+  jobId: string;
+  event: JobEventInput;
+}
+
 export const JOB_EVENT_TYPES = [
   'PUBLISHED',
   'PUBLISH_FAILED',

@@ -9,7 +9,7 @@ import type { Config } from '../config.js';
 import type { ClientConfig } from 'pg';
 import { migrationStatus, openDb, type Db } from '../db/database.js';
 import { pgConnection } from '../db/pgTls.js';
-import { decisionPath, expectedDecisionKinds } from '../../machines/index.js';
+import { decisionPath, unlockedKinds } from '../../machines/index.js';
 import { MigrationsPendingError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { createMetrics, type Metrics } from '../metrics.js';
@@ -333,12 +333,12 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
 
     // Which way decisions are made: the machine's compiled table, or xstate and why (decide.ts).
     const decisions = decisionPath();
-    // A kind of envelope without an expected decision takes the inbox's locked path every time.
-    const unexpected = [...expectedDecisionKinds()].filter(([, statuses]) => typeof statuses === 'string');
+    // A kind of envelope without an unlocked decision takes the inbox's locked path every time.
+    const unexpected = [...unlockedKinds()].filter(([, statuses]) => typeof statuses === 'string');
     if (unexpected.length > 0) {
       logger.warn(
-        { event: 'expected_decisions_refused', kinds: Object.fromEntries(unexpected) },
-        'some envelopes have no expected decision: the inbox decides them on locked rows, more slowly',
+        { event: 'unlocked_decisions_refused', kinds: Object.fromEntries(unexpected) },
+        'some envelopes have no unlocked decision: the inbox decides them on locked rows, more slowly',
       );
     }
     logger.info(

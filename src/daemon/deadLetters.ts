@@ -27,7 +27,7 @@ import type { Metrics, UntrustedAdvisoryReason } from '../metrics.js';
 import { JOBS_STREAM, maxDeliveriesAdvisory } from '../nats/subjects.js';
 import { startDeadLetterTrace } from '../tracing/jobSpans.js';
 import { runTraced } from '../tracing/tracing.js';
-import { step, type StepOutcome } from '../step/index.js';
+import { applyEvent, type StepOutcome } from '../step/index.js';
 
 /** The queue group every core instance joins for the advisories. */
 export const DEAD_LETTER_QUEUE = 'recognition-core-dead-letters';
@@ -252,7 +252,7 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
       headers: stored.header,
     });
     const outcome = await runTraced(traced, () =>
-      step(db, jobId, { type: 'DELIVERY_EXHAUSTED', deliveries: advisory.deliveries }),
+      applyEvent(db, jobId, { type: 'DELIVERY_EXHAUSTED', deliveries: advisory.deliveries }),
     );
     traced?.end(outcome);
     // 7. Report.

@@ -12,7 +12,7 @@
  */
 import type { Kysely } from 'kysely';
 import { QUARANTINE_REASON, type QuarantineReason } from '../../machines/index.js';
-import { inPgTransaction, withPgClient, type PgPool } from '../db/pgTransaction.js';
+import { inPgTransaction, type PgPool } from '../db/pgTransaction.js';
 import type { Database } from '../db/schema.js';
 import { InconsistencyError } from '../errors.js';
 import { decodeEnvelope, type DecodeResult } from '../messages/decodeEnvelope.js';
@@ -21,12 +21,11 @@ import { QUARANTINE_PAYLOAD_MAX_BYTES_DEFAULT, quarantineRecord } from '../messa
 import type { ResultObjectRule } from '../messages/resultObject.js';
 import {
   applyEvents,
+  applyUnlocked,
   defineStatement,
+  pgPoolStepSql,
   pgStepSql,
-  planOptimistic,
   stepSqlOf,
-  writeOptimistic,
-  type ExpectedWrite,
   type StepItem,
   type StepOutcome,
   type StepTransaction,
@@ -273,7 +272,7 @@ export async function applyInboxBatchTx(
 ): Promise<InboxOutcome[]> {
   if (isKysely(db)) return db.transaction().execute((tx) => applyInboxBatch(tx, items, rule, limits));
   return (
-    (await applyUnlocked(db, items, rule, hooks)) ??
+    (await applyBatchUnlocked(db, items, rule, hooks)) ??
     inPgTransaction(db, (client) => applyInboxBatch(pgStepSql(client), items, rule, limits), {
       genericPlans: true,
     })
@@ -282,24 +281,23 @@ export async function applyInboxBatchTx(
 
 /**
  * A batch of valid envelopes on the step's unlocked path: one statement instead of four (see
- * `applyEventsOptimistic`). `null` when the batch holds an invalid envelope, or the path hands the
- * work back (an unknown job, an envelope the machine rejects, or a result whose object is not its
- * job's, is quarantined by the transaction; a job not as its envelope expects is decided on its
- * locked row; nothing is written then), or the path meets an inconsistency of its own (reported
- * to `hooks`); the locked path then decides the batch.
+ * `applyUnlocked` in `src/step/`). `null` when the batch holds an invalid envelope, or the path
+ * hands the work back (an unknown job, an envelope the machine rejects, or a result whose object
+ * is not its job's, is quarantined by the transaction; a job not as its envelope assumes is
+ * decided on its locked row; nothing is written then), or the path meets an inconsistency of its
+ * own (reported to `hooks`); the locked path then decides the batch.
  */
-async function applyUnlocked(
+async function applyBatchUnlocked(
   pool: PgPool,
   items: readonly InboxItem[],
   rule: ResultObjectRule,
   hooks: InboxBatchHooks,
 ): Promise<InboxOutcome[] | null> {
   try {
-    const planned = planUnlocked(items, rule);
-    if (!planned) return null;
-    const { plan, msgIds } = planned;
-    const outcomes = await withPgClient(pool, (client) => writeOptimistic(pgStepSql(client), plan));
-    return outcomes?.map((outcome, i) => ({ kind: 'step', outcome, msgId: msgIds[i] ?? null })) ?? null;
+    const sent = sendUnlocked(pool, items, rule);
+    if (!sent) return null;
+    const outcomes = await sent.outcomes;
+    return outcomes?.map((outcome, i) => ({ kind: 'step', outcome, msgId: sent.msgIds[i] ?? null })) ?? null;
   } catch (err) {
     // An inconsistency is this path's bug, never the batch's: the locked path decides it again.
     if (!(err instanceof InconsistencyError)) throw err;
@@ -309,14 +307,15 @@ async function applyUnlocked(
 }
 
 /**
- * The unlocked path's write for `items`, planned before a connection is taken; null when the path
- * cannot take them. The events it decides are garbage once it returns: only the write's
- * parameters and what the outcomes need wait for the write.
+ * The batch's events handed to the unlocked path, which plans its write before a connection is
+ * taken; null when the batch holds an invalid envelope. The events are garbage once this returns:
+ * only the write's parameters and what the outcomes need wait for the write.
  */
-function planUnlocked(
+function sendUnlocked(
+  pool: PgPool,
   items: readonly InboxItem[],
   rule: ResultObjectRule,
-): { plan: ExpectedWrite; msgIds: Array<string | null> } | null {
+): { outcomes: Promise<StepOutcome[] | null>; msgIds: Array<string | null> } | null {
   const steps: StepItem[] = [];
   const msgIds: Array<string | null> = [];
   for (const item of items) {
@@ -325,6 +324,5 @@ function planUnlocked(
     msgIds.push(item.decoded.msgId);
   }
   if (steps.length === 0) return null;
-  const plan = planOptimistic(steps, rule);
-  return plan && { plan, msgIds };
+  return { outcomes: applyUnlocked(pgPoolStepSql(pool), steps, rule), msgIds };
 }

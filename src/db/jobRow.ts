@@ -118,7 +118,7 @@ export const READ_JOB_COLUMNS: ReadonlyArray<keyof ReadJobRow> = [
 /**
  * Hydration input from the columns a decision depends on: the machine's context of the keys it
  * reads (`contextOfReadKeys`), every other key undefined. After a decision, a key with a value
- * that was undefined is one the machine assigned ({@link assignedColumns}).
+ * that was undefined is one the machine assigned (`assignedColumns` in `src/step/write.ts`).
  */
 export function rowToReadState(row: ReadJobRow, fileIsCurrent: boolean): JobState {
   const context = contextOfReadKeys({
@@ -134,7 +134,8 @@ export function rowToReadState(row: ReadJobRow, fileIsCurrent: boolean): JobStat
   return { status: row.status, context };
 }
 
-function same(a: unknown, b: unknown): boolean {
+/** Whether two values of a context key are the same: times by their instant, documents by their JSON. */
+export function sameValue(a: unknown, b: unknown): boolean {
   if (a instanceof Date && b instanceof Date) return a.getTime() === b.getTime();
   if (a !== null && b !== null && typeof a === 'object' && typeof b === 'object') {
     return JSON.stringify(a) === JSON.stringify(b);
@@ -150,24 +151,9 @@ export function changedColumns(
   const diff: Partial<Record<MutableJobColumn, unknown>> = {};
   if (before.status !== after.status) diff.status = after.status;
   for (const [column, key] of CONTEXT_COLUMNS) {
-    if (!same(before.context[key], after.context[key])) diff[column] = after.context[key];
+    if (!sameValue(before.context[key], after.context[key])) diff[column] = after.context[key];
   }
   return diff;
-}
-
-/**
- * The mutable columns but `status` whose values `after` sets anew, as a bit mask: bit `i` is the
- * column `CONTEXT_COLUMNS[i]`. A key undefined in `after` (of a state hydrated by
- * {@link rowToReadState}, not assigned by the machine) is left as it is.
- */
-export function assignedColumns(before: JobState, after: JobState): number {
-  let mask = 0;
-  for (let i = 0; i < CONTEXT_COLUMNS.length; i++) {
-    const key = CONTEXT_COLUMNS[i]![1];
-    const value = after.context[key];
-    if (value !== undefined && !same(before.context[key], value)) mask |= 1 << i;
-  }
-  return mask;
 }
 
 /** (column, context key) of every mutable column but `status`, in column order, computed once. */
@@ -179,6 +165,3 @@ export const CONTEXT_COLUMNS = Object.entries(MUTABLE_JOB_COLUMNS).filter(
     Exclude<(typeof MUTABLE_JOB_COLUMNS)[MutableJobColumn], null>,
   ] => e[1] !== null,
 );
-
-// The mask of {@link assignedColumns} is a PostgreSQL integer: one bit per column, 31 at most.
-if (CONTEXT_COLUMNS.length > 31) throw new Error('assignedColumns: more than 31 mutable job columns');

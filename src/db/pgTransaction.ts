@@ -42,7 +42,7 @@ export interface PgTransactionOptions {
    * Give the transaction's prepared statements their generic plan, planned once per connection
    * (`SET LOCAL plan_cache_mode = force_generic_plan`, sent with BEGIN: no round trip more; it ends
    * with the transaction, so the connection's other users keep PostgreSQL's default). For the hot
-   * paths, whose statements are written to be planned without their values (see src/step/statements.ts). By
+   * paths, whose statements are written to be planned without their values (see src/step/write.ts). By
    * default PostgreSQL compares each execution's custom plan with the generic one, and for a
    * statement taking an array of a few ids the custom plan looks cheaper, so it would plan such a
    * statement anew at every execution, which costs more than running it.

@@ -2,17 +2,11 @@
  * A decoded result envelope as the machine event it is for its job: the one translation from the
  * message contract to the machine's vocabulary, used by the inbox and by scenario runs alike.
  */
-import type { JobEventInput } from '../../machines/index.js';
+import type { StepItem } from '../../machines/index.js';
 import type { ResultEnvelope } from './schemas.js';
 
-/** An event for one job, before the step times it. */
-export interface JobEventFor {
-  jobId: string;
-  event: JobEventInput;
-}
-
 /** The machine event of a valid envelope; `msgId` is its `Nats-Msg-Id` (pure). */
-export function envelopeToJobEvent(envelope: ResultEnvelope, msgId: string | null): JobEventFor {
+export function envelopeToJobEvent(envelope: ResultEnvelope, msgId: string | null): StepItem {
   const service = { name: envelope.service.name, version: envelope.service.version };
   if (envelope.status === 'processing') {
     return { jobId: envelope.job_id, event: { type: 'ENVELOPE_PROCESSING', msgId, service } };

@@ -12,12 +12,12 @@
  * batch: BEGIN, lock, write, COMMIT.
  */
 import type { Kysely } from 'kysely';
-import type { JobEventInput } from '../../machines/index.js';
+import type { JobEventInput, StepItem } from '../../machines/index.js';
 import type { Database } from '../db/schema.js';
 import { objectKey, type RegisteredObject, type ResultObjectRule } from '../messages/resultObject.js';
 import { arrayLiteral } from './arrayLiteral.js';
 import { decideAndWrite } from './decideAndWrite.js';
-import type { ResultObjects, StepItem, StepOutcome } from './plan.js';
+import type { ResultObjects, StepOutcome } from './effects.js';
 import { stepSqlOf, type StepSql, type StepTransaction } from './sql.js';
 import { LOCK, REGISTERED_OBJECTS, type RegisteredObjectRow, type StepRow } from './statements.js';
 
@@ -70,7 +70,7 @@ async function resultObjects(
 }
 
 /** Convenience for one event: its own transaction, committed before it returns. */
-export async function step(
+export async function applyEvent(
   db: Kysely<Database>,
   jobId: string,
   event: JobEventInput,

@@ -1,6 +1,7 @@
 /** The watchdog's batch: the due lock is its step 1, so a batch costs one statement fewer. */
 import { decideAndWrite } from './decideAndWrite.js';
-import type { StepItem, StepOutcome } from './plan.js';
+import type { StepItem } from '../../machines/index.js';
+import type { StepOutcome } from './effects.js';
 import { stepSqlOf, type StepTransaction } from './sql.js';
 import { DUE_LOCK, type DueEnd, type StepRow } from './statements.js';
 

@@ -12,7 +12,7 @@
 const BARE_TYPES = new Set(['uuid', 'xid', 'integer', 'bigint', 'timestamptz']);
 
 /**
- * Types whose elements are JSON texts made by `JSON.stringify` (`element` in `plan.ts`). Such a
+ * Types whose elements are JSON texts made by `JSON.stringify` (`element` in `write.ts`). Such a
  * text holds no control character and no unpaired surrogate (`JSON.stringify` writes them as
  * escapes), so quoting it as a JSON string escapes exactly what an array literal must, `"` and
  * `\`, in one native call instead of a regular expression.

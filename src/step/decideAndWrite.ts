@@ -2,9 +2,12 @@
  * Steps 2–3 of every locked entry point: decide a batch against the rows it read and send its
  * writes, chunk by chunk, each chunk's write overlapping the next chunk's decisions.
  */
-import { planBatch, type ResultObjects, type StepItem, type StepOutcome } from './plan.js';
+import type { StepItem } from '../../machines/index.js';
+import type { ResultObjects, StepOutcome } from './effects.js';
+import { planBatch } from './planLocked.js';
 import type { StepSql } from './sql.js';
-import { WRITE, type StepRow, type WrittenRow } from './statements.js';
+import type { StepRow } from './statements.js';
+import { WRITE, type WrittenRow } from './write.js';
 
 /**
  * Events decided per write statement. A batch larger than this (the watchdog's) is written in

@@ -1,8 +1,10 @@
 /**
- * How the step sends SQL: {@link StepSql}, over a Kysely transaction (statements unprepared) or
- * over a pg client (named statements, prepared and planned once per connection).
+ * How the step sends SQL: {@link StepSql}, over a Kysely transaction (statements unprepared), over
+ * a pg client (named statements, prepared and planned once per connection), or over a pg pool,
+ * each statement on a client of its own (the unlocked path's).
  */
 import { CompiledQuery, type Transaction } from 'kysely';
+import { withPgClient, type PgPool } from '../db/pgTransaction.js';
 import type { Database } from '../db/schema.js';
 import type { Statement } from './statement.js';
 
@@ -47,6 +49,19 @@ export function pgStepSql(client: PgQueryable): StepSql {
     async query<R>({ name, text }: Statement, values: readonly unknown[]) {
       const { rows } = await client.query<R>({ name, text, values: values as unknown[] });
       return rows;
+    },
+  };
+}
+
+/**
+ * A {@link StepSql} over a pg pool for statements that are each a transaction of their own (the
+ * unlocked path's): each takes a client when it is sent and gives it back when it has returned,
+ * named (prepared) as on {@link pgStepSql}; a client the failure left unusable is discarded.
+ */
+export function pgPoolStepSql(pool: PgPool): StepSql {
+  return {
+    query<R>(statement: Statement, values: readonly unknown[]) {
+      return withPgClient(pool, (client) => pgStepSql(client).query<R>(statement, values));
     },
   };
 }

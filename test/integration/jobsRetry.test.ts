@@ -10,7 +10,7 @@ import { sql } from 'kysely';
 import { describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
-import { applyRetries, step } from '../../src/step/index.js';
+import { applyEvent, applyRetries } from '../../src/step/index.js';
 import { runCli } from '../helpers/cliProcess.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
 import { waitFor } from '../helpers/testDaemon.js';
@@ -47,7 +47,7 @@ async function failedJob(how: Failure, service = 'tabular-parser') {
     },
     dlq: { type: 'DELIVERY_EXHAUSTED', deliveries: 5 },
   };
-  const outcome = await step(t.db, jobId, events[how]);
+  const outcome = await applyEvent(t.db, jobId, events[how]);
   expect(outcome).toMatchObject({ decision: 'applied', to: how });
   return { jobId, fileId };
 }

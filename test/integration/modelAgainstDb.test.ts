@@ -15,7 +15,7 @@ import {
 } from '../../machines/index.js';
 import { rowToJobState } from '../../src/db/jobRow.js';
 import { addFile, createJob } from '../../src/db/jobs.js';
-import { step } from '../../src/step/index.js';
+import { applyEvent } from '../../src/step/index.js';
 import { baseContext, NOW, sampleEventsByKind } from '../../workshop/machineSamples.js';
 import { loadAll, RESULTS } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
@@ -106,7 +106,7 @@ describe('paths generated from the machine, replayed through the step against Po
             ? { ...input, resultS3: { bucket: 'arm-ka', key: `results/${file.id}/${job.id}/result.json` } }
             : input
         ) as JobEventInput;
-        await step(t.db, job.id, forDb, RESULTS);
+        await applyEvent(t.db, job.id, forDb, RESULTS);
       }
       const expected = predict(events);
       const actual = await loadAll(t.db, job.id);

@@ -13,7 +13,7 @@ import { describe, expect, it } from 'vitest';
 import { applyInboxBatchTx, decodeItem, type InboxOutcome } from '../../src/daemon/inboxBatch.js';
 import { withPgClient } from '../../src/db/pgTransaction.js';
 import { RESULT_SUBJECT, RESULTS_STREAM } from '../../src/nats/subjects.js';
-import { applyEventsOptimistic, pgStepSql } from '../../src/step/index.js';
+import { applyUnlocked, pgStepSql } from '../../src/step/index.js';
 import { insertJob, loadAll, RESULTS, snapshotTables, type JobFixture } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
 
@@ -202,7 +202,7 @@ describe('the unlocked path itself', () => {
     });
     const unlocked = (jobId: string, object: { bucket: string; key: string }) =>
       withPgClient(t.pool, (client) =>
-        applyEventsOptimistic(pgStepSql(client), [{ jobId, event: event(object, randomUUID()) }], RESULTS),
+        applyUnlocked(pgStepSql(client), [{ jobId, event: event(object, randomUUID()) }], RESULTS),
       );
     const before = await snapshotTables(t.db);
     for (const [name, c] of Object.entries(foreign))

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { applyInboxBatchTx, decodeItem, type RawMessage } from '../../src/daemon/inboxBatch.js';
 import { withPgClient } from '../../src/db/pgTransaction.js';
 import { RESULTS_STREAM, RESULT_SUBJECT } from '../../src/nats/subjects.js';
-import { applyEventsOptimistic, pgStepSql } from '../../src/step/index.js';
+import { applyUnlocked, pgStepSql } from '../../src/step/index.js';
 import { spawnCli } from '../helpers/cliProcess.js';
 import { insertJob, loadAll, RESULTS, snapshotTables, type JobFixture } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
@@ -173,7 +173,7 @@ describe('both paths of the step quarantine inside a transaction', () => {
     const job = await insertJob(t.db, { status: 'published' });
     const before = await snapshotTables(t.db);
     const outcomes = await withPgClient(t.pool, (client) =>
-      applyEventsOptimistic(pgStepSql(client), [
+      applyUnlocked(pgStepSql(client), [
         {
           jobId: job.jobId,
           event: { type: 'ENVELOPE_PROCESSING', msgId: 'ack-own', service: { name: TARGET, version: '1' } },

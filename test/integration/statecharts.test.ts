@@ -15,7 +15,7 @@ import { Registry } from 'prom-client';
 import WebSocket from 'ws';
 import { afterAll, describe, expect, it } from 'vitest';
 import { JOB_STATUSES, type JobEventInput, type JobStatus } from '../../machines/index.js';
-import { step } from '../../src/step/index.js';
+import { applyEvent } from '../../src/step/index.js';
 import { startHttpServer, type HttpServer } from '../../src/http/server.js';
 import { startHttpFigures, type HttpFigures } from '../../src/http/figures.js';
 import { openDb, type Db } from '../../src/db/database.js';
@@ -193,7 +193,7 @@ describe('recognition_job_edge and its trigger (migration 0002)', () => {
       t.db,
     );
     const { jobId: pending } = await insertJob(t.db, { status: 'pending' });
-    const outcome = await step(t.db, pending, {
+    const outcome = await applyEvent(t.db, pending, {
       type: 'PUBLISH_FAILED',
       error: 'no JetStream ack',
       policy: { maxAttempts: 5, baseDelayMs: 1_000, maxDelayMs: 60_000 },
@@ -209,9 +209,9 @@ describe('recognition_job_edge and its trigger (migration 0002)', () => {
 describe('the Stately inspector', () => {
   it('jobs history --inspect replays pending → published → processing → done, in order', async () => {
     const { jobId } = await insertJob(t.db, { status: 'pending' });
-    await step(t.db, jobId, { type: 'PUBLISHED', replyTimeoutMs: 600_000 });
-    await step(t.db, jobId, ack(jobId));
-    await step(t.db, jobId, done(jobId));
+    await applyEvent(t.db, jobId, { type: 'PUBLISHED', replyTimeoutMs: 600_000 });
+    await applyEvent(t.db, jobId, ack(jobId));
+    await applyEvent(t.db, jobId, done(jobId));
 
     const port = await freePort();
     const cli = runCli(['jobs', 'history', jobId, '--inspect', '--inspect-port', String(port)], {
@@ -399,8 +399,8 @@ describe('GET /statechart in headless Chromium', () => {
     ] as const) {
       moving.push((await insertJob(t.db, { status })).jobId);
     }
-    await step(t.db, moving[0]!, { type: 'PUBLISHED', replyTimeoutMs: 600_000 });
-    await step(t.db, moving[2]!, ack(moving[2]!));
+    await applyEvent(t.db, moving[0]!, { type: 'PUBLISHED', replyTimeoutMs: 600_000 });
+    await applyEvent(t.db, moving[2]!, ack(moving[2]!));
 
     // The daemon's figures, read every 200 ms on a connection of their own.
     const logger = createLogger({ level: 'silent' });
@@ -465,10 +465,10 @@ describe('GET /statechart in headless Chromium', () => {
     expect(requests.every((u) => u.startsWith(`http://127.0.0.1:${http!.port}/`))).toBe(true);
 
     // More jobs move; the open page catches up on its own.
-    await step(t.db, moving[1]!, { type: 'PUBLISHED', replyTimeoutMs: 600_000 });
-    await step(t.db, moving[3]!, ack(moving[3]!));
-    await step(t.db, moving[5]!, done(moving[5]!));
-    await step(t.db, moving[2]!, done(moving[2]!));
+    await applyEvent(t.db, moving[1]!, { type: 'PUBLISHED', replyTimeoutMs: 600_000 });
+    await applyEvent(t.db, moving[3]!, ack(moving[3]!));
+    await applyEvent(t.db, moving[5]!, done(moving[5]!));
+    await applyEvent(t.db, moving[2]!, done(moving[2]!));
     const after = await jobCounts();
     expect(after).not.toEqual(before);
     await expect.poll(shown, { timeout: 15_000, interval: 250 }).toEqual(after);

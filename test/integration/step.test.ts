@@ -1,7 +1,7 @@
 /**
  * The step against real PostgreSQL: the rules of docs/lifecycle.md, each with a full comparison of the
  * rows before and after — on both of its paths: locked (a transaction: lock, write, commit) and
- * unlocked (each event decided for the state its job is expected to be in, then the same write,
+ * unlocked (each event decided for the state its job is assumed to be in, then the same write,
  * which applies only where every job still is so; handing back to the locked path as the inbox
  * does when it cannot finish).
  */
@@ -14,22 +14,17 @@ import { withPgClient } from '../../src/db/pgTransaction.js';
 import { arrayLiteral, type ArrayElement } from '../../src/step/arrayLiteral.js';
 import {
   applyEvents,
-  applyEventsOptimistic,
+  applyUnlocked,
   pgStepSql,
-  step,
+  applyEvent,
   type Statement,
   type StepItem,
   type StepOutcome,
   type StepSql,
   WRITE,
 } from '../../src/step/index.js';
-import {
-  LOCK,
-  REGISTERED_OBJECTS,
-  UNNEST_FUNCTION,
-  WRITE_PARAMETERS,
-  WRITE_PARTS,
-} from '../../src/step/statements.js';
+import { LOCK, REGISTERED_OBJECTS } from '../../src/step/statements.js';
+import { UNNEST_FUNCTION, WRITE_PARAMETERS, WRITE_PARTS } from '../../src/step/write.js';
 import { insertJob, loadAll, RESULTS, snapshotTables } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
 
@@ -53,7 +48,7 @@ function unlockedBatch(
       return rows;
     },
   });
-  return withPgClient(t.pool, (client) => applyEventsOptimistic(watched(pgStepSql(client)), items, RESULTS));
+  return withPgClient(t.pool, (client) => applyUnlocked(watched(pgStepSql(client)), items, RESULTS));
 }
 
 /** The unlocked path for one event ({@link unlockedBatch}). */
@@ -67,9 +62,9 @@ async function unlocked(
 }
 
 const paths = {
-  locked: (jobId: string, event: JobEventInput) => step(t.db, jobId, event, RESULTS),
+  locked: (jobId: string, event: JobEventInput) => applyEvent(t.db, jobId, event, RESULTS),
   unlocked: async (jobId: string, event: JobEventInput) =>
-    (await unlocked(jobId, event)) ?? step(t.db, jobId, event, RESULTS),
+    (await unlocked(jobId, event)) ?? applyEvent(t.db, jobId, event, RESULTS),
 };
 const service = { name: 'tabular-parser', version: '2.3.1' };
 
@@ -479,7 +474,7 @@ describe('the unlocked path, a batch of several jobs', () => {
       'a result already applied (a duplicate)',
       async () => {
         const j = await insertJob(t.db, { status: 'processing' });
-        await step(t.db, j.jobId, done(j.jobId, j.fileId), RESULTS);
+        await applyEvent(t.db, j.jobId, done(j.jobId, j.fileId), RESULTS);
         return { jobId: j.jobId, event: done(j.jobId, j.fileId) };
       },
     ],
@@ -532,7 +527,7 @@ describe('the unlocked path, a batch of several jobs', () => {
     expect(rows.map((r) => r.exact)).toEqual([true, true]);
   });
 
-  it('hands back a batch with two events of one job, or an event without an expected decision, sending nothing', async () => {
+  it('hands back a batch with two events of one job, or an event without an unlocked decision, sending nothing', async () => {
     const { jobId, fileId } = await insertJob(t.db, { status: 'published' });
     const names: string[] = [];
     const twice = [

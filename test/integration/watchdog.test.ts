@@ -7,7 +7,7 @@ import { sql, type RawBuilder } from 'kysely';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { openDb } from '../../src/db/database.js';
 import { duePublishQuery } from '../../src/daemon/publisherRound.js';
-import { applyPassedDeadlines, step } from '../../src/step/index.js';
+import { applyEvent, applyPassedDeadlines } from '../../src/step/index.js';
 import { createWatchdog, dueDeadlinesQuery, type Watchdog } from '../../src/daemon/watchdog.js';
 import { createMetrics } from '../../src/metrics.js';
 import { insertJob, loadAll, snapshotTables } from '../helpers/fixtures.js';
@@ -130,7 +130,7 @@ describe('timeout while waiting for a result', () => {
       interval: 20,
     });
     const before = await snapshotTables(t.db);
-    const outcome = await step(t.db, jobId, {
+    const outcome = await applyEvent(t.db, jobId, {
       type: 'ENVELOPE_RESULT',
       msgId: `result:${jobId}:1`,
       status: 'done',

@@ -5,7 +5,7 @@
  *   `decideWithXstate()` gives: for every status × every event type × every combination of the
  *   inputs the guards read (and the inputs the actions branch on), then for random jobs and events.
  * - The compiler refuses a machine that uses anything the table does not cover, and says why; what
- *   only shows at run time makes `step` hand the event to xstate.
+ *   only shows at run time makes `transition` hand the event to xstate.
  */
 import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
@@ -287,7 +287,7 @@ function flat(extra: { root?: object; a?: object; on?: object; states?: object }
   return machine as unknown as AnyStateMachine;
 }
 
-/** What xstate's own `transition()` makes of `event` in `value`, in the shape of a compiled step. */
+/** What xstate's own `transition()` makes of `event` in `value`, in the shape of a compiled transition result. */
 function xstateStep(machine: AnyStateMachine, value: string, context: object, event: EventObject) {
   const [next, actions] = transition(machine, machine.resolveState({ value, context }), event);
   return {
@@ -358,7 +358,7 @@ describe('compileMachine', () => {
     const event = sampleEventsByKind().retryRequested;
     for (const fileIsCurrent of [true, false]) {
       const context = contextIn('error', { fileIsCurrent });
-      const step = compiled.step('error', context, event);
+      const step = compiled.transition('error', context, event);
       expect(step?.actions.map((a) => a.type)).toEqual(
         fileIsCurrent ? ['createAttempt', 'recordTransition'] : ['noteNoChange'],
       );
@@ -401,25 +401,25 @@ describe('compileMachine', () => {
     });
     const compiled = compileMachine(machine, scope);
     if (compiled.path !== 'compiled') throw new Error(compiled.reason);
-    expect(compiled.step('a', { n: 0 }, { type: 'RAISE' })).toBeUndefined();
-    expect(compiled.step('a', { n: 0 }, { type: 'SPAWN' })).toBeUndefined();
+    expect(compiled.transition('a', { n: 0 }, { type: 'RAISE' })).toBeUndefined();
+    expect(compiled.transition('a', { n: 0 }, { type: 'SPAWN' })).toBeUndefined();
     // xstate then throws its own error, naming the guard's transition.
-    expect(compiled.step('a', { n: 0 }, { type: 'FAIL' })).toBeUndefined();
+    expect(compiled.transition('a', { n: 0 }, { type: 'FAIL' })).toBeUndefined();
     expect(() => xstateStep(machine, 'a', { n: 0 }, { type: 'FAIL' })).toThrow(
       /Unable to evaluate guard.*broken guard/s,
     );
-    expect(compiled.step('a', { n: 0 }, { type: 'xstate.stop' })).toBeUndefined();
-    expect(compiled.step('nowhere', { n: 0 }, { type: 'COUNT' })).toBeUndefined();
+    expect(compiled.transition('a', { n: 0 }, { type: 'xstate.stop' })).toBeUndefined();
+    expect(compiled.transition('nowhere', { n: 0 }, { type: 'COUNT' })).toBeUndefined();
     // What it covers, it takes as xstate does: assign, then a check of the assigned context,
     // an enqueued named action with its params, an enqueued assign; and nothing where nothing matches.
-    const counted = compiled.step('a', { n: 0 }, { type: 'COUNT' });
+    const counted = compiled.transition('a', { n: 0 }, { type: 'COUNT' });
     expect(counted).toEqual({
       value: 'b',
       context: { n: 2 },
       actions: [{ type: 'effect', params: { n: 1 } }],
     });
     expect(counted).toStrictEqual(xstateStep(machine, 'a', { n: 0 }, { type: 'COUNT' }));
-    expect(compiled.step('b', { n: 0 }, { type: 'COUNT' })).toStrictEqual(
+    expect(compiled.transition('b', { n: 0 }, { type: 'COUNT' })).toStrictEqual(
       xstateStep(machine, 'b', { n: 0 }, { type: 'COUNT' }),
     );
   });

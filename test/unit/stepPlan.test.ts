@@ -5,9 +5,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
-import { planBatch, planExpected, type ResultObjects, type StepItem } from '../../src/step/plan.js';
+import type { ResultObjects, StepItem } from '../../src/step/index.js';
+import { planBatch } from '../../src/step/planLocked.js';
+import { planUnlocked } from '../../src/step/planUnlocked.js';
 import { CONTEXT_COLUMNS } from '../../src/db/jobRow.js';
-import { WRITE_PARAMETERS, WRITE_PARTS, type StepRow, type WritePart } from '../../src/step/statements.js';
+import type { StepRow } from '../../src/step/statements.js';
+import { WRITE_PARAMETERS, WRITE_PARTS, type WritePart } from '../../src/step/write.js';
 
 const NOW = new Date('2025-03-01T10:00:00.000Z');
 const DEADLINE = new Date('2025-03-01T10:09:00.000Z');
@@ -436,7 +439,7 @@ describe('planBatch', () => {
   });
 });
 
-describe('planExpected (the unlocked path)', () => {
+describe('planUnlocked (the unlocked path)', () => {
   /** What the locked path's write holds for `rows`, as the expected write must hold it. */
   const lockedWrite = (rows: StepRow[], items: StepItem[]) =>
     parsed(planBatch(rows, OBJECTS).next(items).write!.params);
@@ -447,7 +450,7 @@ describe('planExpected (the unlocked path)', () => {
       { jobId: rows[0]!.id, event: done(rows[0]!) },
       { jobId: rows[1]!.id, event: ack(rows[1]!.id) },
     ];
-    const planned = parsed(planExpected(items, RULE)!.params);
+    const planned = parsed(planUnlocked(items, RULE)!.params);
     const locked = lockedWrite(rows, items);
     // The same rows, but each job found by its id (no address or version), its times the
     // database's clock at the write (`now`), and its transitions' `from_status` the status the
@@ -475,7 +478,7 @@ describe('planExpected (the unlocked path)', () => {
     const row = publishedRow(1, { id: 'abcdef00-0000-4000-8000-00000000000a' });
     const other = publishedRow(2);
     const plan = (resultS3: { bucket: string; key: string }, jobId = row.id) =>
-      planExpected([{ jobId, event: done({ ...row, id: jobId }, resultS3) }], RULE);
+      planUnlocked([{ jobId, event: done({ ...row, id: jobId }, resultS3) }], RULE);
     expect(plan({ bucket: 'arm-ka', key: resultKey(row) })).not.toBeNull();
     expect(plan({ bucket: 'elsewhere', key: resultKey(row) })).toBeNull();
     expect(plan({ bucket: 'arm-ka', key: resultKey(other) })).toBeNull();
@@ -489,12 +492,12 @@ describe('planExpected (the unlocked path)', () => {
       plan({ bucket: 'arm-ka', key: `results/${other.file_id}/${row.id}/r.json` })!.params,
     );
     expect(planned.expectedFiles).toBe(`{"${other.file_id}"}`);
-    expect(() => planExpected([{ jobId: row.id, event: done(row) }])).toThrow(/results bucket/);
+    expect(() => planUnlocked([{ jobId: row.id, event: done(row) }])).toThrow(/results bucket/);
   });
 
   it("makes its outcomes from the rows the write returns: each job's file and the status it was locked in", () => {
     const [a, b] = [publishedRow(1), publishedRow(2)];
-    const plan = planExpected(
+    const plan = planUnlocked(
       [
         { jobId: a.id, event: done(a) },
         { jobId: b.id, event: failed(b.id) },
@@ -529,14 +532,14 @@ describe('planExpected (the unlocked path)', () => {
     ).toBeNull();
   });
 
-  it('plans nothing for two events of one job, or an event without an expected decision', () => {
+  it('plans nothing for two events of one job, or an event without an unlocked decision', () => {
     const row = publishedRow(1);
     expect(
-      planExpected([
+      planUnlocked([
         { jobId: row.id, event: ack(row.id) },
         { jobId: row.id, event: done(row) },
       ]),
     ).toBeNull();
-    expect(planExpected([{ jobId: row.id, event: { type: 'DEADLINE_PASSED' } }])).toBeNull();
+    expect(planUnlocked([{ jobId: row.id, event: { type: 'DEADLINE_PASSED' } }])).toBeNull();
   });
 });

@@ -1,7 +1,8 @@
 /** Statement names are derived from their texts: nobody bumps a version, a changed text is prepared anew. */
 import { describe, expect, it } from 'vitest';
 import { defineStatement } from '../../src/step/statement.js';
-import { DUE_LOCK, LOCK, WRITE } from '../../src/step/statements.js';
+import { DUE_LOCK, LOCK } from '../../src/step/statements.js';
+import { WRITE } from '../../src/step/write.js';
 
 describe('defineStatement', () => {
   it('gives the same text the same name, every time', () => {

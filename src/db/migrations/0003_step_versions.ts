@@ -3,7 +3,7 @@
  * only if the row is still the version it locked or read (`xmin`), and calls this function with
  * how many it updated against how many it meant to. Any difference raises a serialization failure
  * (40001), which aborts the whole statement — objects, job, file and transition alike — so the
- * step sends it again. See `applyEventsOptimistic` in src/step/.
+ * step sends it again. See `applyUnlocked` in src/step/.
  */
 import { sql, type Kysely } from 'kysely';
 

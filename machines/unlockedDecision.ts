@@ -1,22 +1,22 @@
 /**
- * Deciding an ack or a result without reading its job: the machine's decision for the state the
- * job is expected to be in, and the statuses in which the machine decides the same. The step
- * writes such a decision only where the row still matches what it assumed, and takes every other
- * job through a locked read.
+ * The unlocked decision of an ack or a result: the machine's decision for the state its job is
+ * assumed to be in, made without reading the job, and the statuses in which the machine decides
+ * the same. The step's unlocked path writes such a decision only where the row still matches what
+ * it assumed, and takes every other job through the locked path.
  *
- * An expected decision assumes of the job, besides its status ({@link EXPECTED_ROW}):
+ * An unlocked decision assumes of the job, besides its status ({@link UNLOCKED_ROW}):
  * - its `target_service` is the envelope's `service.name` (the envelope is not rejected);
  * - it has no result msg id yet (the envelope is not a duplicate of an applied result);
  * - its file still points at it (the file's status follows the job).
  * Every other key the machine reads (the job's and file's ids, the attempt, the publish attempts,
- * the reply deadline) and the clock are placeholders; an expected decision is taken only for kinds
+ * the reply deadline) and the clock are placeholders; an unlocked decision is taken only for kinds
  * of envelope whose decision does not depend on them.
  *
  * Derived at start-up from the machine alone: each kind of envelope (an ack, a result of each
  * status) is decided in every status, and the statuses where it is applied with the same decision
  * (its `from` aside) are the kind's. A kind whose decision changes with a placeholder, or carries
- * the clock in an effect, has no expected decision, and no kind has one while the machine reads a
- * context key that is neither assumed nor a placeholder: their envelopes take the locked read.
+ * the clock in an effect, has no unlocked decision, and no kind has one while the machine reads a
+ * context key that is neither assumed nor a placeholder: their envelopes take the locked path.
  * Pure.
  */
 import { contextOfReadKeys, decide, type JobDecision, type JobState } from './decide.js';
@@ -30,29 +30,29 @@ import type {
 import { JOB_STATUSES, type JobStatus } from './statuses.js';
 
 /**
- * The clock of an expected decision: the database's, at the moment of the write, unknown here. A
+ * The clock of an unlocked decision: the database's, at the moment of the write, unknown here. A
  * time the machine assigns is this very object, which the write turns into the database's clock;
  * an invalid Date, so that a time computed from it has no ISO form and fails the write instead of
  * being written.
  */
 export const WRITE_CLOCK: Date = new Date(NaN);
 
-/** What an expected decision assumes of the job's row besides its status (see the module's doc). */
-export const EXPECTED_ROW = { resultMsgId: null, fileIsCurrent: true } as const;
+/** What an unlocked decision assumes of the job's row besides its status (see the module's doc). */
+export const UNLOCKED_ROW = { resultMsgId: null, fileIsCurrent: true } as const;
 
-/** An event that has an expected decision: one that names the service it comes from. */
-type ExpectableEvent = EnvelopeProcessingEvent | EnvelopeResultEvent;
-type ExpectableInput = Omit<EnvelopeProcessingEvent, 'now'> | Omit<EnvelopeResultEvent, 'now'>;
+/** An event that may have an unlocked decision: an envelope, which names the service it comes from. */
+type EnvelopeEvent = EnvelopeProcessingEvent | EnvelopeResultEvent;
+type EnvelopeInput = Omit<EnvelopeProcessingEvent, 'now'> | Omit<EnvelopeResultEvent, 'now'>;
 
-/** An expected decision: the machine's, in each of `statuses` (`decision.from` is the first). */
-export interface ExpectedDecision {
+/** An unlocked decision: the machine's, in each of `statuses` (`decision.from` is the first). */
+export interface UnlockedDecision {
   statuses: readonly JobStatus[];
   /** The job as the decision assumed it, in the first of `statuses`. */
   assumed: JobState;
   decision: JobDecision;
 }
 
-/** The keys an expected decision does not know, with the values it gives them. */
+/** The keys an unlocked decision does not know, with the values it gives them. */
 interface Placeholders {
   jobId: string;
   fileId: string;
@@ -68,18 +68,18 @@ const PLACEHOLDERS: Placeholders = {
   replyDeadline: null,
 };
 
-/** The keys the machine reads that an expected decision knows: the ones it assumes or varies. */
+/** The keys the machine reads that an unlocked decision knows: the ones it assumes or varies. */
 const KNOWN_KEYS: ReadonlySet<string> = new Set([
   'targetService',
-  ...Object.keys(EXPECTED_ROW),
+  ...Object.keys(UNLOCKED_ROW),
   ...Object.keys(PLACEHOLDERS),
 ]);
 
 /**
- * The job an expected decision assumes: every key of the context present, the ones the machine
+ * The job an unlocked decision assumes: every key of the context present, the ones the machine
  * does not read undefined (as a job hydrated from the columns a decision depends on has them).
  */
-function assumedJob(status: JobStatus, event: ExpectableInput, p: Placeholders = PLACEHOLDERS): JobState {
+function assumedJob(status: JobStatus, event: EnvelopeInput, p: Placeholders = PLACEHOLDERS): JobState {
   // Each key written out: a spread of the placeholders is a generic object copy on every envelope.
   const context = contextOfReadKeys({
     jobId: p.jobId,
@@ -88,13 +88,13 @@ function assumedJob(status: JobStatus, event: ExpectableInput, p: Placeholders =
     publishAttempts: p.publishAttempts,
     replyDeadline: p.replyDeadline,
     targetService: event.service.name,
-    fileIsCurrent: EXPECTED_ROW.fileIsCurrent,
-    resultMsgId: EXPECTED_ROW.resultMsgId,
+    fileIsCurrent: UNLOCKED_ROW.fileIsCurrent,
+    resultMsgId: UNLOCKED_ROW.resultMsgId,
   });
   return { status, context };
 }
 
-function isExpectable(event: JobEventInput): event is ExpectableInput {
+function isEnvelope(event: JobEventInput): event is EnvelopeInput {
   return event.type === 'ENVELOPE_PROCESSING' || event.type === 'ENVELOPE_RESULT';
 }
 
@@ -102,7 +102,7 @@ function isExpectable(event: JobEventInput): event is ExpectableInput {
 const RESULT_KINDS = new Map<string, string>();
 
 /** The kind of an envelope: what, besides the assumptions, the machine's guards tell apart. */
-function kindOf(event: ExpectableInput): string {
+function kindOf(event: EnvelopeInput): string {
   if (event.type !== 'ENVELOPE_RESULT') return event.type;
   let kind = RESULT_KINDS.get(event.status);
   if (kind === undefined) RESULT_KINDS.set(event.status, (kind = `${event.type}:${event.status}`));
@@ -111,9 +111,9 @@ function kindOf(event: ExpectableInput): string {
 
 /** One envelope of each kind, as a service sends them, optional fields filled. */
 const SERVICE = { name: 'a-service', version: '1.0.0' };
-const KIND_SAMPLES: readonly ExpectableInput[] = [
+const KIND_SAMPLES: readonly EnvelopeInput[] = [
   { type: 'ENVELOPE_PROCESSING', msgId: 'ack-1', service: SERVICE },
-  ...(['done', 'needs_check'] as const).map((status): ExpectableInput => ({
+  ...(['done', 'needs_check'] as const).map((status): EnvelopeInput => ({
     type: 'ENVELOPE_RESULT',
     msgId: `result-${status}`,
     status,
@@ -158,8 +158,8 @@ function carriesClock(value: unknown): boolean {
   return Object.values(value).some(carriesClock);
 }
 
-function timed(event: ExpectableInput, now: Date): ExpectableEvent {
-  return { now, ...event } as ExpectableEvent;
+function timed(event: EnvelopeInput, now: Date): EnvelopeEvent {
+  return { now, ...event } as EnvelopeEvent;
 }
 
 /**
@@ -194,8 +194,8 @@ export function sameDecision(
  * decided the same with other placeholders and another clock.
  */
 function statusesOf(
-  sample: ExpectableInput,
-  decideWith: Decide,
+  sample: EnvelopeInput,
+  decideWith: Decider,
   reads: readonly string[],
 ): readonly JobStatus[] | string {
   const unknown = reads.filter((key) => !KNOWN_KEYS.has(key));
@@ -225,24 +225,24 @@ function statusesOf(
 }
 
 /** How a job's event is decided: `decide` (the tests also give it other machines' decisions). */
-export type Decide = (job: JobState, event: JobEvent) => JobDecision;
+export type Decider = (job: JobState, event: JobEvent) => JobDecision;
 
 /**
  * Each kind of envelope with its statuses, or why it has none, as `decideWith` decides them, for a
  * machine that reads the context keys `reads`.
  */
-export function deriveExpectedKinds(
-  decideWith: Decide = decide,
+export function deriveUnlockedKinds(
+  decideWith: Decider = decide,
   reads: readonly string[] = CONTEXT_THE_MACHINE_READS,
 ): Map<string, readonly JobStatus[] | string> {
   return new Map(KIND_SAMPLES.map((sample) => [kindOf(sample), statusesOf(sample, decideWith, reads)]));
 }
 
 /** Each kind's statuses, or why it has none: derived once, at start-up. */
-const KINDS: ReadonlyMap<string, readonly JobStatus[] | string> = deriveExpectedKinds();
+const KINDS: ReadonlyMap<string, readonly JobStatus[] | string> = deriveUnlockedKinds();
 
 /** Each kind of envelope with its statuses, or why it has none (for the start-up log and tests). */
-export function expectedDecisionKinds(): ReadonlyMap<string, readonly JobStatus[] | string> {
+export function unlockedKinds(): ReadonlyMap<string, readonly JobStatus[] | string> {
   return KINDS;
 }
 
@@ -257,7 +257,7 @@ const ASSUMED_SERVICES_MAX = 64;
  * not frozen: every decision copies it, and V8 copies a frozen object by a slow path that costs
  * several times the time and memory of the copy of a plain one.
  */
-function sharedAssumedJob(kind: string, status: JobStatus, event: ExpectableInput): JobState {
+function sharedAssumedJob(kind: string, status: JobStatus, event: EnvelopeInput): JobState {
   let byService = ASSUMED.get(kind);
   if (byService === undefined) ASSUMED.set(kind, (byService = new Map()));
   let job = byService.get(event.service.name);
@@ -269,11 +269,11 @@ function sharedAssumedJob(kind: string, status: JobStatus, event: ExpectableInpu
 }
 
 /**
- * The expected decision of `event`, or undefined when it has none (not an ack or a result, or a
+ * The unlocked decision of `event`, or undefined when it has none (not an ack or a result, or a
  * kind without one): then only a decision on the job's row will do.
  */
-export function decideExpected(event: JobEventInput): ExpectedDecision | undefined {
-  if (!isExpectable(event)) return undefined;
+export function decideUnlocked(event: JobEventInput): UnlockedDecision | undefined {
+  if (!isEnvelope(event)) return undefined;
   const kind = kindOf(event);
   const statuses = KINDS.get(kind);
   if (statuses === undefined || typeof statuses === 'string') return undefined;

@@ -1,7 +1,7 @@
 /**
- * Expected decisions (machines/expectedDecision.ts) against xstate's `transition()`: wherever the
+ * Unlocked decisions (machines/unlockedDecision.ts) against xstate's `transition()`: wherever the
  * write accepts a job (its status among the expected ones, its service the envelope's, no result
- * msg id, its file pointing at it), the expected decision is the machine's decision on that job,
+ * msg id, its file pointing at it), the unlocked decision is the machine's decision on that job,
  * but for `from`, which the write takes from the row; and the columns it writes are the ones the
  * machine assigns, to the values it assigns, the clock being the database's.
  */
@@ -13,10 +13,10 @@ import {
   RESULT_STATUSES,
   WRITE_CLOCK,
   decide,
-  decideExpected,
+  decideUnlocked,
   decideWithXstate,
-  deriveExpectedKinds,
-  expectedDecisionKinds,
+  deriveUnlockedKinds,
+  unlockedKinds,
   sameDecision,
   type JobContext,
   type JobDecision,
@@ -24,7 +24,8 @@ import {
   type JobEventInput,
   type JobStatus,
 } from '../../machines/index.js';
-import { CONTEXT_COLUMNS, assignedColumns } from '../../src/db/jobRow.js';
+import { CONTEXT_COLUMNS } from '../../src/db/jobRow.js';
+import { assignedColumns } from '../../src/step/write.js';
 import { DONE_MSG_ID, NOW, SERVICE, contextIn, guardEventsOfType } from '../../workshop/machineSamples.js';
 
 const MINUTE = 60_000;
@@ -44,7 +45,7 @@ function envelopes(): JobEventInput[] {
   );
 }
 
-/** Every value of what the guards read, with the keys an expected decision does not know varied too. */
+/** Every value of what the guards read, with the keys an unlocked decision does not know varied too. */
 function contextsFor(status: JobStatus): JobContext[] {
   const out: JobContext[] = [];
   for (const fileIsCurrent of [true, false])
@@ -59,7 +60,7 @@ function contextsFor(status: JobStatus): JobContext[] {
   return out;
 }
 
-/** Whether the write accepts the job for `event`'s expected decision. */
+/** Whether the write accepts the job for `event`'s unlocked decision. */
 function accepts(
   statuses: readonly JobStatus[],
   status: JobStatus,
@@ -76,12 +77,12 @@ function accepts(
 }
 
 /**
- * Where the expected decision differs from the machine's on the job, or null: the decision, its
+ * Where the unlocked decision differs from the machine's on the job, or null: the decision, its
  * target, effects and reason (`from` aside), and every mutable column, assigned or not and to what
- * (the expected decision's clock standing for the event's).
+ * (the unlocked decision's clock standing for the event's).
  */
 function mismatch(status: JobStatus, context: JobContext, input: JobEventInput): string | null {
-  const expected = decideExpected(input)!;
+  const expected = decideUnlocked(input)!;
   const event = { now: NOW, ...input } as JobEvent;
   const before = { status, context: readContext(context) };
   const real = decideWithXstate(before, event);
@@ -102,9 +103,9 @@ function mismatch(status: JobStatus, context: JobContext, input: JobEventInput):
   return null;
 }
 
-describe('expected decisions', () => {
+describe('unlocked decisions', () => {
   it('are derived for an ack (in published) and for each result (in pending, published and processing)', () => {
-    expect(Object.fromEntries(expectedDecisionKinds())).toEqual({
+    expect(Object.fromEntries(unlockedKinds())).toEqual({
       ENVELOPE_PROCESSING: ['published'],
       'ENVELOPE_RESULT:done': ['pending', 'published', 'processing'],
       'ENVELOPE_RESULT:needs_check': ['pending', 'published', 'processing'],
@@ -117,7 +118,7 @@ describe('expected decisions', () => {
     let accepted = 0;
     let refused = 0;
     for (const input of envelopes()) {
-      const expected = decideExpected(input);
+      const expected = decideUnlocked(input);
       expect(expected, input.type).toBeDefined();
       for (const status of JOB_STATUSES)
         for (const context of contextsFor(status)) {
@@ -167,7 +168,7 @@ describe('expected decisions', () => {
     });
     fc.assert(
       fc.property(input, fc.constantFrom(...JOB_STATUSES), unknown, (ev, status, keys) => {
-        const expected = decideExpected(ev)!;
+        const expected = decideUnlocked(ev)!;
         fc.pre(expected.statuses.includes(status));
         const context = {
           ...contextIn(status, { fileIsCurrent: true, resultMsgId: null }),
@@ -186,7 +187,7 @@ describe('expected decisions', () => {
       const d = decide(job, event);
       return event.type === 'ENVELOPE_RESULT' && job.context.attempt > 1 ? { ...d, to: 'error' as const } : d;
     };
-    const kinds = deriveExpectedKinds(byAttempt);
+    const kinds = deriveUnlockedKinds(byAttempt);
     expect(kinds.get('ENVELOPE_PROCESSING')).toEqual(['published']);
     for (const status of ['done', 'needs_check'])
       expect(kinds.get(`ENVELOPE_RESULT:${status}`)).toMatch(/depends on a key it does not assume/);
@@ -199,7 +200,7 @@ describe('expected decisions', () => {
         ? { ...d, context: { ...d.context, startedAt: new Date(event.now.getTime() + 1) } }
         : d;
     };
-    expect(deriveExpectedKinds(clockMath).get('ENVELOPE_PROCESSING')).toMatch(/depends on a key/);
+    expect(deriveUnlockedKinds(clockMath).get('ENVELOPE_PROCESSING')).toMatch(/depends on a key/);
     // A machine that logs the clock in a transition's detail, which the write would not turn into
     // the database's.
     const clockInDetail = (job: Parameters<typeof decide>[0], event: JobEvent) => {
@@ -211,11 +212,11 @@ describe('expected decisions', () => {
         ),
       };
     };
-    expect(deriveExpectedKinds(clockInDetail).get('ENVELOPE_PROCESSING')).toBe('its effects carry the clock');
+    expect(deriveUnlockedKinds(clockInDetail).get('ENVELOPE_PROCESSING')).toBe('its effects carry the clock');
   });
 
   it('leave out every kind when the machine reads a key they neither assume nor vary', () => {
-    const kinds = deriveExpectedKinds(decide, [...CONTEXT_THE_MACHINE_READS, 'serviceName']);
+    const kinds = deriveUnlockedKinds(decide, [...CONTEXT_THE_MACHINE_READS, 'serviceName']);
     for (const reason of kinds.values())
       expect(reason).toBe('the machine reads serviceName, which it neither assumes nor varies');
   });
@@ -223,17 +224,17 @@ describe('expected decisions', () => {
   it('leave the assumed job every envelope of a service shares as it was', () => {
     // The shared job is not frozen (a decision copies its context, and V8 copies a frozen object
     // slowly): no decision may change it.
-    const inputs = envelopes().filter((input) => decideExpected(input) !== undefined);
+    const inputs = envelopes().filter((input) => decideUnlocked(input) !== undefined);
     expect(inputs.length).toBeGreaterThan(0);
     const before = new Map(
       inputs.map((input) => {
-        const { assumed } = decideExpected(input)!;
+        const { assumed } = decideUnlocked(input)!;
         return [assumed, structuredClone(assumed)];
       }),
     );
     for (let round = 0; round < 3; round++)
       for (const input of inputs) {
-        const { assumed, decision } = decideExpected(input)!;
+        const { assumed, decision } = decideUnlocked(input)!;
         expect(decision.context).not.toBe(assumed.context);
         expect(before.has(assumed)).toBe(true);
       }
@@ -241,7 +242,7 @@ describe('expected decisions', () => {
   });
 
   it('have none for events that are not acks or results', () => {
-    expect(decideExpected({ type: 'DEADLINE_PASSED' })).toBeUndefined();
-    expect(decideExpected({ type: 'PUBLISHED', replyTimeoutMs: 1000 })).toBeUndefined();
+    expect(decideUnlocked({ type: 'DEADLINE_PASSED' })).toBeUndefined();
+    expect(decideUnlocked({ type: 'PUBLISHED', replyTimeoutMs: 1000 })).toBeUndefined();
   });
 });
