@@ -1,32 +1,24 @@
 /**
- * The inbox's ceiling: the best hand-written consumer of `core-inbox` for this workload, doing the
- * database work of the inbox's step for a result and nothing else — no XState, no validation, no
- * quarantine, no logs, no metrics, no per-job order across batches (a ceiling need not pay for
- * guarantees, so the inbox can be read against it). One `consume()` loop (several concurrent
- * `fetch()` loops on one consumer slow nats-server down), batches of at most `CEILING.batchSize`
- * that leave `CEILING.lingerMs` after their first envelope when not full, up to `CEILING.inFlight`
- * batch transactions at once: BEGIN, {@link CEILING_SQL}, COMMIT, then ack. It assumes what the
- * bench publishes (well-formed results, one per job); the bench checks that it leaves the same rows
- * as the inbox.
+ * The inbox's ceiling: the best hand-written consumer of `core-inbox` for this workload, the inbox
+ * step's database work for a result and nothing else (bench/README.md, "ceiling"). It assumes what
+ * the bench publishes (well-formed results, one per job); the bench checks it leaves the inbox's
+ * rows. Run as a file (`node dist/bench/ceiling.js`, `DATABASE_URL` and `NATS_URL` set) it is the
+ * ceiling as a process of its own, started cold like the daemon, consuming until SIGTERM.
  */
-import type { ConsumerMessages, JetStreamClient, JsMsg } from '@nats-io/jetstream';
-import type pg from 'pg';
+import { jetstream, type ConsumerMessages, type JetStreamClient, type JsMsg } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
 import type { ResultEnvelope } from '../src/messages/schemas.js';
 import { inPgTransaction } from '../src/db/pgTransaction.js';
+import { applyV8Flags } from '../src/process/v8Flags.js';
 
-/**
- * The design's parameters: envelopes per batch transaction at most; how long a batch that is not
- * full waits for more envelopes, from its first one; batch transactions in flight at most.
- */
+/** Envelopes per batch at most; how long a batch not full waits from its first one; batches in flight. */
 export const CEILING = { batchSize: 200, lingerMs: 2, inFlight: 4 } as const;
-/** The ceiling's row in the bench's report. */
 export const CEILING_NAME = `ceiling: one consume(), batches of ≤ ${CEILING.batchSize} or ${CEILING.lingerMs} ms, ${CEILING.inFlight} in flight`;
 
-/**
- * One batch of results: $1…$11 are arrays with one element per envelope. The detail of the
- * transition row is the machine's for a result (status, service, error code when there is one).
- */
+/** One batch: $1…$11 hold one element per envelope; the transition's detail is the machine's. */
 export const CEILING_SQL = `
   WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
@@ -77,13 +69,12 @@ export const CEILING_SQL = `
   )
   SELECT count(*)::integer AS applied FROM locked`;
 
-/** The `application_name` of the ceiling process's backends (bench/ceilingProcess.ts). */
+/** The `application_name` of the ceiling process's backends. */
 export const CEILING_PROCESS_APPLICATION = 'bench-ceiling-process';
 
-/** Called with a batch's job ids once it has committed (the latency bench's clock). */
+/** Called with a batch's job ids once it has committed (the latency section's clock). */
 export type CeilingCommitHook = (jobIds: readonly string[]) => void;
 
-/** The name {@link CEILING_SQL} is prepared under. */
 export const CEILING_STATEMENT = 'bench_ceiling_batch';
 
 /** {@link CEILING_SQL}'s parameters for a batch: empty arrays, one per parameter. */
@@ -107,36 +98,40 @@ export function addCeilingResult(values: unknown[][], r: ResultEnvelope, msgId: 
 }
 
 /** BEGIN, the statement (prepared once per connection), COMMIT; then ack. */
-async function applyBatch(
-  pool: pg.Pool,
-  msgs: readonly JsMsg[],
-  afterCommit?: CeilingCommitHook,
-): Promise<void> {
-  // The bench publishes well-formed results only (`done`, `needs_check`, `error`), never acks.
+async function applyBatch(pool: pg.Pool, msgs: readonly JsMsg[], afterCommit?: CeilingCommitHook) {
   const values = ceilingParameters();
   for (const m of msgs)
     addCeilingResult(values, m.json<ResultEnvelope>(), m.headers?.get('Nats-Msg-Id') ?? '');
-  await inPgTransaction(pool, (client) =>
-    client.query({ name: CEILING_STATEMENT, text: CEILING_SQL, values }),
-  );
+  await inPgTransaction(pool, (c) => c.query({ name: CEILING_STATEMENT, text: CEILING_SQL, values }));
   afterCommit?.(values[0] as string[]);
   for (const m of msgs) m.ack();
 }
 
 /**
- * Start consuming `core-inbox` with the ceiling's design; `stop()` stops consuming and waits for
- * the batches in flight. A failed batch is nak'd.
+ * Consume `core-inbox` with the ceiling's design on a pool of its own (10 connections, as the
+ * daemon's, its backends named `applicationName`); a failed batch is nak'd. `stop()` stops
+ * consuming, waits for the batches in flight and closes the pool.
  */
 export async function startCeiling(
-  pool: pg.Pool,
+  databaseUrl: string,
   js: JetStreamClient,
+  applicationName = 'bench-ceiling',
   afterCommit?: CeilingCommitHook,
 ): Promise<{ stop(): Promise<void> }> {
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: 10, application_name: applicationName });
+  // A connection that the bench's final `DROP DATABASE … FORCE` cuts must not end the run.
+  pool.on('connect', (client) => client.on('error', () => undefined));
   const { batchSize, lingerMs, inFlight } = CEILING;
-  const consumer = await js.consumers.get(RESULTS_STREAM, INBOX_CONSUMER);
   // Enough buffered for every batch in flight and as many more gathering.
   const maxBuffered = batchSize * inFlight * 2;
-  const messages: ConsumerMessages = await consumer.consume({ max_messages: maxBuffered });
+  let messages: ConsumerMessages;
+  try {
+    const consumer = await js.consumers.get(RESULTS_STREAM, INBOX_CONSUMER);
+    messages = await consumer.consume({ max_messages: maxBuffered });
+  } catch (err) {
+    await pool.end();
+    throw err;
+  }
   const ready: JsMsg[][] = [];
   const running = new Set<Promise<void>>();
   let gathering: JsMsg[] = [];
@@ -190,6 +185,28 @@ export async function startCeiling(
         pump();
         await Promise.all(running);
       }
+      await pool.end();
     },
   };
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  // The daemon's V8 settings: the ceiling is what such a process allows.
+  applyV8Flags();
+  const [databaseUrl, natsUrl] = [process.env['DATABASE_URL'], process.env['NATS_URL']];
+  if (!databaseUrl || !natsUrl) throw new Error('the ceiling process needs DATABASE_URL and NATS_URL');
+  const nc = await connect({ servers: natsUrl, name: 'bench-ceiling-process' });
+  const ceiling = await startCeiling(databaseUrl, jetstream(nc), CEILING_PROCESS_APPLICATION);
+  process.once('SIGTERM', () => {
+    void ceiling
+      .stop()
+      .then(() => nc.drain())
+      .then(
+        () => process.exit(0),
+        (err: unknown) => {
+          console.error(err);
+          process.exit(1);
+        },
+      );
+  });
 }

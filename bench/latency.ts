@@ -1,16 +1,8 @@
 /**
- * Latency from publish to commit at a fixed publish rate. A child process (this module, forked)
- * publishes one result per job at `rate` envelopes/s as plain NATS publishes (the lightest load
- * generator: it shares the cores with the daemon it measures), recording the time of
- * each publish call; its own process keeps its timer free of the daemon's work. The daemon runs in
- * this process with the inbox's `afterCommit` hook, which records when each envelope's transaction
- * committed (after the COMMIT's reply is processed, so a busy event loop counts against the
- * daemon); or the ceiling's consumer does, with a hook of its own, as the bound of the machine.
- * Both read the machine's monotonic clock ({@link clockMs}).
- * The first WARMUP_SECONDS are applied but not counted: connecting, preparing statements and the
- * JIT are a one-off cost, not the steady state. Every envelope must be committed, so a lost
- * publish fails the run. (A trigger with NOTIFY would be simpler, but a notifying commit takes a
- * global lock, which would serialise the very commits being measured.)
+ * Latency from publish to commit at a fixed rate (bench/README.md, "Latency"): a child process (this
+ * module, forked) publishes one result per job at `rate`/s and records each publish's time; the
+ * consumer in this process records each envelope's commit through a commit hook, both on the
+ * machine's monotonic clock. The first {@link WARMUP_SECONDS} are applied but not counted.
  */
 import { fork } from 'node:child_process';
 import { constants, PerformanceObserver } from 'node:perf_hooks';
@@ -18,14 +10,9 @@ import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
 import { RESULT_SUBJECT } from '../src/nats/subjects.js';
 import { startCeiling } from './ceiling.js';
-import { benchPool, checkpoint, resetStream, waitAllAcked, type BenchEnv } from './env.js';
-import {
-  checkAllDone,
-  doneEnvelope,
-  resultHeaders,
-  seedPublishedJobs,
-  type BenchJob,
-} from '../workshop/benchFixtures.js';
+import { checkpoint, percentile, resetStream, waitAllAcked, type BenchEnv } from './env.js';
+import { checkAllDone, doneEnvelope, resultHeaders, seedPublishedJobs } from '../workshop/benchFixtures.js';
+import type { BenchJob } from '../workshop/benchFixtures.js';
 import { startInboxDaemon, timeoutFor } from './throughput.js';
 
 /** Who consumes in a latency measurement: the daemon's inbox, or the ceiling's consumer. */
@@ -39,16 +26,11 @@ export interface LatencyResult {
   p50Ms: number;
   p99Ms: number;
   maxMs: number;
-  /** Worst lag of the publisher behind its schedule (should be ~0: the rate was held). */
+  /** Worst lag of the publisher behind its schedule (about 0: the rate was held). */
   publisherLagMs: number;
   /** The daemon's log level; null for the ceiling. */
   logLevel: string | null;
-  /**
-   * How long the consumer's main thread stopped for garbage collection in the measured window, in
-   * ms per second: young-generation collections, and the old generation's (its marking's pauses
-   * and final collections). Every envelope in flight waits through a pause, so they show in the
-   * tail.
-   */
+  /** The consumer's main thread's collection pauses in the window, ms per second, young and old. */
   gcPauseMsPerSecond: { young: number; old: number };
   /** Old-generation collections in the measured window. */
   oldCollections: number;
@@ -65,51 +47,30 @@ interface Published {
   lagMs: number;
 }
 
-/**
- * The machine's monotonic clock, in ms: one clock for every process of the machine (Linux's
- * CLOCK_MONOTONIC), which a step of the wall clock (a virtual machine's time sync) does not move.
- * `performance.timeOrigin + performance.now()` counts from each process's wall clock at its start,
- * so a step between the publisher's start and the consumer's shifts every latency by the step.
- */
+/** The machine's monotonic clock, in ms: one clock for every process, which no wall-clock step moves. */
 const clockMs = () => Number(process.hrtime.bigint()) / 1e6;
-
-/** The `p`th percentile (0–100, nearest rank) of `sorted`, ascending. */
-export function percentile(sorted: readonly number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
-}
 
 /** Seconds of publishing before the measured window: connections opened, statements prepared, JIT warm. */
 const WARMUP_SECONDS = 2;
 
-/**
- * Start `consumer` on `core-inbox`, calling `committed` with each batch's job ids once it has
- * committed. The ceiling shows what the machine allows: PostgreSQL's commits (a WAL flush each)
- * and nats-server under the same load, with no daemon around them.
- */
+/** Start `consumer` on `core-inbox`, calling `committed` with each batch's job ids once committed. */
 async function startConsumer(
   env: BenchEnv,
   consumer: LatencyConsumer,
   committed: (jobIds: Iterable<string>) => void,
 ): Promise<{ logLevel: string | null; stop(): Promise<void> }> {
-  if (consumer === 'daemon') {
-    const daemon = await startInboxDaemon(env, 'warn', (items) =>
-      committed(items.flatMap((it) => (it.decoded.ok ? [it.decoded.envelope.job_id] : []))),
-    );
-    return { logLevel: daemon.config.LOG_LEVEL, stop: () => daemon.stop() };
+  if (consumer === 'ceiling') {
+    return { logLevel: null, ...(await startCeiling(env.databaseUrl, env.js, 'bench-ceiling', committed)) };
   }
-  const pool = benchPool(env.databaseUrl, 'bench-ceiling', 10);
-  const ceiling = await startCeiling(pool, env.js, committed).catch(async (err: unknown) => {
-    await pool.end();
-    throw err;
+  const daemon = await startInboxDaemon(env, {
+    logLevel: 'warn',
+    afterCommit: (items) =>
+      committed(items.flatMap((it) => (it.decoded.ok ? [it.decoded.envelope.job_id] : []))),
   });
-  return { logLevel: null, stop: () => ceiling.stop().finally(() => pool.end()) };
+  return { logLevel: daemon.config.LOG_LEVEL, stop: () => daemon.stop() };
 }
 
-/**
- * Publish results at `rate`/s into `consumer` (the running daemon, or the ceiling's consumer) for
- * `WARMUP_SECONDS + seconds`; percentiles of publish → commit over the envelopes published after
- * the warm-up.
- */
+/** Publish results at `rate`/s into `consumer` for `WARMUP_SECONDS + seconds`; publish → commit after the warm-up. */
 export async function measureLatency(
   env: BenchEnv,
   rate: number,
@@ -198,18 +159,13 @@ function watchCollections() {
   };
 }
 
-/**
- * The publisher: `jobs` in order at `rate` per second (a 2 ms tick, catching up on whatever is
- * due), recording for each job the time just before its publish call; sends back
- * {@link Published} once every publish is flushed.
- */
+/** The publisher: `jobs` in order at `rate`/s (a 2 ms tick catching up), each time taken before its publish. */
 async function publish({ natsUrl, jobs, rate }: PublisherStart): Promise<Published> {
   const nc = await connect({ servers: natsUrl, name: 'bench-latency-publisher' });
   const times: Published['times'] = [];
   const started = clockMs();
   let sent = 0;
-  // The worst lag behind the schedule: a publisher that cannot keep the rate makes the measured
-  // rate lower than intended, so it is reported.
+  // A publisher that cannot keep the rate makes the measured rate lower than intended: reported.
   let lagMs = 0;
   await new Promise<void>((resolve) => {
     const tick = () => {
