@@ -10,6 +10,7 @@ import { Session } from 'node:inspector/promises';
 import { Command, Option } from 'commander';
 import { addCeilingResult, ceilingParameters, CEILING, CEILING_SQL, CEILING_STATEMENT } from './ceiling.js';
 import { above, median, startBenchEnv, type BenchEnv } from './env.js';
+import { table } from './report.js';
 import { decodeEnvelope } from '../src/messages/decodeEnvelope.js';
 import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
 import { applyV8Flags } from '../src/process/v8Flags.js';
@@ -20,16 +21,9 @@ import { processCpuMs, threadCpuMs } from '../workshop/processStats.js';
 import { measureCeiling, measureInbox, type LogLevel, type TimedHooks } from './throughput.js';
 
 /** A V8 CPU profile and a sampling heap profile's node, as much of them as the attribution reads. */
-interface CpuProfile {
-  nodes: Array<{ id: number; callFrame: Frame; children?: number[] }>;
-  samples: number[];
-}
-interface HeapProfileNode {
-  callFrame: Frame;
-  selfSize: number;
-  children: HeapProfileNode[];
-}
 type Frame = { functionName: string; url: string };
+type CpuProfile = { nodes: Array<{ id: number; callFrame: Frame; children?: number[] }>; samples: number[] };
+type HeapProfileNode = { callFrame: Frame; selfSize: number; children: HeapProfileNode[] };
 
 /** The parts, by the frame's url (or function name), tried in order; the first match owns a sample. */
 export const PARTS: ReadonlyArray<[part: string, url: RegExp, fn?: RegExp]> = [
@@ -50,14 +44,8 @@ const RUNTIME = 'Node runtime (promises, timers, sockets)';
 /** The threads besides the main one, which the sampling profiler does not see. */
 const BACKGROUND = "V8's background threads (collection helpers, compiler)";
 
-/** One consumer's node CPU per envelope (all, the main thread's), the main thread's shares, bytes by part. */
-interface Column {
-  name: string;
-  nodeUs: number;
-  mainUs: number;
-  shares: Map<string, number>;
-  allocated: Map<string, number>;
-}
+/** One consumer's node CPU per envelope by part (µs) and its bytes allocated per envelope by part. */
+type Column = Record<'cpu' | 'allocated', Map<string, number>>;
 
 const partOf = (f: Frame) => PARTS.find(([, url, fn]) => url.test(f.url) || fn?.test(f.functionName))?.[0];
 
@@ -199,12 +187,12 @@ const keep = (name: string, ext: string, data: unknown) => {
   mkdirSync(args.keep, { recursive: true });
   writeFileSync(join(args.keep, `${name}.${ext}`), JSON.stringify(data));
 };
-/** This process's CPU, all threads and the main thread's, in ms. */
-const ownCpuMs = () => ({
-  all: processCpuMs(process.pid) ?? NaN,
-  main: threadCpuMs(process.pid, process.pid) ?? NaN,
+const per = (v: number) => (v * 1000) / args.envelopes;
+/** This process's CPU per envelope since `from`, all threads and the main thread's. */
+const ownCpu = (from = { all: 0, main: 0 }) => ({
+  all: per(processCpuMs(process.pid) ?? NaN) - from.all,
+  main: per(threadCpuMs(process.pid, process.pid) ?? NaN) - from.main,
 });
-const perEnvelope = (v: number) => (v * 1000) / args.envelopes;
 
 const env = await startBenchEnv();
 const session = new Session();
@@ -220,41 +208,35 @@ const columns: Column[] = [];
 let statements: Awaited<ReturnType<typeof statementCpu>>;
 try {
   for (const [name, run] of consumers) {
-    // Per envelope, the process's CPU and its main thread's, over the timed window of each drain.
+    // The process's CPU and its main thread's over the timed window of each unprofiled drain.
     const rounds: Array<{ all: number; main: number }> = [];
-    for (let i = 1; i < args.rounds; i++) {
-      const after = (b: { all: number; main: number }, a = ownCpuMs()) => ({
-        all: perEnvelope(a.all - b.all),
-        main: perEnvelope(a.main - b.main),
-      });
-      rounds.push(await within(run, ownCpuMs, after));
-    }
+    for (let i = 1; i < args.rounds; i++) rounds.push(await within(run, ownCpu, ownCpu));
     const profile = await within(
       run,
       () => session.post('Profiler.start'),
       async () => (await session.post('Profiler.stop')).profile as unknown as CpuProfile,
     );
-    keep(name, 'cpuprofile', profile);
-    // One more drain under the sampling heap profiler, which slows allocation down: apart from the CPU profile.
+    // One more drain under the sampling heap profiler, which slows allocation: apart from the CPU profile.
+    const sampling = { samplingInterval: HEAP_SAMPLING_BYTES };
+    const collected = { includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true };
     const heap = await within(
       run,
-      () =>
-        session.post('HeapProfiler.startSampling', {
-          samplingInterval: HEAP_SAMPLING_BYTES,
-          includeObjectsCollectedByMajorGC: true,
-          includeObjectsCollectedByMinorGC: true,
-        }),
+      () => session.post('HeapProfiler.startSampling', { ...sampling, ...collected }),
       async () =>
         (await session.post('HeapProfiler.stopSampling')).profile as unknown as { head: HeapProfileNode },
     );
+    keep(name, 'cpuprofile', profile);
     keep(name, 'heapprofile', heap);
-    const allocated = new Map(
-      [...attributeAllocation(heap.head)].map(([part, b]) => [part, b / args.envelopes]),
-    );
+    // The profile's shares split the main thread's CPU; the rest of the process's is its other threads'.
     const [nodeUs, mainUs] = [median(rounds, (r) => r.all).all, median(rounds, (r) => r.main).main];
-    columns.push({ name, nodeUs, mainUs, shares: attribute(profile), allocated });
+    const cpu = new Map([...attribute(profile)].map(([part, share]) => [part, share * mainUs]));
+    cpu.set(BACKGROUND, nodeUs - mainUs);
+    const allocated = new Map(
+      [...attributeAllocation(heap.head)].map(([p, bytes]) => [p, bytes / args.envelopes]),
+    );
+    columns.push({ cpu, allocated });
     process.stderr.write(
-      `${name}: node ${nodeUs.toFixed(0)} µs per envelope, ${mainUs.toFixed(0)} of them on the main thread\n`,
+      `${name}: node ${nodeUs.toFixed(0)} µs per envelope, ${mainUs.toFixed(0)} on the main thread\n`,
     );
   }
   statements = await statementCpu(env, args.statementBatches, args.statementSize);
@@ -264,50 +246,40 @@ try {
 }
 
 const [inbox, ceiling] = columns as [Column, Column];
-/** A table of the parts either consumer has: each one's `value`, and the inbox's excess, which sums to the totals'. */
-const byPart = (
-  title: string,
-  parts: readonly string[],
-  value: (c: Column, part: string) => number,
-  total: (c: Column) => number,
-  digits: number,
-) => {
-  const cells = (vs: number[], d: number) => vs.map((v) => v.toFixed(d));
-  return [
-    `| ${title} | inbox | ceiling | inbox above the ceiling |`,
-    '|---|---:|---:|---:|',
-    ...parts.map(
-      (p) =>
-        `| ${p} | ${cells([value(inbox, p), value(ceiling, p), value(inbox, p) - value(ceiling, p)], digits).join(' | ')} |`,
-    ),
-    `| **total** | ${cells([total(inbox), total(ceiling), total(inbox) - total(ceiling)], 0)
-      .map((v) => `**${v}**`)
-      .join(' | ')} |`,
-  ].join('\n');
+const right = ['---', '---:', '---:', '---:'];
+const ORDER = [...PARTS.map(([p]) => p), GC, RUNTIME, BACKGROUND];
+/** The parts either consumer has, each one's figure and the inbox's excess (which sums to the totals'). */
+const byPart = (title: string, of: (c: Column) => Map<string, number>, digits: number) => {
+  const cells = (a: number, b: number, d: number) => [a, b, a - b].map((v) => v.toFixed(d));
+  const sum = (c: Column) => [...of(c).values()].reduce((a, b) => a + b, 0);
+  const rows = ORDER.filter((p) => of(inbox).has(p) || of(ceiling).has(p)).map((p) => [
+    p,
+    ...cells(of(inbox).get(p) ?? 0, of(ceiling).get(p) ?? 0, digits),
+  ]);
+  const total = ['**total**', ...cells(sum(inbox), sum(ceiling), 0).map((v) => `**${v}**`)];
+  return table([title, 'inbox', 'ceiling', 'inbox above the ceiling'], [...rows, total], right);
 };
-const present = (parts: string[], has: (c: Column, part: string) => boolean) =>
-  parts.filter((p) => columns.some((c) => has(c, p)));
-const names = PARTS.map(([p]) => p);
-// The profile's shares split the main thread's CPU; the rest of the process's is its other threads'.
-const cpu = byPart(
-  'where (node CPU per envelope, µs)',
-  [...present([...names, GC, RUNTIME], (c, p) => c.shares.has(p)), BACKGROUND],
-  (c, p) => (p === BACKGROUND ? c.nodeUs - c.mainUs : (c.shares.get(p) ?? 0) * c.mainUs),
-  (c) => c.nodeUs,
-  1,
+const [w, c] = [statements.write, statements.ceiling];
+const postgres = table(
+  [
+    `PostgreSQL CPU per envelope, µs (one connection, batches of ${args.statementSize}, in turns)`,
+    'inbox',
+    'ceiling',
+  ],
+  [
+    ['the write (the inbox) / BEGIN, the statement, COMMIT (the ceiling)', w.toFixed(1), c.toFixed(1)],
+    [
+      `**total** (the inbox above the ceiling: ${(w - c).toFixed(1)})`,
+      `**${w.toFixed(1)}**`,
+      `**${c.toFixed(1)}**`,
+    ],
+  ],
+  ['---', '---:', '---:'],
 );
+const cpu = byPart('where (node CPU per envelope, µs)', (col) => col.cpu, 1);
 const allocation = byPart(
   'bytes allocated per envelope (what the collections collect)',
-  present([...names, RUNTIME], (c, p) => c.allocated.has(p)),
-  (c, p) => c.allocated.get(p) ?? 0,
-  (c) => [...c.allocated.values()].reduce((a, b) => a + b, 0),
+  (col) => col.allocated,
   0,
 );
-const [write, transaction] = [statements.write.toFixed(1), statements.ceiling.toFixed(1)];
-const postgres = [
-  `| PostgreSQL CPU per envelope, µs (one connection, batches of ${args.statementSize}, in turns) | inbox | ceiling |`,
-  '|---|---:|---:|',
-  `| the write (the inbox) / BEGIN, the statement, COMMIT (the ceiling) | ${write} | ${transaction} |`,
-  `| **total** (the inbox above the ceiling: ${(statements.write - statements.ceiling).toFixed(1)}) | **${write}** | **${transaction}** |`,
-].join('\n');
 process.stdout.write(`${cpu}\n\n${allocation}\n\n${postgres}\n`);
