@@ -5,7 +5,6 @@
  */
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import { InvalidArgumentError } from 'commander';
 import pg from 'pg';
 import { CONFIG_VARIABLES, loadConfig, type Config } from '../src/config.js';
 import { createDatabaseIfMissing, dropDatabase, migrateToLatest, openDb } from '../src/db/database.js';
@@ -186,16 +185,6 @@ export async function timeRuns(runs: number, fn: (i: number) => Promise<unknown>
   }
   return ms.sort((a, b) => a - b);
 }
-
-/** A command-line parser of numbers above `min` (integers unless `integer` is false). */
-export const above =
-  (min: number, integer = true) =>
-  (v: string) => {
-    const n = Number(v);
-    if (!(n > min) || (integer && !Number.isInteger(n)))
-      throw new InvalidArgumentError(`must be ${integer ? 'an integer' : 'a number'} above ${min}`);
-    return n;
-  };
 
 /** A count in the report's style: rounded, thousands separated. */
 export const n0 = (n: number) => Math.round(n).toLocaleString('en-US');

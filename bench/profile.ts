@@ -7,9 +7,10 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Session } from 'node:inspector/promises';
-import { Command, Option } from 'commander';
+import { Command, Option } from '../src/cli/commander.js';
+import { wholeNumber } from '../src/cli/plumbing.js';
 import { addCeilingResult, ceilingParameters, CEILING, CEILING_SQL, CEILING_STATEMENT } from './ceiling.js';
-import { above, median, startBenchEnv, type BenchEnv } from './env.js';
+import { median, startBenchEnv, type BenchEnv } from './env.js';
 import { table } from './report.js';
 import { decodeEnvelope } from '../src/messages/decodeEnvelope.js';
 import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
@@ -145,14 +146,14 @@ async function statementCpu(env: BenchEnv, batches: number, size: number) {
 
 const args = new Command('bench:profile')
   .description("profile the inbox's node CPU by part, beside its ceiling's")
-  .option('--rounds <n>', 'drains per consumer (the last one profiled)', above(1), 3)
-  .option('--envelopes <n>', 'backlog of each drain', above(1), 30_000)
+  .option('--rounds <n>', 'drains per consumer (the last one profiled)', wholeNumber(2), 3)
+  .option('--envelopes <n>', 'backlog of each drain', wholeNumber(2), 30_000)
   .option('--keep <dir>', 'write the .cpuprofile and .heapprofile files there')
-  .option('--statement-batches <n>', "batches of PostgreSQL's statement split", above(1), 60)
+  .option('--statement-batches <n>', "batches of PostgreSQL's statement split", wholeNumber(2), 60)
   .option(
     '--statement-size <n>',
     "envelopes per batch of the statement split (a moderate rate's small batches show each statement's fixed cost)",
-    above(1),
+    wholeNumber(2),
     CEILING.batchSize,
   )
   .addOption(

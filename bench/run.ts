@@ -6,12 +6,13 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { cpus, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError } from '../src/cli/commander.js';
+import { oneOrMoreOf, wholeNumber } from '../src/cli/plumbing.js';
 import { applyV8Flags } from '../src/process/v8Flags.js';
 import { findNatsServerBinary } from '../workshop/localServers/natsServer.js';
 import { CEILING_NAME } from './ceiling.js';
 import { measureCliStartup } from './cliStartup.js';
-import { above, median, n0, startBenchEnv, type CpuSplit } from './env.js';
+import { median, n0, startBenchEnv, type CpuSplit } from './env.js';
 import { measureFlood } from './flood.js';
 import { measureGrown } from './grown.js';
 import { measureHttp, renderHttp } from './http.js';
@@ -24,37 +25,36 @@ import { measureWatchdogInChild } from './watchdog.js';
 
 /** The sections of a full run, and those on request (`drain`, `grown`, `http` by their flags too). */
 const FULL = ['inbox', 'cold', 'latency', 'watchdog', 'cli', 'pooler'] as const;
-const ON_REQUEST = ['drain', 'grown', 'http', 'flood'] as const;
-type Section = (typeof FULL)[number] | (typeof ON_REQUEST)[number];
-const SECTIONS: readonly string[] = [...FULL, ...ON_REQUEST];
-const sectionList = (v: string) => {
-  const unknown = v.split(',').filter((n) => !SECTIONS.includes(n));
-  if (unknown.length > 0)
-    throw new InvalidArgumentError(`unknown section ${unknown.join(', ')} (${SECTIONS.join(', ')})`);
-  return new Set(v.split(',') as Section[]);
+const SECTIONS = [...FULL, 'drain', 'grown', 'http', 'flood'] as const;
+const scale = (v: string) => {
+  if (Number(v) > 0) return Number(v);
+  throw new InvalidArgumentError('must be a number above 0');
 };
 
 const o = new Command('bench')
   .description('measure the daemon against its ceilings, side by side, on this machine')
-  .option('--scale <n>', 'multiply every size', above(0, false), 1)
-  .option('--rounds <n>', 'rounds of the compared runs (medians reported)', above(0), 3)
-  .option('--latency-rounds <n>', 'rounds of the latency target', above(0), 5)
+  .option('--scale <n>', 'multiply every size', scale, 1)
+  .option('--rounds <n>', 'rounds of the compared runs (medians reported)', wholeNumber(1), 3)
+  .option('--latency-rounds <n>', 'rounds of the latency target', wholeNumber(1), 5)
   .option('--drain', 'add the drain section to a full run (several minutes)')
   .option('--grown', 'add the grown section to a full run (a generated history: many minutes)')
-  .option('--grown-jobs <n>', "finished jobs in the grown section's history", above(0), 5_000_000)
+  .option('--grown-jobs <n>', "finished jobs in the grown section's history", wholeNumber(1), 5_000_000)
   .option('--http', 'add the http section to a full run (a generated history: many minutes)')
-  .option('--http-jobs <n>', "jobs in the http section's history", above(0), 1_000_000)
-  .option('--only <sections>', `run some sections only (${SECTIONS.join(',')}); records nothing`, sectionList)
+  .option('--http-jobs <n>', "jobs in the http section's history", wholeNumber(1), 1_000_000)
+  .option(
+    '--only <sections>',
+    `run some sections only (${SECTIONS.join(',')}); records nothing`,
+    oneOrMoreOf(SECTIONS),
+  )
   .option('--dry-run', 'a full run that records nothing')
   .allowExcessArguments(false)
   .parse(process.argv)
   .opts<
-    { scale: number; rounds: number; latencyRounds: number; grownJobs: number; httpJobs: number } & {
+    Record<'scale' | 'rounds' | 'latencyRounds' | 'grownJobs' | 'httpJobs', number> & {
       [flag in 'drain' | 'grown' | 'http' | 'dryRun']?: boolean;
-    } & { only?: Set<Section> }
+    } & { only?: Array<(typeof SECTIONS)[number]> }
   >();
-const only =
-  o.only ?? new Set<Section>([...FULL, ...(['drain', 'grown', 'http'] as const).filter((s) => o[s])]);
+const only = new Set(o.only ?? [...FULL, ...(['drain', 'grown', 'http'] as const).filter((s) => o[s])]);
 const record = o.only === undefined && o.dryRun !== true;
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));

@@ -68,31 +68,44 @@ const daemonShape = (config: Config, logLevel: LogLevel) => ({
   logLevel,
 });
 
-/** A consumer in this process: started on the backlog, its backends connected as `applicationName`. */
-async function inProcess(
+/** What a drain starts: `stop` (once) ends it; a process also tells its CPU so far. */
+type Consumer = { stop(): Promise<unknown>; cpuMs?: () => number | null };
+
+/**
+ * Drain `n` results with the consumer `start` starts, its backends connected as `applicationName`,
+ * timed from its start or (`fromFirstDelivery`, a process) from its first delivery to the last ack.
+ */
+async function drain(
   env: BenchEnv,
   n: number,
-  applicationName: string,
-  timed: TimedHooks | undefined,
-  start: () => Promise<{ stop(): Promise<unknown> }>,
-): Promise<Pick<ThroughputResult, 'envelopes' | 'seconds' | 'perSecond' | 'cpu'>> {
+  o: { applicationName: string; timed?: TimedHooks | undefined; fromFirstDelivery?: boolean },
+  start: () => Promise<Consumer>,
+) {
   const last = await prepare(env, n);
-  await timed?.started();
+  await o.timed?.started();
   const split = startCpuSplit(env);
   const started = performance.now();
   const consumer = await start();
-  let seconds: number;
-  let cpu: CpuSplit;
+  let stopped: Promise<unknown> | undefined;
+  const stop = () => (stopped ??= consumer.stop());
   try {
+    const from = o.fromFirstDelivery
+      ? await firstDelivery(env.jsm, `process (${o.applicationName})`)
+      : started;
     await waitAllAcked(env.jsm, last, timeoutFor(n));
-    seconds = (performance.now() - started) / 1000;
-    cpu = await split.end(applicationName, n);
-    await timed?.ended();
+    const seconds = (performance.now() - from) / 1000;
+    const cpu = await split.end(o.applicationName, n);
+    await o.timed?.ended();
+    // A process: this one only polled, the node figure is the process's whole life so far.
+    const processMs = consumer.cpuMs?.();
+    if (processMs !== undefined) cpu.nodeUs = processMs === null ? null : (processMs * 1000) / n;
+    await stop();
+    await checkAllDone(env.pool, n, env.history);
+    const startup = o.fromFirstDelivery ? { startupSeconds: (from - started) / 1000 } : {};
+    return { envelopes: n, seconds, perSecond: n / seconds, cpu, ...startup };
   } finally {
-    await consumer.stop();
+    await stop();
   }
-  await checkAllDone(env.pool, n, env.history);
-  return { envelopes: n, seconds, perSecond: n / seconds, cpu };
 }
 
 /** The inbox's ceiling (bench/ceiling.ts) in this process. */
@@ -101,9 +114,8 @@ export async function measureCeiling(
   n: number,
   opts: { name?: string; timed?: TimedHooks | undefined } = {},
 ): Promise<ThroughputResult> {
-  const run = await inProcess(env, n, 'bench-ceiling', opts.timed, () =>
-    startCeiling(env.databaseUrl, env.js),
-  );
+  const o = { applicationName: 'bench-ceiling', timed: opts.timed };
+  const run = await drain(env, n, o, () => startCeiling(env.databaseUrl, env.js));
   return { name: opts.name ?? CEILING_NAME, ...run, ...ceilingShape };
 }
 
@@ -157,7 +169,8 @@ export async function measureInbox(
 ): Promise<ThroughputResult> {
   const config = env.config({ LOG_LEVEL: opts.logLevel, ...opts.overrides });
   // The daemon's pool connects as `recognition-core` (src/db/database.ts).
-  const run = await inProcess(env, n, 'recognition-core', opts.timed, () => startInboxDaemon(env, opts));
+  const o = { applicationName: 'recognition-core', timed: opts.timed };
+  const run = await drain(env, n, o, () => startInboxDaemon(env, opts));
   return { name: opts.name, ...run, ...daemonShape(config, opts.logLevel) };
 }
 
@@ -248,43 +261,25 @@ export function startProcess(env: BenchEnv, kind: ProcessKind, logLevel: LogLeve
 
 /**
  * A consumer process ({@link startProcess}) started after `n` results are in the stream, timed from
- * its first delivery to its last ack (start-up, JIT and the first batches are in it), stopped with
- * SIGTERM after, which must exit 0.
+ * its first delivery (start-up, JIT and the first batches are in it), stopped with SIGTERM after,
+ * which must exit 0.
  */
 export async function measureProcess(
   env: BenchEnv,
   opts: { name: string; kind: ProcessKind; logLevel: LogLevel },
   n: number,
 ): Promise<ThroughputResult> {
-  const last = await prepare(env, n);
-  const split = startCpuSplit(env);
-  const child = startProcess(env, opts.kind, opts.logLevel);
   const daemon = opts.kind === 'daemon';
-  try {
-    const first = await firstDelivery(env.jsm, `${opts.kind} process`);
-    await waitAllAcked(env.jsm, last, timeoutFor(n));
-    const seconds = (performance.now() - first) / 1000;
-    // The daemon's pool connects as `recognition-core` (src/db/database.ts).
-    const cpu = await split.end(daemon ? 'recognition-core' : CEILING_PROCESS_APPLICATION, n);
-    // This process only polled: the node figure is the child's whole life so far.
-    const childMs = child.cpuMs();
-    cpu.nodeUs = childMs === null ? null : (childMs * 1000) / n;
-    const { code } = await child.stop();
-    if (code !== 0) throw new Error(`the ${opts.kind} process exited with ${code}`);
-    await checkAllDone(env.pool, n, env.history);
-    const shape = daemon ? daemonShape(child.config, opts.logLevel) : ceilingShape;
-    const startupSeconds = (first - child.spawned) / 1000;
-    return {
-      name: opts.name,
-      envelopes: n,
-      seconds,
-      perSecond: n / seconds,
-      ...shape,
-      cpu,
-      startupSeconds,
-      maxRssBytes: child.maxRss(),
+  const applicationName = daemon ? 'recognition-core' : CEILING_PROCESS_APPLICATION;
+  let child: ReturnType<typeof startProcess> | undefined;
+  const run = await drain(env, n, { applicationName, fromFirstDelivery: true }, () => {
+    const c = (child = startProcess(env, opts.kind, opts.logLevel));
+    const stop = async () => {
+      const { code } = await c.stop();
+      if (code !== 0) throw new Error(`the ${opts.kind} process exited with ${code}`);
     };
-  } finally {
-    await child.stop('SIGKILL');
-  }
+    return Promise.resolve({ stop, cpuMs: c.cpuMs });
+  });
+  const shape = daemon ? daemonShape(child!.config, opts.logLevel) : ceilingShape;
+  return { name: opts.name, ...run, ...shape, maxRssBytes: child!.maxRss() };
 }
