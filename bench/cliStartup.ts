@@ -6,17 +6,11 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { median } from './env.js';
 
-/** One command line's median. */
-export interface CliCommand {
-  label: string;
-  wallMs: number;
-}
-
-/** The section's result: each command line's median, by its role in {@link CLI_LABELS}. */
-export interface CliResult {
+/** The section's result: each command line's median wall time, by its role in {@link CLI_LABELS}. */
+export type CliResult = {
   runs: number;
-  commands: Record<keyof typeof CLI_LABELS, CliCommand>;
-}
+  commands: Record<keyof typeof CLI_LABELS, { label: string; wallMs: number }>;
+};
 
 export const CLI_LABELS = { node: 'node -e 0', help: 'recognition-core --help' } as const;
 

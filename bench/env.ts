@@ -127,25 +127,19 @@ export async function firstDelivery(jsm: JetStreamManager, who: string): Promise
 }
 
 /** CPU per envelope (or per job) of each part of a run, in microseconds (null where unknown). */
-export interface CpuSplit {
-  nodeUs: number | null;
-  postgresUs: number | null;
-  natsUs: number | null;
-}
+export type CpuSplit = Record<'nodeUs' | 'postgresUs' | 'natsUs', number | null>;
 
 /**
  * Start measuring a run's CPU: this process and nats-server from now, the backends connected as
  * `applicationName` over their whole life (the consumer's pool opens them in the run), so `end`
  * comes before that pool closes.
  */
-export function startCpuSplit(env: BenchEnv): {
-  end(applicationName: string, envelopes: number): Promise<CpuSplit>;
-} {
+export function startCpuSplit(env: BenchEnv) {
   const natsPid = env.nats.pid();
   const node0 = process.cpuUsage();
   const nats0 = natsPid === null ? null : processCpuMs(natsPid);
   return {
-    async end(applicationName, envelopes) {
+    async end(applicationName: string, envelopes: number): Promise<CpuSplit> {
       const node = process.cpuUsage(node0);
       const nats1 = natsPid === null ? null : processCpuMs(natsPid);
       const { rows } = await env.pool.query<{ pid: number }>(

@@ -11,15 +11,8 @@ import type { FinishedKey } from '../src/db/retention.js';
 import { openDb } from '../src/db/database.js';
 import { listJobs, loadJob, loadTransitions } from '../src/db/jobs.js';
 import { fillFreeSpaceCrumbs, generateJobHistory } from '../workshop/localServers/jobHistory.js';
-import {
-  checkpoint,
-  percentile,
-  sleep,
-  startBenchEnv,
-  timeRuns,
-  vacuumAnalyze,
-  type BenchEnv,
-} from './env.js';
+import { checkpoint, percentile, sleep, startBenchEnv, timeRuns, vacuumAnalyze } from './env.js';
+import type { BenchEnv } from './env.js';
 import { measureInbox, type Compared } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
 
@@ -33,15 +26,12 @@ export type GrownResult = Awaited<ReturnType<typeof measureGrown>>;
 export async function growHistory(
   env: BenchEnv,
   jobs: number,
-  o: { randomFileIds: boolean; fillCrumbs: boolean },
+  o: Record<'randomIds' | 'fillCrumbs', boolean>,
 ) {
   const [started, client] = [performance.now(), await env.pool.connect()];
   try {
-    const c = await generateJobHistory(client, {
-      files: Math.round(jobs * 0.8),
-      retryEvery: 4,
-      randomFileIds: o.randomFileIds,
-    });
+    const files = Math.round(jobs * 0.8);
+    const c = await generateJobHistory(client, { files, retryEvery: 4, randomFileIds: o.randomIds });
     await vacuumAnalyze(env.pool);
     const crumbs = o.fillCrumbs ? await fillFreeSpaceCrumbs(client) : 0;
     if (o.fillCrumbs) await vacuumAnalyze(env.pool);
@@ -94,24 +84,22 @@ const LOCK_WAITS_SQL = `
  * inbox's waits on its locks and vacuuming what it deleted after; `finish` runs the rest untimed.
  */
 function retentionBeside(env: BenchEnv) {
+  const [deletedJobs, deletedBesideInbox, secondsBesideInbox, seconds, lockWaits, longestLockWaitMs] = [
+    0, 0, 0, 0, 0, 0,
+  ];
   const result = {
-    deletedJobs: 0,
-    deletedBesideInbox: 0,
-    secondsBesideInbox: 0,
-    seconds: 0,
-    lockWaits: 0,
-    longestLockWaitMs: 0,
-    lockWaitBoundMs: LOCK_WAIT_SAMPLE_MS,
+    deletedJobs,
+    deletedBesideInbox,
+    secondsBesideInbox,
+    seconds,
+    lockWaits,
+    longestLockWaitMs,
   };
+  const bound = { lockWaitBoundMs: LOCK_WAIT_SAMPLE_MS };
   const { db, close } = openDb(env.databaseUrl, { max: 1, applicationName: 'bench-retention' });
   const positions = new Map<FinalJobStatus, FinishedKey>();
-  const settings = {
-    succeededMs: 0,
-    failedMs: 1_800_000,
-    quarantineMs: 0,
-    batchSize: env.config().RETENTION_BATCH_SIZE,
-    maxBusyPercent: env.config().RETENTION_MAX_BUSY_PERCENT,
-  };
+  const { RETENTION_BATCH_SIZE: batchSize, RETENTION_MAX_BUSY_PERCENT: maxBusyPercent } = env.config();
+  const settings = { succeededMs: 0, failedMs: 1_800_000, quarantineMs: 0, batchSize, maxBusyPercent };
   const segment = async (control: { halted: boolean }, maxBusyPercent = settings.maxBusyPercent) => {
     const r = await runRetentionPass(db, { settings: { ...settings, maxBusyPercent }, control, positions });
     result.deletedJobs += r.failed.jobs;
@@ -135,7 +123,7 @@ function retentionBeside(env: BenchEnv) {
       result.lockWaits += waits.size - 1;
       result.longestLockWaitMs = Math.max(result.longestLockWaitMs, ...waits.values());
       // Every wait was shorter than this: the longest seen plus a period, or one period.
-      result.lockWaitBoundMs = result.longestLockWaitMs + LOCK_WAIT_SAMPLE_MS;
+      bound.lockWaitBoundMs = result.longestLockWaitMs + LOCK_WAIT_SAMPLE_MS;
       await env.pool.query('VACUUM recognition_job, recognition_job_transition');
     };
     return Promise.resolve();
@@ -143,7 +131,7 @@ function retentionBeside(env: BenchEnv) {
   const finish = async () => {
     // The rest of the pass, untimed and flat out: it only has to be over before the watchdog's runs.
     await segment({ halted: false }, 100).finally(close);
-    return result;
+    return { ...result, ...bound };
   };
   return { timed: { started, ended: () => ended() }, finish };
 }
@@ -157,20 +145,17 @@ export async function measureGrown(
 ) {
   const grownEnv = await startBenchEnv();
   try {
-    const history = await growHistory(grownEnv, o.jobs, { randomFileIds: false, fillCrumbs: true });
+    const history = await growHistory(grownEnv, o.jobs, { randomIds: false, fillCrumbs: true });
     log(`  generated: ${JSON.stringify(history)}`);
     await measureInbox(env, { name: 'warm-up', logLevel: 'warn' }, o.warmup);
     const retention = retentionBeside(grownEnv);
     const inbox = (e: BenchEnv, of: string, timed?: typeof retention.timed) => () =>
       measureInbox(e, { name: `inbox, batched, LOG_LEVEL=warn, ${of}`, logLevel: 'warn', timed }, o.batched);
+    const deleting = `the same, a retention pass deleting its ${history.expired} expired jobs`;
     const [empty, grown, duringRetention] = await compared([
       inbox(env, 'empty database'),
       inbox(grownEnv, `a history of ${history.jobs} jobs`),
-      inbox(
-        grownEnv,
-        `the same, a retention pass deleting its ${history.expired} expired jobs`,
-        retention.timed,
-      ),
+      inbox(grownEnv, deleting, retention.timed),
     ]);
     const retained = await retention.finish();
     log(`  retention beside it: ${JSON.stringify(retained)}`);

@@ -23,20 +23,12 @@ export type HttpResult = Awaited<ReturnType<typeof measureHttp>>;
 const WAVE_MS = 1_000;
 const SCRAPES = 20;
 
-/** What the clients of one loaded run saw. */
-export interface HttpLoad {
-  requests: number;
-  /** Answers other than 2xx, and connections refused, cut or timed out. */
-  failures: number;
-  perSecond: number;
-  p50Ms: number | null;
-  p99Ms: number | null;
-  maxMs: number | null;
-  /** The clients' own CPU, as a share of one core over their run. */
-  cpuShare: number;
-  /** `recognition_http_figures_reads_total` at the run's end: the daemon's reads in its life. */
-  figuresReads: number | null;
-}
+/**
+ * What one loaded run's clients saw: `failures` are answers other than 2xx and failed connections,
+ * `cpuShare` their own CPU over one core, `figuresReads` the daemon's figure reads in its life.
+ */
+export type HttpLoad = Record<'requests' | 'failures' | 'perSecond' | 'cpuShare', number> &
+  Record<'p50Ms' | 'p99Ms' | 'maxMs' | 'figuresReads', number | null>;
 
 /** wrk's script: the four paths in turn, a rest of `WAVE_MS` after each answer, one JSON line at the end. */
 const SCRIPT = `
@@ -87,26 +79,20 @@ function clientsBeside(baseUrl: string, concurrency: number, loads: HttpLoad[]):
     async ended() {
       stopped = true;
       const run = await running;
-      const metrics = await fetch(`${baseUrl}/metrics`).then(
-        (r) => r.text(),
-        () => '',
-      );
-      const reads = [
-        ...metrics.matchAll(/^recognition_http_figures_reads_total\{result="(?:ok|failed)"\} (\S+)$/gm),
-      ];
-      const figuresReads = reads.length ? reads.reduce((a, m) => a + Number(m[1]), 0) : null;
-      if (!run) {
-        const none = {
-          requests: 0,
-          failures: 0,
-          perSecond: 0,
-          p50Ms: null,
-          p99Ms: null,
-          maxMs: null,
-          cpuShare: 0,
-        };
-        return void loads.push({ ...none, figuresReads });
-      }
+      const metrics = await fetch(`${baseUrl}/metrics`).then((r) => r.text(), String);
+      const counter = /^recognition_http_figures_reads_total\{result="(?:ok|failed)"\} (\S+)$/gm;
+      const reads = [...metrics.matchAll(counter)].map((m) => Number(m[1]));
+      const figuresReads = reads.length ? reads.reduce((a, b) => a + b, 0) : null;
+      const none = {
+        requests: 0,
+        failures: 0,
+        perSecond: 0,
+        cpuShare: 0,
+        p50Ms: null,
+        p99Ms: null,
+        maxMs: null,
+      };
+      if (!run) return void loads.push({ ...none, figuresReads });
       const cpuShare = (processCpuMs(run.child.pid!) ?? NaN) / (performance.now() - run.at);
       const exited = new Promise((resolve) => run.child.once('exit', resolve));
       run.child.kill('SIGINT');
@@ -125,7 +111,7 @@ export async function measureHttp(
 ) {
   const env = await startBenchEnv();
   try {
-    const history = await growHistory(env, o.jobs, { randomFileIds: true, fillCrumbs: false });
+    const history = await growHistory(env, o.jobs, { randomIds: true, fillCrumbs: false });
     log(`  generated: ${JSON.stringify(history)}`);
     const port = await freePort();
     const baseUrl = `http://127.0.0.1:${port}`;
@@ -134,10 +120,11 @@ export async function measureHttp(
     const inbox = (name: string, timed?: TimedHooks) => () =>
       measureInbox(
         env,
-        { name: `inbox, batched, LOG_LEVEL=warn, ${of}, ${name}`, logLevel: 'warn', httpPort: port, timed },
+        { name: `inbox, batched, LOG_LEVEL=warn, ${of}, ${name}`, ...http, timed },
         o.batched,
       );
-    await measureInbox(env, { name: 'warm-up', logLevel: 'warn', httpPort: port }, o.warmup);
+    const http = { logLevel: 'warn', httpPort: port } as const;
+    await measureInbox(env, { name: 'warm-up', ...http }, o.warmup);
     const loads: HttpLoad[] = [];
     const [quiet, loaded] = await compared([
       inbox('HTTP idle'),
@@ -146,7 +133,7 @@ export async function measureHttp(
     for (const l of loads) log(`  clients: ${JSON.stringify(l)}`);
 
     // Single scrapes of the idle daemon, each past the reuse of the last one's body: every one renders.
-    const daemon = await startInboxDaemon(env, { logLevel: 'warn', httpPort: port });
+    const daemon = await startInboxDaemon(env, http);
     let body = '';
     const scrapeMs = await timeRuns(
       SCRAPES,
@@ -163,23 +150,22 @@ export async function measureHttp(
     // The figures statement itself, on one connection, as the daemon runs it.
     const f = openDb(env.databaseUrl, { max: 1 });
     const readMs = await timeRuns(10, () => readFigures(f.db)).finally(() => f.close());
-    const [quietRun, loadedRun] = [quiet!, loaded!];
+    const scrape = { runs: SCRAPES, p50Ms: percentile(scrapeMs, 50), p95Ms: percentile(scrapeMs, 95) };
+    const maxMs = scrapeMs.at(-1)!;
+    const figuresRead = { runs: readMs.length, p50Ms: percentile(readMs, 50), maxMs: readMs.at(-1)! };
+    const [q, l] = [quiet!, loaded!];
+    const { concurrency } = o;
     return {
       history,
-      concurrency: o.concurrency,
+      concurrency,
       waveMs: WAVE_MS,
       intervalMs,
-      quiet: quietRun,
-      loaded: loadedRun,
-      ratio: loadedRun.perSecond / quietRun.perSecond,
+      quiet: q,
+      loaded: l,
+      ratio: l.perSecond / q.perSecond,
       loads,
-      scrape: {
-        runs: SCRAPES,
-        p50Ms: percentile(scrapeMs, 50),
-        p95Ms: percentile(scrapeMs, 95),
-        maxMs: scrapeMs.at(-1)!,
-      },
-      figuresRead: { runs: readMs.length, p50Ms: percentile(readMs, 50), maxMs: readMs.at(-1)! },
+      scrape: { ...scrape, maxMs },
+      figuresRead,
     };
   } finally {
     await env.close();

@@ -247,33 +247,29 @@ export function renderTable(r: BenchReport): string {
   if (r.pooler) {
     const { direct, directUnnamed, transaction, session } = r.pooler;
     const of = (t: ThroughputResult) => ` = ${(t.perSecond / direct.perSecond).toFixed(2)}× direct`;
-    rows.push([direct.name, rateText(direct), '(reported)', '']);
-    for (const t of [directUnnamed, transaction, session])
-      rows.push([t.name, rateText(t) + of(t), '(reported)', '']);
+    for (const t of [direct, directUnnamed, transaction, session])
+      rows.push([t.name, rateText(t) + (t === direct ? '' : of(t)), '(reported)', '']);
   }
 
-  const us = (v: number | null) => (v === null ? '–' : v.toFixed(0));
-  const cpuRow = (name: string, c: ThroughputResult['cpu']) => [
-    name,
-    us(c.nodeUs),
-    us(c.postgresUs),
-    us(c.natsUs),
-  ];
+  const parts = ['nodeUs', 'postgresUs', 'natsUs'] as const;
+  const cpuRow = (name: string, us: Array<number | null>) => [name, ...us.map((v) => v?.toFixed(0) ?? '–')];
   const cpuRows: string[][] = [];
-  if (r.inbox) {
-    const { ceiling, warn, info } = r.inbox;
-    const above = (p: keyof ThroughputResult['cpu']) =>
-      warn.cpu[p] === null || ceiling.cpu[p] === null ? null : warn.cpu[p] - ceiling.cpu[p];
-    const excess = { nodeUs: above('nodeUs'), postgresUs: above('postgresUs'), natsUs: above('natsUs') };
-    cpuRows.push(
-      ...[ceiling, warn, info].map((t) => cpuRow(t.name, t.cpu)),
-      cpuRow(`_inbox (warn) above the ceiling_`, excess),
-    );
+  const { ceiling: c, warn: w } = r.inbox ?? {};
+  const excess = parts.map((p) => (w?.cpu[p] == null || c?.cpu[p] == null ? null : w.cpu[p] - c.cpu[p]));
+  for (const t of [c, w, r.inbox?.info, r.cold?.ceiling, r.cold?.ceilingProcess, r.cold?.daemon, r.drain]) {
+    if (t)
+      cpuRows.push(
+        cpuRow(
+          t.name,
+          parts.map((p) => t.cpu[p]),
+        ),
+      );
+    if (t && t === r.inbox?.info) cpuRows.push(cpuRow(`_inbox (warn) above the ceiling_`, excess));
   }
-  for (const t of [r.cold?.ceiling, r.cold?.ceilingProcess, r.cold?.daemon, r.drain])
-    if (t) cpuRows.push(cpuRow(t.name, t.cpu));
 
-  const defaults = Object.entries(r.defaults).map(([k, v]) => `${k}=${v}`);
+  const defaults = Object.entries(r.defaults)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(', ');
   const run =
     `Run ${r.date.slice(0, 16).replace('T', ' ')} UTC, commit ${r.commit}${r.dirty ? ' (+ uncommitted changes)' : ''}, scale ${r.scale}` +
     (r.durationSeconds !== undefined ? `, ${Math.round(r.durationSeconds)} s` : '');
@@ -283,11 +279,7 @@ export function renderTable(r: BenchReport): string {
     'not counted; compare rows of one run rather than runs of different days):';
   return (
     [
-      [
-        run,
-        `Machine: ${r.machine} — bench, nats-server and PostgreSQL share the cores.`,
-        `Defaults: ${defaults.join(', ')}.`,
-      ].join('  \n'),
+      `${run}  \nMachine: ${r.machine} — bench, nats-server and PostgreSQL share the cores.  \nDefaults: ${defaults}.`,
       table(['measurement', 'result', 'target', 'met'], rows),
       ...(cpuRows.length === 0 ? [] : [cpu, table(['run', 'node', 'postgres', 'nats-server'], cpuRows)]),
     ].join('\n\n') + '\n'
@@ -305,16 +297,8 @@ export function withLatestTable(text: string, tables: string): string | null {
   const [a, b] = [text.indexOf(LATEST_START), text.indexOf(LATEST_END)];
   if (a < 0 || b < a) return null;
   const from = 'From [`bench/results/latest.json`](../bench/results/latest.json):';
-  const block = [
-    LATEST_START,
-    '<!-- prettier-ignore-start -->',
-    from,
-    '',
-    tables.trimEnd(),
-    '<!-- prettier-ignore-end -->',
-    '',
-  ];
-  return text.slice(0, a) + block.join('\n') + text.slice(b);
+  const ignored = `<!-- prettier-ignore-start -->\n${from}\n\n${tables.trimEnd()}\n<!-- prettier-ignore-end -->\n`;
+  return `${text.slice(0, a)}${LATEST_START}\n${ignored}${text.slice(b)}`;
 }
 
 /** Write the latest result, append its history line and update the docs' tables. */

@@ -18,33 +18,28 @@ import type { BenchEnv, CpuSplit } from './env.js';
 import { checkAllDone, prePublish, seedPublishedJobs } from '../workshop/benchFixtures.js';
 import { processCpuMs, rssBytes } from '../workshop/processStats.js';
 
-/** One throughput measurement. */
-export interface ThroughputResult {
+/**
+ * One throughput measurement: `cpu` per envelope of the consumer's process, its backends and
+ * nats-server; `roundsPerSecond` every round's rate (this is the median one); a process's start to
+ * its first delivery (not in `seconds`) and its largest RSS, sampled every {@link RSS_EVERY_MS}.
+ */
+export type ThroughputResult = Record<
+  'envelopes' | 'seconds' | 'perSecond' | 'batchSize' | 'concurrency',
+  number
+> & {
   name: string;
-  envelopes: number;
-  seconds: number;
-  perSecond: number;
-  batchSize: number;
-  concurrency: number;
   logLevel: LogLevel | null;
-  /** CPU per envelope of the consumer's process, its PostgreSQL backends and nats-server. */
   cpu: CpuSplit;
-  /** Measured over several rounds (this is the median one): every round's envelopes/s. */
   roundsPerSecond?: number[];
-  /** A process: seconds from its start to its first delivery (not in `seconds`). */
   startupSeconds?: number;
-  /** A process: its largest RSS while draining, sampled every {@link RSS_EVERY_MS}, bytes. */
   maxRssBytes?: number;
-}
+};
 
 /** Runs taking turns over the rounds, each reported as its median round (bench/run.ts). */
 export type Compared = (runs: Array<() => Promise<ThroughputResult>>) => Promise<ThroughputResult[]>;
 
 /** Called when a run's clock starts and when it stops (profiles, HTTP clients, retention run between). */
-export interface TimedHooks {
-  started(): Promise<void>;
-  ended(): Promise<void>;
-}
+export type TimedHooks = Record<'started' | 'ended', () => Promise<void>>;
 
 /** The daemon's log level in a run: `warn` logs nothing per envelope, `info` one line each. */
 export type LogLevel = 'info' | 'warn';
@@ -62,10 +57,10 @@ async function prepare(env: BenchEnv, n: number): Promise<number> {
 export const timeoutFor = (n: number) => 60_000 + n * 5;
 
 const ceilingShape = { batchSize: CEILING.batchSize, concurrency: CEILING.inFlight, logLevel: null };
-const daemonShape = (config: Config, logLevel: LogLevel) => ({
-  batchSize: config.INBOX_BATCH_SIZE,
-  concurrency: config.INBOX_CONCURRENCY,
-  logLevel,
+const daemonShape = (c: Config, l: LogLevel) => ({
+  batchSize: c.INBOX_BATCH_SIZE,
+  concurrency: c.INBOX_CONCURRENCY,
+  logLevel: l,
 });
 
 /** What a drain starts: `stop` (once) ends it; a process also tells its CPU so far. */
@@ -204,8 +199,6 @@ export async function rowShapes(pool: pg.Pool): Promise<string> {
 
 /** RSS sampling period of a consumer process. */
 export const RSS_EVERY_MS = 100;
-
-/** What a process measurement starts: the daemon as operators run it, or the ceiling's consumer. */
 export type ProcessKind = 'daemon' | 'ceiling';
 
 /**
@@ -223,7 +216,6 @@ export function startProcess(env: BenchEnv, kind: ProcessKind, logLevel: LogLeve
   const inherited = Object.entries(process.env).filter(([k]) => !k.startsWith('OTEL_'));
   const { DATABASE_URL, NATS_URL } = config;
   const connections = { DATABASE_URL, NATS_URL, HTTP_PORT: '0', HTTP_HOST: '127.0.0.1', LOG_PRETTY: 'false' };
-  const spawned = performance.now();
   const child = spawn(process.execPath, args, {
     env: { ...Object.fromEntries(inherited), ...connections, LOG_LEVEL: logLevel },
     stdio: ['ignore', out, 'inherit'],
@@ -241,15 +233,14 @@ export function startProcess(env: BenchEnv, kind: ProcessKind, logLevel: LogLeve
   let stopped: Promise<{ code: number | null; log: string }> | undefined;
   return {
     config,
-    spawned,
     maxRss: () => maxRss,
     exitedEarly: () => exitedEarly,
     cpuMs: () => (child.pid === undefined ? null : processCpuMs(child.pid)),
-    stop: (signal: NodeJS.Signals = 'SIGTERM') =>
+    stop: () =>
       (stopped ??= (async () => {
         stopping = !exitedEarly;
         clearInterval(sampler);
-        if (child.exitCode === null) child.kill(signal);
+        if (child.exitCode === null) child.kill('SIGTERM');
         const code = await exited;
         closeSync(out);
         const log = readFileSync(join(dir, 'daemon.log'), 'utf8');

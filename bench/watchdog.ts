@@ -19,31 +19,12 @@ import { benchPool, checkpoint, configFor, vacuumAnalyze } from './env.js';
 import { insertOpenJobs, newJobs, truncateAll } from '../workshop/benchFixtures.js';
 
 /** One timed sweep: the daemon's, or the raw SQL statement's (whose batch size is null). */
-export interface SweepResult {
-  rows: number;
-  due: number;
-  seconds: number;
-  batchSize: number | null;
-}
-
-/** What the watchdog section measures: the daemon's sweeps and the raw ones, in turns. */
-export interface WatchdogResult {
-  sweeps: SweepResult[];
-  rawSweeps: SweepResult[];
-}
-
-/** What the section's process is given. */
-export interface WatchdogArgs {
-  databaseUrl: string;
-  natsUrl: string;
-  rows: number;
-  due: number;
-  rounds: number;
-  /** Sweep among the rows already there (a generated history) instead of seeding `rows`. */
-  keep?: boolean;
-  /** Time the daemon's sweep only, not the raw SQL one. */
-  daemonOnly?: boolean;
-}
+export type SweepResult = { rows: number; due: number; seconds: number; batchSize: number | null };
+/** What the section measures: the daemon's sweeps and the raw ones, in turns. */
+export type WatchdogResult = Record<'sweeps' | 'rawSweeps', SweepResult[]>;
+/** The section's process: `keep` sweeps among the rows there (a history), `daemonOnly` times no raw sweep. */
+type WatchdogArgs = Record<'databaseUrl' | 'natsUrl', string> &
+  Record<'rows' | 'due' | 'rounds', number> & { keep?: boolean; daemonOnly?: boolean };
 
 /** Jobs in flight (published, deadline a day ahead): they sit in the watchdog's partial index. */
 const IN_FLIGHT = 20_000;
