@@ -70,12 +70,10 @@ const sizes = {
   batched: Math.round(30_000 * s),
   backlog: Math.round(50_000 * s),
   drain: Math.round(1_000_000 * s),
-  warmup: 3_000,
-  latencySeconds: 10 * s,
   watchdogRows: Math.round(1_000_000 * s),
   watchdogDue: Math.round(100_000 * s),
-  cliRuns: 15,
   pooler: Math.round(20_000 * s),
+  ...{ warmup: 3_000, cliRuns: 15, latencySeconds: 10 * s },
 };
 // The daemon's loops run in this process as they run in the daemon's: with its V8 settings.
 applyV8Flags();
@@ -84,6 +82,8 @@ log(`bench: scale ${s}, sections ${[...only].join(', ')}`);
 const env = await startBenchEnv();
 process.once('SIGINT', () => void env.close().finally(() => process.exit(130)));
 const cfg = env.config();
+const DEFAULTS = ['INBOX_BATCH_SIZE', 'INBOX_CONCURRENCY', 'DB_POOL_SIZE', 'WATCHDOG_BATCH_SIZE'] as const;
+const defaults = [...DEFAULTS, 'WATCHDOG_CONCURRENCY'] as const;
 const { rows: server } = await env.pool.query<{ v: string }>(`SELECT current_setting('server_version') AS v`);
 const report: BenchReport = {
   date: new Date().toISOString(),
@@ -95,17 +95,7 @@ const report: BenchReport = {
     `PostgreSQL ${server[0]!.v}`,
     execFileSync(findNatsServerBinary(), ['--version'], { encoding: 'utf8' }).trim(),
   ].join('; '),
-  defaults: Object.fromEntries(
-    (
-      [
-        'INBOX_BATCH_SIZE',
-        'INBOX_CONCURRENCY',
-        'DB_POOL_SIZE',
-        'WATCHDOG_BATCH_SIZE',
-        'WATCHDOG_CONCURRENCY',
-      ] as const
-    ).map((k) => [k, cfg[k]]),
-  ),
+  defaults: Object.fromEntries(defaults.map((k) => [k, cfg[k]])),
 };
 
 /** Run `fn` once and log its figures. */
@@ -163,14 +153,10 @@ try {
     // The daemon as shipped started on a backlog, beside the ceiling warm here and started cold alike.
     log(`cold: daemon processes on a backlog of ${n0(sizes.backlog)}`);
     const of = backlog(sizes.backlog);
-    const cold = {
-      name: `${CEILING_NAME}, a process started cold${of}`,
-      kind: 'ceiling',
-      logLevel: 'warn',
-    } as const;
+    const name = `${CEILING_NAME}, a process started cold${of}`;
     const [ceiling, ceilingProcess, daemon] = await compared([
       () => measureCeiling(env, sizes.backlog, { name: CEILING_NAME + of }),
-      () => measureProcess(env, cold, sizes.backlog),
+      () => measureProcess(env, { name, kind: 'ceiling', logLevel: 'warn' }, sizes.backlog),
       daemonProcess('daemon process, cold start (first delivery → last ack), LOG_LEVEL=warn', sizes.backlog),
     ]);
     report.cold = { ceiling: ceiling!, ceilingProcess: ceilingProcess!, daemon: daemon! };
