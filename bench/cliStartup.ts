@@ -1,31 +1,21 @@
 /**
- * How long the `recognition-core` command takes before it does anything (`--help`), beside a bare
- * `node -e 0` on the same machine. Each command line runs `runs` times after one untimed run, the
- * two taking turns so that a busy machine slows them alike; each is reported as its median wall
- * time.
+ * The `cli` section: `recognition-core --help` beside a bare `node -e 0`, each `runs` times after an
+ * untimed run, taking turns so a busy machine slows both alike; each reported as its median.
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { median } from './env.js';
 
-/** One command line's median. */
-export interface CliCommand {
-  label: string;
-  wallMs: number;
-}
-
-/** The section's result: each command line's median, by its role in {@link CLI_LABELS}. */
-export interface CliResult {
+/** The section's result: each command line's median wall time, by its role in {@link CLI_LABELS}. */
+export type CliResult = {
   runs: number;
-  commands: Record<keyof typeof CLI_LABELS, CliCommand>;
-}
+  commands: Record<keyof typeof CLI_LABELS, { label: string; wallMs: number }>;
+};
 
-/** The command lines, by the role the report gives each. */
 export const CLI_LABELS = { node: 'node -e 0', help: 'recognition-core --help' } as const;
 
 const CLI = fileURLToPath(new URL('../../bin/recognition-core.js', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-
-const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** Measure both command lines `runs` times, in turns, in a clean environment. */
 export function measureCliStartup(runs: number): CliResult {
@@ -43,6 +33,9 @@ export function measureCliStartup(runs: number): CliResult {
   cases.forEach(once);
   const times = cases.map(() => [] as number[]);
   for (let round = 0; round < runs; round++) cases.forEach((c, i) => times[i]!.push(once(c)));
-  const medians = cases.map(([role], i) => [role, { label: CLI_LABELS[role], wallMs: median(times[i]!) }]);
+  const medians = cases.map(([role], i) => [
+    role,
+    { label: CLI_LABELS[role], wallMs: median(times[i]!, Number) },
+  ]);
   return { runs, commands: Object.fromEntries(medians) as CliResult['commands'] };
 }

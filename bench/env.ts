@@ -1,8 +1,7 @@
 /**
  * The bench's world: its own database on the local PostgreSQL server (created, migrated, dropped
- * after), its own nats-server (a child process on a free port with a temporary store), the stream
- * reset and waited on, and the CPU split of a run (this process, its PostgreSQL backends,
- * nats-server). The fixtures are `workshop/benchFixtures.ts`.
+ * after) and nats-server (a child on a free port), the stream, the CPU split of a run, and the small
+ * tools every section uses. The fixtures are `workshop/benchFixtures.ts`.
  */
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
@@ -18,10 +17,9 @@ import { startNatsServer, type NatsServerHandle } from '../workshop/localServers
 export interface BenchEnv {
   databaseUrl: string;
   nats: NatsServerHandle;
-  /** The bench's own JetStream client and manager (publishing, polling consumer info). */
+  /** The bench's own JetStream client and manager, and its own small pool (seeding, checks). */
   js: JetStreamClient;
   jsm: JetStreamManager;
-  /** The bench's own small pool (seeding, checks). */
   pool: pg.Pool;
   /** The tables hold a history that runs keep: they remove and check their own fixtures only. */
   history: boolean;
@@ -31,9 +29,9 @@ export interface BenchEnv {
 }
 
 /**
- * The daemon's configuration for the bench's database and nats-server, with `overrides`. The
- * daemon's tuning variables set in the bench's own environment (`INBOX_BATCH_SIZE=1000 npm run
- * bench`) apply too: every configuration variable except the connections, which the bench owns.
+ * The daemon's configuration for these servers, with `overrides`; every configuration variable set
+ * in the bench's environment applies too (`INBOX_BATCH_SIZE=1000 npm run bench`), except the
+ * connections, which the bench owns.
  */
 export function configFor(databaseUrl: string, natsUrl: string) {
   const owned = ['DATABASE_URL', 'NATS_URL', 'HTTP_PORT', 'HTTP_HOST', 'LOG_PRETTY'];
@@ -47,19 +45,15 @@ export function configFor(databaseUrl: string, natsUrl: string) {
     });
 }
 
-/** A pool of the bench's own whose connections may be cut by the final `DROP DATABASE … FORCE`. */
+/** A pool of the bench's own whose connections the final `DROP DATABASE … FORCE` may cut. */
 export function benchPool(databaseUrl: string, applicationName: string, max = 4): pg.Pool {
   const pool = new pg.Pool({ connectionString: databaseUrl, max, application_name: applicationName });
-  // pool.end() resolves before its connections have closed: one that the DROP reaches first
-  // emits 'error' with nobody listening, which would end the run.
+  // pool.end() resolves before its connections close: one the DROP reaches first emits 'error'.
   pool.on('connect', (client) => client.on('error', () => undefined));
   return pool;
 }
 
-/**
- * Start nats-server, create and migrate a fresh database: `BENCH_PG_URL` or `TEST_PG_URL` names
- * the PostgreSQL server, by default the machine's local one.
- */
+/** nats-server and a fresh migrated database on `BENCH_PG_URL`, `TEST_PG_URL` or the local server. */
 export async function startBenchEnv(): Promise<BenchEnv> {
   const nats = await startNatsServer();
   const server = process.env['BENCH_PG_URL'] ?? process.env['TEST_PG_URL'];
@@ -92,10 +86,12 @@ export async function checkpoint(pool: pg.Pool): Promise<void> {
   await pool.query('CHECKPOINT');
 }
 
-/**
- * Recreate `RECOGNITION_RESULTS` and `core-inbox` empty, exactly as the daemon provisions them
- * (so the ceiling reads through the same consumer configuration).
- */
+/** Vacuum and analyse every table a run writes. */
+export async function vacuumAnalyze(pool: pg.Pool | pg.PoolClient): Promise<void> {
+  await pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
+}
+
+/** Recreate `RECOGNITION_RESULTS` and `core-inbox` empty, as the daemon provisions them. */
 export async function resetStream(jsm: JetStreamManager, cfg: Config): Promise<void> {
   await jsm.streams.delete(RESULTS_STREAM).catch(() => undefined);
   await provisionStreams(jsm, {
@@ -106,10 +102,11 @@ export async function resetStream(jsm: JetStreamManager, cfg: Config): Promise<v
   });
 }
 
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 /** Resolve once `core-inbox` has every message up to `lastSeq` acked (polled every 10 ms). */
 export async function waitAllAcked(jsm: JetStreamManager, lastSeq: number, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
+  for (const deadline = Date.now() + timeoutMs; ; await sleep(10)) {
     const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
     if (info.ack_floor.stream_seq >= lastSeq && info.num_ack_pending === 0) return;
     if (Date.now() > deadline) {
@@ -117,30 +114,32 @@ export async function waitAllAcked(jsm: JetStreamManager, lastSeq: number, timeo
         `not every envelope was acked within ${timeoutMs} ms (ack floor ${info.ack_floor.stream_seq} of ${lastSeq}, ack pending ${info.num_ack_pending})`,
       );
     }
-    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** The `performance.now()` of `core-inbox`'s first delivery (polled every 5 ms, for 60 s at most). */
+export async function firstDelivery(jsm: JetStreamManager, who: string): Promise<number> {
+  for (const deadline = Date.now() + 60_000; ; await sleep(5)) {
+    const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
+    if (info.delivered.stream_seq > 0) return performance.now();
+    if (Date.now() > deadline) throw new Error(`the ${who} delivered nothing within 60 s`);
   }
 }
 
 /** CPU per envelope (or per job) of each part of a run, in microseconds (null where unknown). */
-export interface CpuSplit {
-  nodeUs: number | null;
-  postgresUs: number | null;
-  natsUs: number | null;
-}
+export type CpuSplit = Record<'nodeUs' | 'postgresUs' | 'natsUs', number | null>;
 
 /**
- * Start measuring the CPU of a run: this process and nats-server from now; the PostgreSQL
- * backends connected as `applicationName` over their whole life, since the consumer's pool opens
- * them during the run — so `end` must be called before that pool closes.
+ * Start measuring a run's CPU: this process and nats-server from now, the backends connected as
+ * `applicationName` over their whole life (the consumer's pool opens them in the run), so `end`
+ * comes before that pool closes.
  */
-export function startCpuSplit(env: BenchEnv): {
-  end(applicationName: string, envelopes: number): Promise<CpuSplit>;
-} {
+export function startCpuSplit(env: BenchEnv) {
   const natsPid = env.nats.pid();
   const node0 = process.cpuUsage();
   const nats0 = natsPid === null ? null : processCpuMs(natsPid);
   return {
-    async end(applicationName, envelopes) {
+    async end(applicationName: string, envelopes: number): Promise<CpuSplit> {
       const node = process.cpuUsage(node0);
       const nats1 = natsPid === null ? null : processCpuMs(natsPid);
       const { rows } = await env.pool.query<{ pid: number }>(
@@ -158,3 +157,28 @@ export function startCpuSplit(env: BenchEnv): {
     },
   };
 }
+
+/** The middle element of `all` by `key` (the lower one of an even count). */
+export function median<T>(all: readonly T[], key: (t: T) => number): T {
+  return [...all].sort((a, b) => key(a) - key(b))[Math.floor((all.length - 1) / 2)]!;
+}
+
+/** The `p`th percentile (0–100, nearest rank) of `sorted`, ascending. */
+export function percentile(sorted: readonly number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}
+
+/** Milliseconds of `runs` calls of `fn` after an untimed one, ascending; `restMs` untimed after each. */
+export async function timeRuns(runs: number, fn: (i: number) => Promise<unknown>, restMs = 0) {
+  const ms: number[] = [];
+  for (let i = 0; i <= runs; i++) {
+    const started = performance.now();
+    await fn(i);
+    if (i > 0) ms.push(performance.now() - started);
+    if (restMs > 0) await sleep(restMs);
+  }
+  return ms.sort((a, b) => a - b);
+}
+
+/** A count in the report's style: rounded, thousands separated. */
+export const n0 = (n: number) => Math.round(n).toLocaleString('en-US');

@@ -1,8 +1,8 @@
 /**
- * The `grown` section: the inbox, the watchdog and the admin queries on the empty database and on
- * a second one holding a generated history (workshop/localServers/jobHistory.ts, `retryEvery` 4: a
- * fifth of the jobs are retried failed attempts, not current, expired for a retention of 30
- * minutes), in turns; the inbox once more while the product's retention pass deletes them.
+ * The `grown` section (bench/README.md, "Grown"): the inbox, the watchdog and the admin queries on
+ * the empty database and on a second one holding a generated history (a fifth of its jobs retried
+ * failed attempts, expired for a retention of 30 minutes), in turns; the inbox once more while the
+ * product's retention pass deletes them.
  */
 import { sql } from 'kysely';
 import type { FinalJobStatus } from '../machines/index.js';
@@ -11,26 +11,30 @@ import type { FinishedKey } from '../src/db/retention.js';
 import { openDb } from '../src/db/database.js';
 import { listJobs, loadJob, loadTransitions } from '../src/db/jobs.js';
 import { fillFreeSpaceCrumbs, generateJobHistory } from '../workshop/localServers/jobHistory.js';
-import { checkpoint, startBenchEnv, type BenchEnv } from './env.js';
-import { percentile } from './latency.js';
-import { measureInbox, type ThroughputResult } from './throughput.js';
+import { checkpoint, percentile, sleep, startBenchEnv, timeRuns, vacuumAnalyze } from './env.js';
+import type { BenchEnv } from './env.js';
+import { measureInbox, type Compared } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
 
 /** The section's figures (admin p95 in ms, bytes on disk per job of the history). */
 export type GrownResult = Awaited<ReturnType<typeof measureGrown>>;
 
-/** Generate about `jobs` finished jobs in `env`'s database (its runs keep them); bytes per job. */
-async function growHistory(env: BenchEnv, jobs: number) {
+/**
+ * Generate about `jobs` jobs in `env`'s database (its runs keep them), vacuumed and analysed as a
+ * long-lived table is, `fillCrumbs` filling the free space a first vacuum lists on old pages.
+ */
+export async function growHistory(
+  env: BenchEnv,
+  jobs: number,
+  o: Record<'randomIds' | 'fillCrumbs', boolean>,
+) {
   const [started, client] = [performance.now(), await env.pool.connect()];
-  const options = { files: Math.round(jobs * 0.8), retryEvery: 4 };
-  const vacuum = () =>
-    env.pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
   try {
-    const c = await generateJobHistory(client, options);
-    // A long-lived table is vacuumed (its visibility map set) and has no crumbs left in old pages.
-    await vacuum();
-    const crumbs = await fillFreeSpaceCrumbs(client);
-    await vacuum();
+    const files = Math.round(jobs * 0.8);
+    const c = await generateJobHistory(client, { files, retryEvery: 4, randomFileIds: o.randomIds });
+    await vacuumAnalyze(env.pool);
+    const crumbs = o.fillCrumbs ? await fillFreeSpaceCrumbs(client) : 0;
+    if (o.fillCrumbs) await vacuumAnalyze(env.pool);
     await checkpoint(env.pool);
     const seconds = (performance.now() - started) / 1000;
     const { rows } = await env.pool.query<Record<string, string>>(`
@@ -39,20 +43,12 @@ async function growHistory(env: BenchEnv, jobs: number) {
     const all = c.jobs + crumbs;
     const bytesPerJob = Object.fromEntries(Object.entries(rows[0]!).map(([k, v]) => [k, Number(v) / all]));
     env.history = true;
-    return {
-      jobs: all,
-      transitions: c.transitions + crumbs,
-      expired: c.jobs - c.files,
-      crumbs,
-      seconds,
-      bytesPerJob,
-    };
+    const [transitions, expired] = [c.transitions + crumbs, c.jobs - c.files];
+    return { jobs: all, transitions, expired, crumbs, seconds, bytesPerJob };
   } finally {
     client.release();
   }
 }
-
-const byValue = (a: number, b: number) => a - b;
 
 /** p95 of the admin commands' queries over `runs` runs (random jobs, after an untimed one), ms. */
 async function adminP95(databaseUrl: string, runs: number) {
@@ -65,25 +61,13 @@ async function adminP95(databaseUrl: string, runs: number) {
     'jobs history': async (id: string) => [await loadJob(db, id), await loadTransitions(db, id)],
   };
   const p95: Record<string, number> = {};
-  for (const [name, query] of Object.entries(queries)) {
-    const ms: number[] = [];
-    for (let i = 0; i <= runs; i++) {
-      const started = performance.now();
-      await query(ids[i % ids.length]!.id);
-      if (i > 0) ms.push(performance.now() - started);
-    }
-    p95[name] = percentile(ms.sort(byValue), 95);
-  }
+  for (const [name, query] of Object.entries(queries))
+    p95[name] = percentile(await timeRuns(runs, (i) => query(ids[i % ids.length]!.id)), 95);
   await close();
   return p95;
 }
 
-/**
- * How often the inbox's waits on retention's locks are sampled. A wait at least this long spans a
- * sample, so it is seen; one seen at an age of `a` lasted less than `a` + this period. Sampling is
- * a query of `pg_locks` and `pg_stat_activity` that takes CPU from the measured inbox, charged to
- * retention: it samples no more often than a bound well under the target needs.
- */
+/** How often the inbox's waits on retention's locks are sampled: a wait seen at `a` lasted < `a` + this. */
 const LOCK_WAIT_SAMPLE_MS = 50;
 
 /** The daemon's connections' waits on a lock a retention connection holds, with their age so far. */
@@ -95,39 +79,31 @@ const LOCK_WAITS_SQL = `
                 WHERE r.pid = ANY (pg_blocking_pids(l.pid)) AND r.application_name = 'bench-retention')`;
 
 /**
- * The product's retention pass over the history (failed jobs kept 30 minutes, the rest forever, the
- * configured batch size and busy share), run in segments that share the walk's position: each
- * inbox run beside it starts a segment as its clock starts and halts it after its batch as the
- * clock stops, so the runs without retention run without it; `finish` then runs the pass to its
- * end, untimed and without rests, so that it deletes every expired job. The inbox's waits on the
- * pass's locks are sampled every {@link LOCK_WAIT_SAMPLE_MS} while a segment runs; after each
- * segment, a VACUUM of what it deleted, so no autovacuum of it lands in a later run.
+ * The product's retention pass over the history (failed jobs kept 30 minutes, the rest forever), in
+ * segments sharing the walk's position: `timed` runs one beside an inbox run's clock, sampling the
+ * inbox's waits on its locks and vacuuming what it deleted after; `finish` runs the rest untimed.
  */
 function retentionBeside(env: BenchEnv) {
+  const [deletedJobs, deletedBesideInbox, secondsBesideInbox, seconds, lockWaits, longestLockWaitMs] = [
+    0, 0, 0, 0, 0, 0,
+  ];
   const result = {
-    deletedJobs: 0,
-    deletedBesideInbox: 0,
-    secondsBesideInbox: 0,
-    seconds: 0,
-    lockWaits: 0,
-    longestLockWaitMs: 0,
-    lockWaitBoundMs: LOCK_WAIT_SAMPLE_MS,
+    deletedJobs,
+    deletedBesideInbox,
+    secondsBesideInbox,
+    seconds,
+    lockWaits,
+    longestLockWaitMs,
   };
+  const bound = { lockWaitBoundMs: LOCK_WAIT_SAMPLE_MS };
   const { db, close } = openDb(env.databaseUrl, { max: 1, applicationName: 'bench-retention' });
   const positions = new Map<FinalJobStatus, FinishedKey>();
-  const settings = {
-    succeededMs: 0,
-    failedMs: 1_800_000,
-    quarantineMs: 0,
-    batchSize: env.config().RETENTION_BATCH_SIZE,
-    maxBusyPercent: env.config().RETENTION_MAX_BUSY_PERCENT,
-  };
+  const { RETENTION_BATCH_SIZE: batchSize, RETENTION_MAX_BUSY_PERCENT: maxBusyPercent } = env.config();
+  const settings = { succeededMs: 0, failedMs: 1_800_000, quarantineMs: 0, batchSize, maxBusyPercent };
   const segment = async (control: { halted: boolean }, maxBusyPercent = settings.maxBusyPercent) => {
     const r = await runRetentionPass(db, { settings: { ...settings, maxBusyPercent }, control, positions });
-    [result.deletedJobs, result.seconds] = [
-      result.deletedJobs + r.failed.jobs,
-      result.seconds + r.durationMs / 1e3,
-    ];
+    result.deletedJobs += r.failed.jobs;
+    result.seconds += r.durationMs / 1e3;
     return r;
   };
   let ended = () => Promise.resolve();
@@ -135,7 +111,7 @@ function retentionBeside(env: BenchEnv) {
     const [control, waits] = [{ halted: false }, new Map<string, number>([['', 0]])];
     const pass = segment(control);
     const sampling = (async () => {
-      for (; !control.halted; await new Promise((r) => setTimeout(r, LOCK_WAIT_SAMPLE_MS)))
+      for (; !control.halted; await sleep(LOCK_WAIT_SAMPLE_MS))
         for (const w of (await env.pool.query<{ wait: string; ms: number }>(LOCK_WAITS_SQL)).rows)
           waits.set(w.wait, Math.max(waits.get(w.wait) ?? 0, w.ms));
     })();
@@ -147,7 +123,7 @@ function retentionBeside(env: BenchEnv) {
       result.lockWaits += waits.size - 1;
       result.longestLockWaitMs = Math.max(result.longestLockWaitMs, ...waits.values());
       // Every wait was shorter than this: the longest seen plus a period, or one period.
-      result.lockWaitBoundMs = result.longestLockWaitMs + LOCK_WAIT_SAMPLE_MS;
+      bound.lockWaitBoundMs = result.longestLockWaitMs + LOCK_WAIT_SAMPLE_MS;
       await env.pool.query('VACUUM recognition_job, recognition_job_transition');
     };
     return Promise.resolve();
@@ -155,7 +131,7 @@ function retentionBeside(env: BenchEnv) {
   const finish = async () => {
     // The rest of the pass, untimed and flat out: it only has to be over before the watchdog's runs.
     await segment({ halted: false }, 100).finally(close);
-    return result;
+    return { ...result, ...bound };
   };
   return { timed: { started, ended: () => ended() }, finish };
 }
@@ -164,25 +140,22 @@ function retentionBeside(env: BenchEnv) {
 export async function measureGrown(
   env: BenchEnv,
   o: { jobs: number; batched: number; warmup: number; watchdogDue: number; rounds: number },
-  compared: (runs: Array<() => Promise<ThroughputResult>>) => Promise<ThroughputResult[]>,
+  compared: Compared,
   log: (line: string) => void,
 ) {
   const grownEnv = await startBenchEnv();
   try {
-    const history = await growHistory(grownEnv, o.jobs);
+    const history = await growHistory(grownEnv, o.jobs, { randomIds: false, fillCrumbs: true });
     log(`  generated: ${JSON.stringify(history)}`);
     await measureInbox(env, { name: 'warm-up', logLevel: 'warn' }, o.warmup);
     const retention = retentionBeside(grownEnv);
     const inbox = (e: BenchEnv, of: string, timed?: typeof retention.timed) => () =>
       measureInbox(e, { name: `inbox, batched, LOG_LEVEL=warn, ${of}`, logLevel: 'warn', timed }, o.batched);
+    const deleting = `the same, a retention pass deleting its ${history.expired} expired jobs`;
     const [empty, grown, duringRetention] = await compared([
       inbox(env, 'empty database'),
       inbox(grownEnv, `a history of ${history.jobs} jobs`),
-      inbox(
-        grownEnv,
-        `the same, a retention pass deleting its ${history.expired} expired jobs`,
-        retention.timed,
-      ),
+      inbox(grownEnv, deleting, retention.timed),
     ]);
     const retained = await retention.finish();
     log(`  retention beside it: ${JSON.stringify(retained)}`);

@@ -1,149 +1,171 @@
 /**
- * The `http` section: what the HTTP endpoints cost the inbox on a database with a history of
- * `jobs` jobs (workshop/localServers/jobHistory.ts, random file ids as uploaders give them,
- * vacuumed and analysed). The daemon's inbox with its HTTP endpoints runs twice on the same
- * backlog, in turns over the rounds: with nobody asking, and under waves of `concurrency`
- * concurrent requests to /metrics, /statechart, /statechart.json and /readyz, one wave a second,
- * sent by wrk (bench/httpLoad.ts). Then, on the idle daemon, single /metrics
- * scrapes one after another, and the figures statement itself on the history.
+ * The `http` section (bench/README.md, "http"): what the HTTP endpoints cost the inbox on a database
+ * with a generated history. The inbox with its endpoints drains the same backlog in turns over the
+ * rounds with nobody asking and under `concurrency` connections each asking once a wave (wrk, whose
+ * own CPU per request is small beside the daemon's); then single /metrics scrapes of the idle
+ * daemon, and the figures statement itself on the history.
  */
+import { spawn, spawnSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { openDb } from '../src/db/database.js';
 import { readFigures } from '../src/db/figures.js';
 import { METRICS_REUSE_MS } from '../src/http/server.js';
-import { freePort } from '../workshop/localServers/freePort.js';
-import { generateJobHistory } from '../workshop/localServers/jobHistory.js';
-import { checkpoint, startBenchEnv, type BenchEnv } from './env.js';
-import { startHttpLoad, type HttpLoad } from './httpLoad.js';
-import { percentile } from './latency.js';
-import { measureInbox, startInboxDaemon, type ThroughputResult, type TimedHooks } from './throughput.js';
+import { acceptsTcp, freePort } from '../workshop/localServers/freePort.js';
+import { processCpuMs } from '../workshop/processStats.js';
+import { percentile, sleep, startBenchEnv, timeRuns } from './env.js';
+import { growHistory } from './grown.js';
+import { measureInbox, startInboxDaemon, type Compared, type TimedHooks } from './throughput.js';
 
 export type HttpResult = Awaited<ReturnType<typeof measureHttp>>;
 
 const WAVE_MS = 1_000;
 const SCRAPES = 20;
 
-/** Generate the history: about `jobs` jobs, a fifth of them retried attempts. */
-async function growHistory(env: BenchEnv, jobs: number) {
-  const started = performance.now();
-  const client = await env.pool.connect();
-  try {
-    const c = await generateJobHistory(client, {
-      files: Math.round(jobs * 0.8),
-      retryEvery: 4,
-      randomFileIds: true,
-    });
-    // A long-lived table is vacuumed (its visibility map set) and analysed.
-    await client.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
-    await checkpoint(env.pool);
-    env.history = true;
-    return { jobs: c.jobs, transitions: c.transitions, seconds: (performance.now() - started) / 1000 };
-  } finally {
-    client.release();
-  }
-}
+/**
+ * What one loaded run's clients saw: `failures` are answers other than 2xx and failed connections,
+ * `cpuShare` their own CPU over one core, `figuresReads` the daemon's figure reads in its life.
+ */
+export type HttpLoad = Record<'requests' | 'failures' | 'perSecond' | 'cpuShare', number> &
+  Record<'p50Ms' | 'p99Ms' | 'maxMs' | 'figuresReads', number | null>;
 
-/** Timed hooks that run the clients while the run's clock runs; `loads` gets what they saw. */
+/** wrk's script: the four paths in turn, a rest of `WAVE_MS` after each answer, one JSON line at the end. */
+const SCRIPT = `
+local paths = { "/metrics", "/statechart", "/statechart.json", "/readyz" }
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format("GET", paths[(n % #paths) + 1])
+end
+delay = function() return tonumber(os.getenv("WAVE_MS")) end
+done = function(s, latency)
+  local e = s.errors
+  io.write(string.format(
+    '{"requests":%d,"failures":%d,"perSecond":%f,"p50Ms":%f,"p99Ms":%f,"maxMs":%f}\\n',
+    s.requests, e.connect + e.read + e.write + e.status + e.timeout, s.requests / (s.duration / 1e6),
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000, latency.max / 1000))
+end
+`;
+
+/**
+ * Timed hooks that run wrk's `concurrency` connections while the run's clock runs, from when the
+ * daemon's port accepts (its start is in the run); `loads` gets what each run's clients saw.
+ */
 function clientsBeside(baseUrl: string, concurrency: number, loads: HttpLoad[]): TimedHooks {
-  let clients: { stop(): Promise<HttpLoad> } | undefined;
+  const wrk = spawnSync('sh', ['-c', 'command -v wrk'], { encoding: 'utf8' }).stdout.trim();
+  if (!wrk)
+    throw new Error("the http section needs wrk: install Debian's wrk package (apt-get install -y wrk)");
+  const script = join(tmpdir(), `rc-bench-http-${process.pid}.lua`);
+  writeFileSync(script, SCRIPT);
+  const port = Number(new URL(baseUrl).port);
+  let stopped = false;
+  let running: Promise<{ child: ReturnType<typeof spawn>; out: () => string; at: number } | undefined>;
   return {
     started() {
-      clients = startHttpLoad(baseUrl, concurrency, WAVE_MS);
+      stopped = false;
+      running = (async () => {
+        while (!stopped && !(await acceptsTcp(port))) await sleep(20);
+        if (stopped) return undefined;
+        const args = ['-t1', `-c${concurrency}`, '-d1h', '--timeout', '10s', '-s', script, baseUrl];
+        const env = { ...process.env, WAVE_MS: String(WAVE_MS) };
+        const child = spawn(wrk, args, { env, stdio: ['ignore', 'pipe', 'inherit'] });
+        let out = '';
+        child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+        return { child, out: () => out, at: performance.now() };
+      })();
       return Promise.resolve();
     },
     async ended() {
-      if (clients) loads.push(await clients.stop());
+      stopped = true;
+      const run = await running;
+      const metrics = await fetch(`${baseUrl}/metrics`).then((r) => r.text(), String);
+      const counter = /^recognition_http_figures_reads_total\{result="(?:ok|failed)"\} (\S+)$/gm;
+      const reads = [...metrics.matchAll(counter)].map((m) => Number(m[1]));
+      const figuresReads = reads.length ? reads.reduce((a, b) => a + b, 0) : null;
+      const none = {
+        requests: 0,
+        failures: 0,
+        perSecond: 0,
+        cpuShare: 0,
+        p50Ms: null,
+        p99Ms: null,
+        maxMs: null,
+      };
+      if (!run) return void loads.push({ ...none, figuresReads });
+      const cpuShare = (processCpuMs(run.child.pid!) ?? NaN) / (performance.now() - run.at);
+      const exited = new Promise((resolve) => run.child.once('exit', resolve));
+      run.child.kill('SIGINT');
+      await exited;
+      const seen = JSON.parse(run.out().trim().split('\n').at(-1) ?? '') as Omit<HttpLoad, 'cpuShare'>;
+      loads.push({ ...seen, cpuShare, figuresReads });
     },
   };
 }
 
-const byValue = (a: number, b: number) => a - b;
-
 /** The section; `compared` takes the runs in turns over the rounds, as other sections do. */
 export async function measureHttp(
   o: { jobs: number; batched: number; warmup: number; concurrency: number },
-  compared: (runs: Array<() => Promise<ThroughputResult>>) => Promise<ThroughputResult[]>,
+  compared: Compared,
   log: (line: string) => void,
 ) {
   const env = await startBenchEnv();
   try {
-    const history = await growHistory(env, o.jobs);
+    const history = await growHistory(env, o.jobs, { randomIds: true, fillCrumbs: false });
     log(`  generated: ${JSON.stringify(history)}`);
     const port = await freePort();
     const baseUrl = `http://127.0.0.1:${port}`;
     const intervalMs = env.config().HTTP_FIGURES_INTERVAL_MS;
-    await measureInbox(env, { name: 'warm-up', logLevel: 'warn', httpPort: port }, o.warmup);
-    const loads: HttpLoad[] = [];
     const of = `a history of ${history.jobs} jobs`;
+    const inbox = (name: string, timed?: TimedHooks) => () =>
+      measureInbox(
+        env,
+        { name: `inbox, batched, LOG_LEVEL=warn, ${of}, ${name}`, ...http, timed },
+        o.batched,
+      );
+    const http = { logLevel: 'warn', httpPort: port } as const;
+    await measureInbox(env, { name: 'warm-up', ...http }, o.warmup);
+    const loads: HttpLoad[] = [];
     const [quiet, loaded] = await compared([
-      () =>
-        measureInbox(
-          env,
-          { name: `inbox, batched, LOG_LEVEL=warn, ${of}, HTTP idle`, logLevel: 'warn', httpPort: port },
-          o.batched,
-        ),
-      () =>
-        measureInbox(
-          env,
-          {
-            name: `inbox, batched, LOG_LEVEL=warn, ${of}, ${o.concurrency} concurrent requests a second`,
-            logLevel: 'warn',
-            httpPort: port,
-            timed: clientsBeside(baseUrl, o.concurrency, loads),
-          },
-          o.batched,
-        ),
+      inbox('HTTP idle'),
+      inbox(`${o.concurrency} concurrent requests a second`, clientsBeside(baseUrl, o.concurrency, loads)),
     ]);
     for (const l of loads) log(`  clients: ${JSON.stringify(l)}`);
 
     // Single scrapes of the idle daemon, each past the reuse of the last one's body: every one renders.
-    const daemon = await startInboxDaemon(env, 'warn', undefined, {}, port);
-    const scrapeMs: number[] = [];
+    const daemon = await startInboxDaemon(env, http);
     let body = '';
-    try {
-      for (let i = 0; i <= SCRAPES; i++) {
-        const started = performance.now();
+    const scrapeMs = await timeRuns(
+      SCRAPES,
+      async () => {
         const res = await fetch(`${baseUrl}/metrics`);
         body = await res.text();
         if (res.status !== 200) throw new Error(`/metrics answered ${res.status}`);
-        if (i > 0) scrapeMs.push(performance.now() - started);
-        await new Promise((r) => setTimeout(r, METRICS_REUSE_MS + 50));
-      }
-    } finally {
-      await daemon.stop();
-    }
-    scrapeMs.sort(byValue);
+      },
+      METRICS_REUSE_MS + 50,
+    ).finally(() => daemon.stop());
     const jobsLines = body.split('\n').filter((l) => /^recognition_jobs(_estimated)?\{/.test(l));
     log(`  /metrics on ${of}: ${jobsLines.join('; ')}`);
 
     // The figures statement itself, on one connection, as the daemon runs it.
     const f = openDb(env.databaseUrl, { max: 1 });
-    const readMs: number[] = [];
-    try {
-      for (let i = 0; i <= 10; i++) {
-        const started = performance.now();
-        await readFigures(f.db);
-        if (i > 0) readMs.push(performance.now() - started);
-      }
-    } finally {
-      await f.close();
-    }
-    readMs.sort(byValue);
+    const readMs = await timeRuns(10, () => readFigures(f.db)).finally(() => f.close());
+    const scrape = { runs: SCRAPES, p50Ms: percentile(scrapeMs, 50), p95Ms: percentile(scrapeMs, 95) };
+    const maxMs = scrapeMs.at(-1)!;
+    const figuresRead = { runs: readMs.length, p50Ms: percentile(readMs, 50), maxMs: readMs.at(-1)! };
+    const [q, l] = [quiet!, loaded!];
+    const { concurrency } = o;
     return {
       history,
-      concurrency: o.concurrency,
+      concurrency,
       waveMs: WAVE_MS,
       intervalMs,
-      quiet: quiet!,
-      loaded: loaded!,
-      ratio: loaded!.perSecond / quiet!.perSecond,
+      quiet: q,
+      loaded: l,
+      ratio: l.perSecond / q.perSecond,
       loads,
-      scrape: {
-        runs: SCRAPES,
-        p50Ms: percentile(scrapeMs, 50),
-        p95Ms: percentile(scrapeMs, 95),
-        maxMs: scrapeMs[scrapeMs.length - 1]!,
-      },
-      figuresRead: { runs: readMs.length, p50Ms: percentile(readMs, 50), maxMs: readMs[readMs.length - 1]! },
+      scrape: { ...scrape, maxMs },
+      figuresRead,
     };
   } finally {
     await env.close();

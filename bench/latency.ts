@@ -1,16 +1,8 @@
 /**
- * Latency from publish to commit at a fixed publish rate. A child process (this module, forked)
- * publishes one result per job at `rate` envelopes/s as plain NATS publishes (the lightest load
- * generator: it shares the cores with the daemon it measures), recording the time of
- * each publish call; its own process keeps its timer free of the daemon's work. The daemon runs in
- * this process with the inbox's `afterCommit` hook, which records when each envelope's transaction
- * committed (after the COMMIT's reply is processed, so a busy event loop counts against the
- * daemon); or the ceiling's consumer does, with a hook of its own, as the bound of the machine.
- * Both read the machine's monotonic clock ({@link clockMs}).
- * The first WARMUP_SECONDS are applied but not counted: connecting, preparing statements and the
- * JIT are a one-off cost, not the steady state. Every envelope must be committed, so a lost
- * publish fails the run. (A trigger with NOTIFY would be simpler, but a notifying commit takes a
- * global lock, which would serialise the very commits being measured.)
+ * Latency from publish to commit at a fixed rate (bench/README.md, "Latency"): a child process (this
+ * module, forked) publishes one result per job at `rate`/s and records each publish's time; the
+ * consumer in this process records each envelope's commit through a commit hook, both on the
+ * machine's monotonic clock. The first {@link WARMUP_SECONDS} are applied but not counted.
  */
 import { fork } from 'node:child_process';
 import { constants, PerformanceObserver } from 'node:perf_hooks';
@@ -18,104 +10,34 @@ import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
 import { RESULT_SUBJECT } from '../src/nats/subjects.js';
 import { startCeiling } from './ceiling.js';
-import { benchPool, checkpoint, resetStream, waitAllAcked, type BenchEnv } from './env.js';
-import {
-  checkAllDone,
-  doneEnvelope,
-  resultHeaders,
-  seedPublishedJobs,
-  type BenchJob,
-} from '../workshop/benchFixtures.js';
+import { checkpoint, percentile, resetStream, waitAllAcked, type BenchEnv } from './env.js';
+import { checkAllDone, doneEnvelope, resultHeaders, seedPublishedJobs } from '../workshop/benchFixtures.js';
+import type { BenchJob } from '../workshop/benchFixtures.js';
 import { startInboxDaemon, timeoutFor } from './throughput.js';
 
-/** Who consumes in a latency measurement: the daemon's inbox, or the ceiling's consumer. */
-export type LatencyConsumer = 'daemon' | 'ceiling';
+/** One latency round: percentiles, the publisher's worst lag, the consumer's collection pauses. */
+export type LatencyResult = Awaited<ReturnType<typeof measureLatency>>;
 
-/** Result of one latency measurement. */
-export interface LatencyResult {
-  consumer: LatencyConsumer;
-  rate: number;
-  envelopes: number;
-  p50Ms: number;
-  p99Ms: number;
-  maxMs: number;
-  /** Worst lag of the publisher behind its schedule (should be ~0: the rate was held). */
-  publisherLagMs: number;
-  /** The daemon's log level; null for the ceiling. */
-  logLevel: string | null;
-  /**
-   * How long the consumer's main thread stopped for garbage collection in the measured window, in
-   * ms per second: young-generation collections, and the old generation's (its marking's pauses
-   * and final collections). Every envelope in flight waits through a pause, so they show in the
-   * tail.
-   */
-  gcPauseMsPerSecond: { young: number; old: number };
-  /** Old-generation collections in the measured window. */
-  oldCollections: number;
-}
+type PublisherStart = { natsUrl: string; jobs: BenchJob[]; rate: number };
+type Published = { times: Array<[jobId: string, ms: number]>; lagMs: number };
 
-/** What the publisher is sent, and what it sends back. */
-interface PublisherStart {
-  natsUrl: string;
-  jobs: BenchJob[];
-  rate: number;
-}
-interface Published {
-  times: Array<[jobId: string, ms: number]>;
-  lagMs: number;
-}
-
-/**
- * The machine's monotonic clock, in ms: one clock for every process of the machine (Linux's
- * CLOCK_MONOTONIC), which a step of the wall clock (a virtual machine's time sync) does not move.
- * `performance.timeOrigin + performance.now()` counts from each process's wall clock at its start,
- * so a step between the publisher's start and the consumer's shifts every latency by the step.
- */
+/** The machine's monotonic clock, in ms: one clock for every process, which no wall-clock step moves. */
 const clockMs = () => Number(process.hrtime.bigint()) / 1e6;
-
-/** The `p`th percentile (0–100, nearest rank) of `sorted`, ascending. */
-export function percentile(sorted: readonly number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
-}
 
 /** Seconds of publishing before the measured window: connections opened, statements prepared, JIT warm. */
 const WARMUP_SECONDS = 2;
 
 /**
- * Start `consumer` on `core-inbox`, calling `committed` with each batch's job ids once it has
- * committed. The ceiling shows what the machine allows: PostgreSQL's commits (a WAL flush each)
- * and nats-server under the same load, with no daemon around them.
- */
-async function startConsumer(
-  env: BenchEnv,
-  consumer: LatencyConsumer,
-  committed: (jobIds: Iterable<string>) => void,
-): Promise<{ logLevel: string | null; stop(): Promise<void> }> {
-  if (consumer === 'daemon') {
-    const daemon = await startInboxDaemon(env, 'warn', (items) =>
-      committed(items.flatMap((it) => (it.decoded.ok ? [it.decoded.envelope.job_id] : []))),
-    );
-    return { logLevel: daemon.config.LOG_LEVEL, stop: () => daemon.stop() };
-  }
-  const pool = benchPool(env.databaseUrl, 'bench-ceiling', 10);
-  const ceiling = await startCeiling(pool, env.js, committed).catch(async (err: unknown) => {
-    await pool.end();
-    throw err;
-  });
-  return { logLevel: null, stop: () => ceiling.stop().finally(() => pool.end()) };
-}
-
-/**
- * Publish results at `rate`/s into `consumer` (the running daemon, or the ceiling's consumer) for
- * `WARMUP_SECONDS + seconds`; percentiles of publish → commit over the envelopes published after
- * the warm-up.
+ * Publish results at `rate`/s for `WARMUP_SECONDS + seconds` into `consumer` (the daemon's inbox, or
+ * the ceiling's consumer: what the machine's commits and nats-server allow); publish → commit after
+ * the warm-up. Every envelope must be committed, and none before its publish.
  */
 export async function measureLatency(
   env: BenchEnv,
   rate: number,
   seconds: number,
-  consumer: LatencyConsumer = 'daemon',
-): Promise<LatencyResult> {
+  consumer: 'daemon' | 'ceiling',
+) {
   const warmup = Math.round(rate * WARMUP_SECONDS);
   const n = warmup + Math.max(100, Math.round(rate * seconds));
   const jobs = await seedPublishedJobs(env.pool, n);
@@ -123,10 +45,19 @@ export async function measureLatency(
   await checkpoint(env.pool);
 
   const committedAt = new Map<string, number>();
-  const running = await startConsumer(env, consumer, (jobIds) => {
+  const committed = (jobIds: Iterable<string>) => {
     const t = clockMs();
     for (const id of jobIds) committedAt.set(id, t);
-  });
+  };
+  const daemon =
+    consumer === 'daemon'
+      ? await startInboxDaemon(env, {
+          logLevel: 'warn',
+          afterCommit: (items) =>
+            committed(items.flatMap((it) => (it.decoded.ok ? [it.decoded.envelope.job_id] : []))),
+        })
+      : undefined;
+  const running = daemon ?? (await startCeiling(env.databaseUrl, env.js, 'bench-ceiling', committed));
   let published: Published;
   const gc = watchCollections();
   // The measured window: from the end of the publisher's warm-up to the last ack.
@@ -138,9 +69,7 @@ export async function measureLatency(
     });
     published = await new Promise<Published>((resolve, reject) => {
       child.once('message', (m) => resolve(m as Published));
-      child.once('exit', (code) => {
-        if (code !== 0) reject(new Error(`latency publisher exited with ${code}`));
-      });
+      child.once('exit', (code) => code !== 0 && reject(new Error(`latency publisher exited with ${code}`)));
       child.send({ natsUrl: env.nats.url, jobs, rate } satisfies PublisherStart);
     });
     await waitAllAcked(env.jsm, n, timeoutFor(n));
@@ -158,17 +87,19 @@ export async function measureLatency(
   if (latencies.some((l) => !Number.isFinite(l))) throw new Error('an envelope has no commit time');
   if (latencies[0]! < 0)
     throw new Error(`an envelope committed ${-latencies[0]!} ms before it was published`);
+  const [p50Ms, p99Ms, maxMs] = [percentile(latencies, 50), percentile(latencies, 99), latencies.at(-1)!];
+  const { lagMs: publisherLagMs } = published;
+  const logLevel: string | null = daemon?.config.LOG_LEVEL ?? null;
   return {
     consumer,
     rate,
     envelopes: latencies.length,
-    p50Ms: percentile(latencies, 50),
-    p99Ms: percentile(latencies, 99),
-    maxMs: latencies.at(-1)!,
-    publisherLagMs: published.lagMs,
-    logLevel: running.logLevel,
-    gcPauseMsPerSecond: pauses.perSecond,
-    oldCollections: pauses.oldCollections,
+    p50Ms,
+    p99Ms,
+    maxMs,
+    publisherLagMs,
+    logLevel,
+    ...pauses,
   };
 }
 
@@ -176,41 +107,37 @@ export async function measureLatency(
 function watchCollections() {
   const pauses: Array<{ at: number; ms: number; kind: number | undefined }> = [];
   const observer = new PerformanceObserver((list) => {
-    for (const e of list.getEntries()) {
-      const kind = (e as { detail?: { kind?: number } }).detail?.kind;
-      pauses.push({ at: e.startTime, ms: e.duration, kind });
-    }
+    for (const e of list.getEntries())
+      pauses.push({
+        at: e.startTime,
+        ms: e.duration,
+        kind: (e as { detail?: { kind?: number } }).detail?.kind,
+      });
   });
   observer.observe({ entryTypes: ['gc'] });
   return {
     stop: () => observer.disconnect(),
-    /** Pause ms per second of `[from, to]` (`performance.now()` times), and the old collections. */
+    /** Pause ms per second of `[from, to]` (`performance.now()` times), young and old, and the old collections. */
     between(from: number, to: number) {
       const seconds = Math.max(to - from, 1) / 1000;
       const inside = pauses.filter((p) => p.at >= from && p.at <= to);
       const young = (p: { kind: number | undefined }) => p.kind === constants.NODE_PERFORMANCE_GC_MINOR;
       const sum = (of: typeof inside) => of.reduce((a, p) => a + p.ms, 0) / seconds;
       return {
-        perSecond: { young: sum(inside.filter(young)), old: sum(inside.filter((p) => !young(p))) },
+        gcPauseMsPerSecond: { young: sum(inside.filter(young)), old: sum(inside.filter((p) => !young(p))) },
         oldCollections: inside.filter((p) => p.kind === constants.NODE_PERFORMANCE_GC_MAJOR).length,
       };
     },
   };
 }
 
-/**
- * The publisher: `jobs` in order at `rate` per second (a 2 ms tick, catching up on whatever is
- * due), recording for each job the time just before its publish call; sends back
- * {@link Published} once every publish is flushed.
- */
+/** The publisher: `jobs` in order at `rate`/s (a 2 ms tick catching up), each time taken before its publish. */
 async function publish({ natsUrl, jobs, rate }: PublisherStart): Promise<Published> {
   const nc = await connect({ servers: natsUrl, name: 'bench-latency-publisher' });
   const times: Published['times'] = [];
   const started = clockMs();
-  let sent = 0;
-  // The worst lag behind the schedule: a publisher that cannot keep the rate makes the measured
-  // rate lower than intended, so it is reported.
-  let lagMs = 0;
+  // A publisher that cannot keep the rate makes the measured rate lower than intended: reported.
+  let [sent, lagMs] = [0, 0];
   await new Promise<void>((resolve) => {
     const tick = () => {
       const due = Math.min(jobs.length, Math.floor(((clockMs() - started) / 1000) * rate) + 1);
@@ -231,13 +158,12 @@ async function publish({ natsUrl, jobs, rate }: PublisherStart): Promise<Publish
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  process.once('message', (m: PublisherStart) => {
-    publish(m).then(
-      (r) => process.send!(r, () => process.exit(0)),
-      (err: unknown) => {
-        process.stderr.write(`latency publisher failed: ${String(err)}\n`);
-        process.exit(1);
-      },
-    );
-  });
+  const fail = (err: unknown) => {
+    process.stderr.write(`latency publisher failed: ${String(err)}\n`);
+    process.exit(1);
+  };
+  process.once(
+    'message',
+    (m: PublisherStart) => void publish(m).then((r) => process.send!(r, () => process.exit(0)), fail),
+  );
 }

@@ -1,24 +1,17 @@
 /**
- * `npm run bench:profile`: where the node CPU of the inbox and of its ceiling goes, by part, and
- * the inbox's excess over the ceiling part by part. Each drains `--envelopes` results `--rounds`
- * times, the last under V8's sampling profiler. The profiler samples the main thread: the shares
- * are scaled to the main thread's median CPU per envelope of the other rounds, and the process's
- * other threads (V8's collection helpers and compiler) are a row of their own, the rest of the
- * process's CPU in the same windows. A busy sample counts for the nearest frame on its stack that
- * belongs to a part. `--keep DIR` keeps the `.cpuprofile` and `.heapprofile` files (Chrome's
- * DevTools open them); `--log-level info` runs the inbox at info, a line per applied envelope.
- *
- * Then what each part allocates per envelope (one more drain under the sampling heap profiler), and
- * PostgreSQL's side: the CPU of a backend per envelope for each statement an inbox batch
- * sends, beside the ceiling's transaction, batches of the same results on one connection in turns
- * ({@link statementCpu}).
+ * `npm run bench:profile` (bench/README.md): where the node CPU of the inbox and of its ceiling goes,
+ * by part, and what each part allocates; each drains `--envelopes` results `--rounds` times, the last
+ * under V8's sampling profiler, then once more under its sampling heap profiler. Then PostgreSQL's
+ * side: a backend's CPU per envelope for the inbox's write beside the ceiling's transaction.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Session } from 'node:inspector/promises';
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, Option } from '../src/cli/commander.js';
+import { wholeNumber } from '../src/cli/plumbing.js';
 import { addCeilingResult, ceilingParameters, CEILING, CEILING_SQL, CEILING_STATEMENT } from './ceiling.js';
-import { startBenchEnv, type BenchEnv } from './env.js';
+import { median, startBenchEnv, type BenchEnv } from './env.js';
+import { table } from './report.js';
 import { decodeEnvelope } from '../src/messages/decodeEnvelope.js';
 import { envelopeToJobEvent } from '../src/messages/envelopeToJobEvent.js';
 import { applyV8Flags } from '../src/process/v8Flags.js';
@@ -26,89 +19,38 @@ import { applyUnlocked, pgStepSql, type Statement, type StepSql } from '../src/s
 import { WRITE } from '../src/step/write.js';
 import { doneEnvelope, resultHeaders, seedPublishedJobs, type BenchJob } from '../workshop/benchFixtures.js';
 import { processCpuMs, threadCpuMs } from '../workshop/processStats.js';
-import {
-  measureCeiling,
-  measureInbox,
-  type LogLevel,
-  type ThroughputResult,
-  type TimedHooks,
-} from './throughput.js';
+import { measureCeiling, measureInbox, type LogLevel, type TimedHooks } from './throughput.js';
 
-/** A V8 CPU profile, as much of it as the attribution reads. */
-interface CpuProfile {
-  nodes: Array<{ id: number; callFrame: { functionName: string; url: string }; children?: number[] }>;
-  samples: number[];
-}
+/** A V8 CPU profile and a sampling heap profile's node, as much of them as the attribution reads. */
+type Frame = { functionName: string; url: string };
+type CpuProfile = { nodes: Array<{ id: number; callFrame: Frame; children?: number[] }>; samples: number[] };
+type HeapProfileNode = { callFrame: Frame; selfSize: number; children: HeapProfileNode[] };
 
-/** The parts, in the order they are tried on each frame; the first that matches owns the sample. */
-export const PARTS: ReadonlyArray<[part: string, matches: (url: string, fn: string) => boolean]> = [
-  ['XState: decide()', (u) => /node_modules\/xstate\/|\/machines\//.test(u)],
-  [
-    'decode and validate',
-    (u, fn) => /messages\/(decodeEnvelope|schemas)|node_modules\/ajv/.test(u) || /^validate\d+$/.test(fn),
-  ],
-  ['step: plan, row diff, parameters', (u) => /src\/step\/|src\/db\/jobRow/.test(u)],
+/** The parts, by the frame's url (or function name), tried in order; the first match owns a sample. */
+export const PARTS: ReadonlyArray<[part: string, url: RegExp, fn?: RegExp]> = [
+  ['XState: decide()', /node_modules\/xstate\/|\/machines\//],
+  ['decode and validate', /messages\/(decodeEnvelope|schemas)|node_modules\/ajv/, /^validate\d+$/],
+  ['step: plan, row diff, parameters', /src\/step\/|src\/db\/jobRow/],
   [
     'pg driver',
-    (u) =>
-      /node_modules\/(pg|pg-protocol|pg-pool|pg-types|postgres-[a-z]+)\/|src\/db\/(database|pgTransaction)/.test(
-        u,
-      ),
+    /node_modules\/(pg|pg-protocol|pg-pool|pg-types|postgres-[a-z]+)\/|src\/db\/(database|pgTransaction)/,
   ],
-  ['NATS client', (u) => /node_modules\/@nats-io\//.test(u)],
-  [
-    'logging',
-    (u) => /node_modules\/(pino|sonic-boom|fast-redact|quick-format-unescaped)\/|src\/logger/.test(u),
-  ],
-  [
-    'inbox: batching, hold, outcomes, metrics',
-    (u) => /src\/daemon\/|src\/tracing\/|prom-client|src\/metrics/.test(u),
-  ],
-  ["the ceiling's own code", (u) => /bench\/ceiling/.test(u)],
+  ['NATS client', /node_modules\/@nats-io\//],
+  ['logging', /node_modules\/(pino|sonic-boom|fast-redact|quick-format-unescaped)\/|src\/logger/],
+  ['inbox: batching, hold, outcomes, metrics', /src\/daemon\/|src\/tracing\/|prom-client|src\/metrics/],
+  ["the ceiling's own code", /bench\/ceiling/],
 ];
 const GC = 'garbage collection';
 const RUNTIME = 'Node runtime (promises, timers, sockets)';
-/**
- * The process's other threads, which the sampling profiler does not see: V8's helpers (parallel
- * young-generation collection, concurrent marking and sweeping, optimising compilation) and
- * libuv's pool.
- */
+/** The threads besides the main one, which the sampling profiler does not see. */
 const BACKGROUND = "V8's background threads (collection helpers, compiler)";
-/**
- * One consumer's node CPU per envelope: all of it, its main thread's (which the profile's shares
- * split by part) and the shares.
- */
-interface Column {
-  name: string;
-  nodeUs: number;
-  mainUs: number;
-  shares: Map<string, number>;
-  /** Bytes allocated per envelope, by part. */
-  allocated: Map<string, number>;
-}
 
-/** This process's CPU, all threads and the main thread's, in ms. */
-function ownCpuMs(): { all: number; main: number } {
-  return { all: processCpuMs(process.pid) ?? NaN, main: threadCpuMs(process.pid, process.pid) ?? NaN };
-}
+/** One consumer's node CPU per envelope by part (µs) and its bytes allocated per envelope by part. */
+type Column = Record<'cpu' | 'allocated', Map<string, number>>;
 
-/** A V8 sampling heap profile, as much of it as the attribution reads. */
-interface HeapProfileNode {
-  callFrame: { functionName: string; url: string };
-  selfSize: number;
-  children: HeapProfileNode[];
-}
+const partOf = (f: Frame) => PARTS.find(([, url, fn]) => url.test(f.url) || fn?.test(f.functionName))?.[0];
 
-/** The part a frame belongs to, if any. */
-function partOf(frame: { functionName: string; url: string }): string | undefined {
-  return PARTS.find(([, matches]) => matches(frame.url, frame.functionName))?.[0];
-}
-
-/**
- * Bytes allocated by part, from a sampling heap profile that kept the objects every collection
- * freed: each sample counts for the nearest frame on its stack that belongs to a part, as a CPU
- * sample does; the rest is the Node runtime's.
- */
+/** Bytes allocated by part: each sample counts for the nearest frame of a part on its stack. */
 export function attributeAllocation(head: HeapProfileNode): Map<string, number> {
   const bytes = new Map<string, number>();
   const visit = (node: HeapProfileNode, inherited: string) => {
@@ -120,7 +62,7 @@ export function attributeAllocation(head: HeapProfileNode): Map<string, number> 
   return bytes;
 }
 
-/** Each part's share of the profile's busy samples. */
+/** Each part's share of the profile's busy samples, by the same rule. */
 export function attribute(profile: CpuProfile): Map<string, number> {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
@@ -140,14 +82,6 @@ export function attribute(profile: CpuProfile): Map<string, number> {
   return new Map([...counts].map(([k, v]) => [k, v / busy]));
 }
 
-const median = (xs: readonly number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
-
-const positiveInteger = (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 2) throw new InvalidArgumentError('must be an integer ≥ 2');
-  return n;
-};
-
 /** Mean bytes between two samples of the sampling heap profiler. */
 const HEAP_SAMPLING_BYTES = 1024;
 
@@ -155,24 +89,16 @@ const HEAP_SAMPLING_BYTES = 1024;
 const STATEMENT_WARM_UP = 6;
 
 /**
- * PostgreSQL CPU per envelope of an inbox batch's statement (the step's unlocked path itself,
- * `applyUnlocked`: its one write, prepared once per connection) and of the
+ * PostgreSQL CPU per envelope of an inbox batch's write (`applyUnlocked`, prepared) and of the
  * ceiling's transaction (BEGIN, its statement, COMMIT), each on batches of `size` fresh jobs'
- * results, in turns on one connection, so that both meet the same table. The backend's
- * CPU is read from /proc around each statement (in ticks of 10 ms, which average out over the
- * batches).
+ * results in turns on one connection; the backend's CPU read from /proc around each.
  */
-async function statementCpu(
-  env: BenchEnv,
-  batches: number,
-  size: number,
-): Promise<Record<'write' | 'ceiling', number>> {
+async function statementCpu(env: BenchEnv, batches: number, size: number) {
   const jobs = await seedPublishedJobs(env.pool, 2 * size * (batches + STATEMENT_WARM_UP));
   const client = await env.pool.connect();
   try {
     const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-    const pid = rows[0]!.pid;
-    const cpuMs = () => processCpuMs(pid) ?? NaN;
+    const cpuMs = () => processCpuMs(rows[0]!.pid) ?? NaN;
     const ms = { write: 0, ceiling: 0 };
     let counted = false;
     // The step's statements as the inbox sends them, each one's backend CPU added to its total.
@@ -189,27 +115,21 @@ async function statementCpu(
     };
     const results = (of: readonly BenchJob[]) =>
       of.map((job) => {
-        const decoded = decodeEnvelope({
-          data: doneEnvelope(job),
-          msgId: resultHeaders(job).get('Nats-Msg-Id'),
-          maxBytes: Number.MAX_SAFE_INTEGER,
-        });
+        const msgId = resultHeaders(job).get('Nats-Msg-Id');
+        const decoded = decodeEnvelope({ data: doneEnvelope(job), msgId, maxBytes: Number.MAX_SAFE_INTEGER });
         if (!decoded.ok) throw new Error('a fixture envelope did not decode');
         return decoded;
       });
     for (let i = 0; i < STATEMENT_WARM_UP + batches; i++) {
       counted = i >= STATEMENT_WARM_UP;
       const at = 2 * size * i;
-      // An inbox batch on the unlocked path.
       const items = results(jobs.slice(at, at + size)).map((d) => envelopeToJobEvent(d.envelope, d.msgId));
-      if ((await applyUnlocked(measured, items, { resultsBucket: 'arm-ka' })) === null) {
+      if ((await applyUnlocked(measured, items, { resultsBucket: 'arm-ka' })) === null)
         throw new Error('a batch of fresh results left the unlocked path');
-      }
       // The ceiling's transaction on as many other jobs.
       const values = ceilingParameters();
-      for (const d of results(jobs.slice(at + size, at + 2 * size))) {
+      for (const d of results(jobs.slice(at + size, at + 2 * size)))
         addCeilingResult(values, d.envelope, d.msgId ?? '');
-      }
       const t = cpuMs();
       await client.query('BEGIN');
       await client.query({ name: CEILING_STATEMENT, text: CEILING_SQL, values });
@@ -223,167 +143,143 @@ async function statementCpu(
   }
 }
 
-async function main(): Promise<void> {
-  const args = new Command('bench:profile')
-    .description("profile the inbox's node CPU by part, beside its ceiling's")
-    .option('--rounds <n>', 'drains per consumer (the last one profiled)', positiveInteger, 3)
-    .option('--envelopes <n>', 'backlog of each drain', positiveInteger, 30_000)
-    .option('--keep <dir>', 'write the .cpuprofile and .heapprofile files there')
-    .option('--statement-batches <n>', "batches of PostgreSQL's statement split", positiveInteger, 60)
-    .option(
-      '--statement-size <n>',
-      "envelopes per batch of the statement split (a moderate rate's small batches show each statement's fixed cost)",
-      positiveInteger,
-      CEILING.batchSize,
-    )
-    .addOption(
-      new Option('--log-level <level>', "the inbox's LOG_LEVEL (info logs a line per envelope)")
-        .choices(['warn', 'info'])
-        .default('warn'),
-    )
-    .parse(process.argv)
-    .opts<{
-      rounds: number;
-      envelopes: number;
-      keep?: string;
-      statementBatches: number;
-      statementSize: number;
-      logLevel: LogLevel;
-    }>();
-  const env = await startBenchEnv();
-  const session = new Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.setSamplingInterval', { interval: 250 });
-  await session.post('HeapProfiler.enable');
-  const consumers: Array<[name: string, run: (timed?: TimedHooks) => Promise<ThroughputResult>]> = [
-    [
-      'inbox',
-      (timed) => measureInbox(env, { name: 'inbox', logLevel: args.logLevel, timed }, args.envelopes),
-    ],
-    ['ceiling', (timed) => measureCeiling(env, args.envelopes, { timed })],
-  ];
-  const columns: Column[] = [];
-  let statements: Awaited<ReturnType<typeof statementCpu>>;
-  try {
-    for (const [name, run] of consumers) {
-      // Per envelope, the process's CPU and its main thread's, over the timed window of each drain.
-      const all: number[] = [];
-      const main: number[] = [];
-      for (let i = 1; i < args.rounds; i++) {
-        let before = ownCpuMs();
-        await run({
-          started: async () => void (before = ownCpuMs()),
-          ended: async () => {
-            const after = ownCpuMs();
-            all.push(((after.all - before.all) * 1000) / args.envelopes);
-            main.push(((after.main - before.main) * 1000) / args.envelopes);
-          },
-        });
-      }
-      let profile: CpuProfile | undefined;
-      await run({
-        started: () => session.post('Profiler.start'),
-        ended: async () => {
-          profile = (await session.post('Profiler.stop')).profile as unknown as CpuProfile;
-        },
-      });
-      if (args.keep) {
-        mkdirSync(args.keep, { recursive: true });
-        writeFileSync(join(args.keep, `${name.replace(/ /g, '-')}.cpuprofile`), JSON.stringify(profile));
-      }
-      // One more drain under the sampling heap profiler, which slows allocation down: apart from
-      // the CPU profile, so that neither distorts the other.
-      let heap: { head: HeapProfileNode } | undefined;
-      await run({
-        started: async () => {
-          await session.post('HeapProfiler.startSampling', {
-            samplingInterval: HEAP_SAMPLING_BYTES,
-            includeObjectsCollectedByMajorGC: true,
-            includeObjectsCollectedByMinorGC: true,
-          });
-        },
-        ended: async () => {
-          heap = (await session.post('HeapProfiler.stopSampling')).profile as unknown as {
-            head: HeapProfileNode;
-          };
-        },
-      });
-      if (args.keep)
-        writeFileSync(join(args.keep, `${name.replace(/ /g, '-')}.heapprofile`), JSON.stringify(heap));
-      const allocated = new Map(
-        [...attributeAllocation(heap!.head)].map(([part, bytes]) => [part, bytes / args.envelopes]),
-      );
-      const column = {
-        name,
-        nodeUs: median(all),
-        mainUs: median(main),
-        shares: attribute(profile!),
-        allocated,
-      };
-      columns.push(column);
-      process.stderr.write(
-        `${name}: node ${column.nodeUs.toFixed(0)} µs per envelope, ${column.mainUs.toFixed(0)} of them on the main thread\n`,
-      );
-    }
-    statements = await statementCpu(env, args.statementBatches, args.statementSize);
-  } finally {
-    session.disconnect();
-    await env.close();
-  }
-  const [inbox, ceiling] = columns as [Column, Column];
-  /**
-   * A table of the parts that either consumer has, `value` of each beside the other's and the
-   * inbox's excess, which sums over the parts to the totals' difference.
-   */
-  const byPart = (
-    title: string,
-    parts: readonly string[],
-    value: (c: Column, part: string) => number,
-    total: (c: Column) => number,
-    digits: number,
-  ) => {
-    const row = (cells: number[], d: number) => cells.map((v) => v.toFixed(d));
-    return [
-      `| ${title} | inbox | ceiling | inbox above the ceiling |`,
-      '|---|---:|---:|---:|',
-      ...parts.map(
-        (p) =>
-          `| ${p} | ${row([value(inbox, p), value(ceiling, p), value(inbox, p) - value(ceiling, p)], digits).join(' | ')} |`,
-      ),
-      `| **total** | ${row([total(inbox), total(ceiling), total(inbox) - total(ceiling)], 0)
-        .map((v) => `**${v}**`)
-        .join(' | ')} |`,
-    ];
-  };
-  const present = (parts: string[], has: (c: Column, part: string) => boolean) =>
-    parts.filter((p) => columns.some((c) => has(c, p)));
-  // The profile samples the main thread: its shares split the main thread's CPU, and the rest of
-  // the process's CPU is its background threads'.
-  const lines = byPart(
-    'where (node CPU per envelope, µs)',
-    [...present([...PARTS.map(([p]) => p), GC, RUNTIME], (c, p) => c.shares.has(p)), BACKGROUND],
-    (c, p) => (p === BACKGROUND ? c.nodeUs - c.mainUs : (c.shares.get(p) ?? 0) * c.mainUs),
-    (c) => c.nodeUs,
-    1,
-  );
-  const allocationLines = byPart(
-    'bytes allocated per envelope (what the collections collect)',
-    present([...PARTS.map(([p]) => p), RUNTIME], (c, p) => c.allocated.has(p)),
-    (c, p) => c.allocated.get(p) ?? 0,
-    (c) => [...c.allocated.values()].reduce((a, b) => a + b, 0),
-    0,
-  );
-  const { write, ceiling: transaction } = statements;
-  const pgLines = [
-    `| PostgreSQL CPU per envelope, µs (one connection, batches of ${args.statementSize}, in turns) | inbox | ceiling |`,
-    '|---|---:|---:|',
-    `| the write (the inbox) / BEGIN, the statement, COMMIT (the ceiling) | ${write.toFixed(1)} | ${transaction.toFixed(1)} |`,
-    `| **total** (the inbox above the ceiling: ${(write - transaction).toFixed(1)}) | **${write.toFixed(1)}** | **${transaction.toFixed(1)}** |`,
-  ];
-  process.stdout.write(`${lines.join('\n')}\n\n${allocationLines.join('\n')}\n\n${pgLines.join('\n')}\n`);
-}
+const args = new Command('bench:profile')
+  .description("profile the inbox's node CPU by part, beside its ceiling's")
+  .option('--rounds <n>', 'drains per consumer (the last one profiled)', wholeNumber(2), 3)
+  .option('--envelopes <n>', 'backlog of each drain', wholeNumber(2), 30_000)
+  .option('--keep <dir>', 'write the .cpuprofile and .heapprofile files there')
+  .option('--statement-batches <n>', "batches of PostgreSQL's statement split", wholeNumber(2), 60)
+  .option(
+    '--statement-size <n>',
+    "envelopes per batch of the statement split (a moderate rate's small batches show each statement's fixed cost)",
+    wholeNumber(2),
+    CEILING.batchSize,
+  )
+  .addOption(
+    new Option('--log-level <level>', "the inbox's LOG_LEVEL (info logs a line per envelope)")
+      .choices(['warn', 'info'])
+      .default('warn'),
+  )
+  .parse(process.argv)
+  .opts<{
+    rounds: number;
+    envelopes: number;
+    keep?: string;
+    statementBatches: number;
+    statementSize: number;
+    logLevel: LogLevel;
+  }>();
 
 // The inbox's work runs in this process as it runs in the daemon's: with its V8 settings.
 applyV8Flags();
-await main();
+type Run = (timed: TimedHooks) => Promise<unknown>;
+/** A drain with `started` called as its clock starts, `ended` (given what `started` gave) as it stops. */
+async function within<S, T>(run: Run, started: () => S | Promise<S>, ended: (s: S) => T | Promise<T>) {
+  let [s, out] = [undefined as S, undefined as T];
+  await run({
+    started: async () => void (s = await started()),
+    ended: async () => void (out = await ended(s)),
+  });
+  return out;
+}
+const keep = (name: string, ext: string, data: unknown) => {
+  if (!args.keep) return;
+  mkdirSync(args.keep, { recursive: true });
+  writeFileSync(join(args.keep, `${name}.${ext}`), JSON.stringify(data));
+};
+const per = (v: number) => (v * 1000) / args.envelopes;
+/** This process's CPU per envelope since `from`, all threads and the main thread's. */
+const ownCpu = (from = { all: 0, main: 0 }) => ({
+  all: per(processCpuMs(process.pid) ?? NaN) - from.all,
+  main: per(threadCpuMs(process.pid, process.pid) ?? NaN) - from.main,
+});
+
+const env = await startBenchEnv();
+const session = new Session();
+session.connect();
+await session.post('Profiler.enable');
+await session.post('Profiler.setSamplingInterval', { interval: 250 });
+await session.post('HeapProfiler.enable');
+const consumers: Array<[name: string, run: Run]> = [
+  ['inbox', (timed) => measureInbox(env, { name: 'inbox', logLevel: args.logLevel, timed }, args.envelopes)],
+  ['ceiling', (timed) => measureCeiling(env, args.envelopes, { timed })],
+];
+const columns: Column[] = [];
+let statements: Awaited<ReturnType<typeof statementCpu>>;
+try {
+  for (const [name, run] of consumers) {
+    // The process's CPU and its main thread's over the timed window of each unprofiled drain.
+    const rounds: Array<{ all: number; main: number }> = [];
+    for (let i = 1; i < args.rounds; i++) rounds.push(await within(run, ownCpu, ownCpu));
+    const profile = await within(
+      run,
+      () => session.post('Profiler.start'),
+      async () => (await session.post('Profiler.stop')).profile as unknown as CpuProfile,
+    );
+    // One more drain under the sampling heap profiler, which slows allocation: apart from the CPU profile.
+    const sampling = { samplingInterval: HEAP_SAMPLING_BYTES };
+    const collected = { includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true };
+    const heap = await within(
+      run,
+      () => session.post('HeapProfiler.startSampling', { ...sampling, ...collected }),
+      async () =>
+        (await session.post('HeapProfiler.stopSampling')).profile as unknown as { head: HeapProfileNode },
+    );
+    keep(name, 'cpuprofile', profile);
+    keep(name, 'heapprofile', heap);
+    // The profile's shares split the main thread's CPU; the rest of the process's is its other threads'.
+    const [nodeUs, mainUs] = [median(rounds, (r) => r.all).all, median(rounds, (r) => r.main).main];
+    const cpu = new Map([...attribute(profile)].map(([part, share]) => [part, share * mainUs]));
+    cpu.set(BACKGROUND, nodeUs - mainUs);
+    const allocated = new Map(
+      [...attributeAllocation(heap.head)].map(([p, bytes]) => [p, bytes / args.envelopes]),
+    );
+    columns.push({ cpu, allocated });
+    process.stderr.write(
+      `${name}: node ${nodeUs.toFixed(0)} µs per envelope, ${mainUs.toFixed(0)} on the main thread\n`,
+    );
+  }
+  statements = await statementCpu(env, args.statementBatches, args.statementSize);
+} finally {
+  session.disconnect();
+  await env.close();
+}
+
+const [inbox, ceiling] = columns as [Column, Column];
+const right = ['---', '---:', '---:', '---:'];
+const ORDER = [...PARTS.map(([p]) => p), GC, RUNTIME, BACKGROUND];
+/** The parts either consumer has, each one's figure and the inbox's excess (which sums to the totals'). */
+const byPart = (title: string, of: (c: Column) => Map<string, number>, digits: number) => {
+  const cells = (a: number, b: number, d: number) => [a, b, a - b].map((v) => v.toFixed(d));
+  const sum = (c: Column) => [...of(c).values()].reduce((a, b) => a + b, 0);
+  const rows = ORDER.filter((p) => of(inbox).has(p) || of(ceiling).has(p)).map((p) => [
+    p,
+    ...cells(of(inbox).get(p) ?? 0, of(ceiling).get(p) ?? 0, digits),
+  ]);
+  const total = ['**total**', ...cells(sum(inbox), sum(ceiling), 0).map((v) => `**${v}**`)];
+  return table([title, 'inbox', 'ceiling', 'inbox above the ceiling'], [...rows, total], right);
+};
+const [w, c] = [statements.write, statements.ceiling];
+const postgres = table(
+  [
+    `PostgreSQL CPU per envelope, µs (one connection, batches of ${args.statementSize}, in turns)`,
+    'inbox',
+    'ceiling',
+  ],
+  [
+    ['the write (the inbox) / BEGIN, the statement, COMMIT (the ceiling)', w.toFixed(1), c.toFixed(1)],
+    [
+      `**total** (the inbox above the ceiling: ${(w - c).toFixed(1)})`,
+      `**${w.toFixed(1)}**`,
+      `**${c.toFixed(1)}**`,
+    ],
+  ],
+  ['---', '---:', '---:'],
+);
+const cpu = byPart('where (node CPU per envelope, µs)', (col) => col.cpu, 1);
+const allocation = byPart(
+  'bytes allocated per envelope (what the collections collect)',
+  (col) => col.allocated,
+  0,
+);
+process.stdout.write(`${cpu}\n\n${allocation}\n\n${postgres}\n`);

@@ -1,18 +1,16 @@
 /**
- * The bench's report: everything measured in one run, its headline ratios and targets, the
- * markdown tables made from it, and what a full run leaves behind: `bench/results/latest.json`
- * (every figure of the run, replacing the previous one), one line appended to
- * `bench/results/history.jsonl` (see {@link HistoryEntry}) and the tables in
- * `docs/performance.md`, between its markers. Only ratios of one run compare across machines and
- * days; absolute figures are context.
+ * The bench's report: what one run measured, its headline ratios and targets, its markdown tables,
+ * and what a full run records (bench/README.md, "What a full run records"). Only ratios of one run
+ * compare across machines and days; absolute figures are context.
  */
-import type { HttpResult } from './http.js';
 import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CLI_LABELS, type CliCommand, type CliResult } from './cliStartup.js';
+import { CLI_LABELS, type CliResult } from './cliStartup.js';
+import { median, n0 } from './env.js';
 import type { GrownResult } from './grown.js';
-import type { PoolerResult } from './pooler.js';
+import type { HttpResult } from './http.js';
 import type { LatencyResult } from './latency.js';
+import type { PoolerResult } from './pooler.js';
 import type { ThroughputResult } from './throughput.js';
 import type { SweepResult, WatchdogResult } from './watchdog.js';
 
@@ -29,24 +27,17 @@ export interface BenchReport {
   /** The configuration defaults the daemon ran with. */
   defaults: Record<string, number>;
   inbox?: { ceiling: ThroughputResult; warn: ThroughputResult; info: ThroughputResult };
-  /**
-   * A daemon process as shipped on a backlog, the ceiling on the same backlog in this (warm)
-   * process, and the ceiling as a process started cold the same way (`cold`).
-   */
+  /** A daemon process on a backlog; the ceiling on the same, warm in the bench and started cold alike. */
   cold?: { ceiling: ThroughputResult; ceilingProcess?: ThroughputResult; daemon: ThroughputResult };
-  /** Every round of the latency target. */
+  /** Every round of the latency target, and the ceiling's consumer at the same rate just before each. */
   latencyRounds?: LatencyResult[];
-  /** The ceiling's consumer at the same rate, one per round, measured just before the daemon's. */
   latencyCeilingRounds?: LatencyResult[];
   watchdog?: WatchdogResult;
   cli?: CliResult;
   /** A daemon process draining a large backlog, its RSS sampled. */
   drain?: ThroughputResult;
-  /** The inbox, the watchdog and the admin queries on an empty database and on one with a history. */
   grown?: GrownResult;
-  /** The inbox directly and through PgBouncer (bench/pooler.ts). */
   pooler?: PoolerResult;
-  /** The inbox with and without concurrent HTTP requests, on a history; single /metrics scrapes. */
   http?: HttpResult;
 }
 
@@ -78,9 +69,6 @@ const LATENCY = { maxMs: 50, share: 0.8 };
 /** A daemon process's RSS while it drains a backlog stays under this. */
 const DRAIN_MAX_MIB = 300;
 
-function median<T>(all: readonly T[], key: (t: T) => number): T | undefined {
-  return [...all].sort((a, b) => key(a) - key(b))[Math.floor((all.length - 1) / 2)];
-}
 const mib = (v: number | undefined) => (v ?? NaN) / 2 ** 20;
 
 /** A run's headline ratios, their ceilings and targets, and the absolute figures as context. */
@@ -158,12 +146,12 @@ export function headlines(r: BenchReport): Headlines {
   return h;
 }
 
-const n0 = (n: number) => Math.round(n).toLocaleString('en-US');
 /** Envelopes/s of a throughput row, with its rounds when there were several. */
 const rateText = (t: ThroughputResult) =>
   `${n0(t.perSecond)} env/s${t.roundsPerSecond && t.roundsPerSecond.length > 1 ? ` (median of ${t.roundsPerSecond.map(n0).join(' / ')})` : ''}`;
-const table = (header: string[], rows: string[][]) =>
-  [header, header.map(() => '---'), ...rows].map((c) => `| ${c.join(' | ')} |`).join('\n');
+/** A markdown table. */
+export const table = (header: string[], rows: string[][], rule = header.map(() => '---')) =>
+  [header, rule, ...rows].map((c) => `| ${c.join(' | ')} |`).join('\n');
 
 /** A latency round's main-thread collection pauses, in ms per second of its window. */
 export function collectionPauses(r: LatencyResult): string {
@@ -171,14 +159,18 @@ export function collectionPauses(r: LatencyResult): string {
   return `collection pauses ${p.young.toFixed(0)} ms/s young, ${p.old.toFixed(0)} ms/s old (${r.oldCollections} old collections)`;
 }
 
+/** The rounds' p99s, how many are within the target's bound, and the median round's p50 and pauses. */
+function latencyText(rounds: readonly LatencyResult[]): string {
+  const m = median(rounds, (t) => t.p99Ms);
+  const within = rounds.filter((t) => t.p99Ms <= LATENCY.maxMs).length;
+  return `p99 ${rounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${within} of ${rounds.length} rounds ≤ ${LATENCY.maxMs} ms (p50 of the median round ${m.p50Ms.toFixed(1)} ms, its ${collectionPauses(m)}`;
+}
+
 /** The markdown of a report: the run, the measurements with their targets, the CPU per envelope. */
 export function renderTable(r: BenchReport): string {
   const h = headlines(r);
   const rows: string[][] = [];
-  /**
-   * A row: a ceiling (no `key`), or a measurement read against `key`'s ceiling, with its ratio,
-   * its target (or "reported") and whether this run met it.
-   */
+  /** A ceiling's row (no `key`), or a measurement read against `key`'s ceiling, its target, whether met. */
   const row = (what: string, result: string, key?: string, ofWhat = '', more = '') =>
     rows.push([
       what,
@@ -195,60 +187,37 @@ export function renderTable(r: BenchReport): string {
     row(info.name + config(info), rateText(info), 'inbox_batched_info', 'the ceiling');
   }
   if (r.cold) {
-    const { ceiling, ceilingProcess, daemon } = r.cold;
+    const { ceiling, ceilingProcess: cp, daemon } = r.cold;
     const started = (t: ThroughputResult) =>
       `; start → first delivery ${t.startupSeconds?.toFixed(2)} s, max RSS ${mib(t.maxRssBytes).toFixed(0)} MiB`;
     row(ceiling.name, rateText(ceiling));
-    if (ceilingProcess) row(ceilingProcess.name, rateText(ceilingProcess) + started(ceilingProcess));
+    if (cp) row(cp.name, rateText(cp) + started(cp));
     row(daemon.name, rateText(daemon), 'inbox_cold_start', 'the ceiling', started(daemon));
-    if (ceilingProcess) {
-      row(
-        'the same daemon process against the ceiling started cold the same way',
-        rateText(daemon),
-        'inbox_cold_start_of_cold_ceiling',
-        'the ceiling process',
-      );
-    }
+    const again = 'the same daemon process against the ceiling started cold the same way';
+    if (cp) row(again, rateText(daemon), 'inbox_cold_start_of_cold_ceiling', 'the ceiling process');
   }
-  const rounds = r.latencyRounds ?? [];
+  const [rounds, ceilingRounds] = [r.latencyRounds ?? [], r.latencyCeilingRounds ?? []];
   if (rounds.length > 0) {
     const { rate, logLevel } = rounds[0]!;
-    const under = rounds.filter((t) => t.p99Ms <= LATENCY.maxMs).length;
     const lag = Math.max(...rounds.map((t) => t.publisherLagMs)).toFixed(1);
-    const medianRound = median(rounds, (t) => t.p99Ms)!;
-    row(
-      `latency publish → commit at ${n0(rate)} env/s (½ the batched maximum), LOG_LEVEL=${logLevel}`,
-      `p99 ${rounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${under} of ${rounds.length} rounds ≤ ${LATENCY.maxMs} ms (p50 of the median round ${medianRound.p50Ms.toFixed(1)} ms, its ${collectionPauses(medianRound)}; worst publisher lag ${lag} ms)`,
-      'latency_p99',
-    );
-    const ceilingRounds = r.latencyCeilingRounds ?? [];
-    if (ceilingRounds.length > 0) {
-      const within = ceilingRounds.filter((t) => t.p99Ms <= LATENCY.maxMs).length;
-      const ceilingMedian = median(ceilingRounds, (t) => t.p99Ms)!;
-      row(
-        `the ceiling's consumer at the same rate, just before the daemon in each round`,
-        `p99 ${ceilingRounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${within} of ${ceilingRounds.length} rounds ≤ ${LATENCY.maxMs} ms (p50 of the median round ${ceilingMedian.p50Ms.toFixed(1)} ms, its ${collectionPauses(ceilingMedian)})`,
-      );
-    }
+    const what = `latency publish → commit at ${n0(rate)} env/s (½ the batched maximum), LOG_LEVEL=${logLevel}`;
+    row(what, `${latencyText(rounds)}; worst publisher lag ${lag} ms)`, 'latency_p99');
+    const ceilingWhat = `the ceiling's consumer at the same rate, just before the daemon in each round`;
+    if (ceilingRounds.length > 0) row(ceilingWhat, `${latencyText(ceilingRounds)})`);
   }
   const times = (ws: readonly SweepResult[]) =>
-    `${median(ws, (w) => w.seconds)!.seconds.toFixed(2)} s${ws.length > 1 ? ` (median of ${ws.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : ''}`;
+    `${median(ws, (w) => w.seconds).seconds.toFixed(2)} s${ws.length > 1 ? ` (median of ${ws.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : ''}`;
   if (r.watchdog) {
     const { sweeps, rawSweeps } = r.watchdog;
     const { due, rows: all, batchSize } = sweeps[0]!;
     row(`raw SQL sweep: ${n0(due)} due timed out by one statement (same changes)`, times(rawSweeps));
-    row(
-      `watchdog, ${n0(due)} due among ${n0(all)} rows (batch ${batchSize})`,
-      times(sweeps),
-      'watchdog_sweep_time',
-      "the raw SQL sweep's time",
-    );
+    const what = `watchdog, ${n0(due)} due among ${n0(all)} rows (batch ${batchSize})`;
+    row(what, times(sweeps), 'watchdog_sweep_time', "the raw SQL sweep's time");
   }
   if (r.cli) {
-    const c = r.cli.commands;
-    const ms = (c: CliCommand) => `${c.wallMs.toFixed(0)} ms`;
-    row(`\`${CLI_LABELS.node}\`, median of ${r.cli.runs} runs`, ms(c.node));
-    row(`\`${CLI_LABELS.help}\``, ms(c.help), 'cli_help', CLI_LABELS.node);
+    const { node, help } = r.cli.commands;
+    row(`\`${CLI_LABELS.node}\`, median of ${r.cli.runs} runs`, `${node.wallMs.toFixed(0)} ms`);
+    row(`\`${CLI_LABELS.help}\``, `${help.wallMs.toFixed(0)} ms`, 'cli_help', CLI_LABELS.node);
   }
   if (r.drain) {
     const rss = `max RSS ${mib(r.drain.maxRssBytes).toFixed(0)} MiB (sampled every 100 ms); ${rateText(r.drain)}`;
@@ -268,64 +237,51 @@ export function renderTable(r: BenchReport): string {
     row("the inbox's longest wait on retention's locks", wait, 'grown_retention_lock_wait_max_ms');
     row(`watchdog, ${n0(w.grown.sweeps[0]!.due)} due, empty database`, times(w.empty.sweeps));
     row('the same among the history', times(w.grown.sweeps), 'grown_watchdog_sweep_time', 'the empty');
-    const p95 = (a: object) =>
+    const p95 = (a: Record<string, number>) =>
       `${Object.values(a)
-        .map((v: number) => v.toFixed(1))
+        .map((v) => v.toFixed(1))
         .join(' / ')} ms`;
-    row(
-      'admin p95: list --status error / show / history',
-      `${p95(admin.grown)} (empty ${p95(admin.empty)})`,
-      'grown_admin_p95_ms',
-    );
+    const adminWhat = 'admin p95: list --status error / show / history';
+    row(adminWhat, `${p95(admin.grown)} (empty ${p95(admin.empty)})`, 'grown_admin_p95_ms');
   }
   if (r.pooler) {
     const { direct, directUnnamed, transaction, session } = r.pooler;
     const of = (t: ThroughputResult) => ` = ${(t.perSecond / direct.perSecond).toFixed(2)}× direct`;
-    rows.push([direct.name, rateText(direct), '(reported)', '']);
-    for (const t of [directUnnamed, transaction, session])
-      rows.push([t.name, rateText(t) + of(t), '(reported)', '']);
+    for (const t of [direct, directUnnamed, transaction, session])
+      rows.push([t.name, rateText(t) + (t === direct ? '' : of(t)), '(reported)', '']);
   }
 
-  const us = (v: number | null) => (v === null ? '–' : v.toFixed(0));
-  const cpuRow = (name: string, c: ThroughputResult['cpu']) => [
-    name,
-    us(c.nodeUs),
-    us(c.postgresUs),
-    us(c.natsUs),
-  ];
+  const parts = ['nodeUs', 'postgresUs', 'natsUs'] as const;
+  const cpuRow = (name: string, us: Array<number | null>) => [name, ...us.map((v) => v?.toFixed(0) ?? '–')];
   const cpuRows: string[][] = [];
-  if (r.inbox) {
-    const { ceiling, warn, info } = r.inbox;
-    const above = (p: keyof ThroughputResult['cpu']) =>
-      warn.cpu[p] === null || ceiling.cpu[p] === null ? null : warn.cpu[p] - ceiling.cpu[p];
-    const excess = { nodeUs: above('nodeUs'), postgresUs: above('postgresUs'), natsUs: above('natsUs') };
-    cpuRows.push(
-      ...[ceiling, warn, info].map((t) => cpuRow(t.name, t.cpu)),
-      cpuRow(`_inbox (warn) above the ceiling_`, excess),
-    );
+  const { ceiling: c, warn: w } = r.inbox ?? {};
+  const excess = parts.map((p) => (w?.cpu[p] == null || c?.cpu[p] == null ? null : w.cpu[p] - c.cpu[p]));
+  for (const t of [c, w, r.inbox?.info, r.cold?.ceiling, r.cold?.ceilingProcess, r.cold?.daemon, r.drain]) {
+    if (t)
+      cpuRows.push(
+        cpuRow(
+          t.name,
+          parts.map((p) => t.cpu[p]),
+        ),
+      );
+    if (t && t === r.inbox?.info) cpuRows.push(cpuRow(`_inbox (warn) above the ceiling_`, excess));
   }
-  for (const t of [r.cold?.ceiling, r.cold?.ceilingProcess, r.cold?.daemon, r.drain])
-    if (t) cpuRows.push(cpuRow(t.name, t.cpu));
 
+  const defaults = Object.entries(r.defaults)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(', ');
+  const run =
+    `Run ${r.date.slice(0, 16).replace('T', ' ')} UTC, commit ${r.commit}${r.dirty ? ' (+ uncommitted changes)' : ''}, scale ${r.scale}` +
+    (r.durationSeconds !== undefined ? `, ${Math.round(r.durationSeconds)} s` : '');
+  const cpu =
+    "CPU time per envelope, µs (user + system from /proc; node = the consumer's process — for a daemon process its " +
+    "whole life, start-up included; postgres = the consumer's own backends, so WAL writer and checkpointer are " +
+    'not counted; compare rows of one run rather than runs of different days):';
   return (
     [
-      [
-        `Run ${r.date.slice(0, 16).replace('T', ' ')} UTC, commit ${r.commit}${r.dirty ? ' (+ uncommitted changes)' : ''}, scale ${r.scale}` +
-          (r.durationSeconds !== undefined ? `, ${Math.round(r.durationSeconds)} s` : ''),
-        `Machine: ${r.machine} — bench, nats-server and PostgreSQL share the cores.`,
-        `Defaults: ${Object.entries(r.defaults)
-          .map(([k, v]) => `${k}=${v}`)
-          .join(', ')}.`,
-      ].join('  \n'),
+      `${run}  \nMachine: ${r.machine} — bench, nats-server and PostgreSQL share the cores.  \nDefaults: ${defaults}.`,
       table(['measurement', 'result', 'target', 'met'], rows),
-      ...(cpuRows.length === 0
-        ? []
-        : [
-            "CPU time per envelope, µs (user + system from /proc; node = the consumer's process — for a daemon process its " +
-              "whole life, start-up included; postgres = the consumer's own backends, so WAL writer and checkpointer are " +
-              'not counted; compare rows of one run rather than runs of different days):',
-            table(['run', 'node', 'postgres', 'nats-server'], cpuRows),
-          ]),
+      ...(cpuRows.length === 0 ? [] : [cpu, table(['run', 'node', 'postgres', 'nats-server'], cpuRows)]),
     ].join('\n\n') + '\n'
   );
 }
@@ -336,24 +292,13 @@ export type HistoryEntry = Pick<BenchReport, 'date' | 'commit' | 'dirty' | 'scal
 export const LATEST_START = '<!-- latest-bench:start -->';
 export const LATEST_END = '<!-- latest-bench:end -->';
 
-/**
- * `text` with the block between its latest-bench markers replaced by `tables` (kept from
- * Prettier, which would realign them on every run); null when the markers are missing.
- */
+/** `text` with its latest-bench block replaced by `tables` (kept from Prettier); null without the markers. */
 export function withLatestTable(text: string, tables: string): string | null {
-  const a = text.indexOf(LATEST_START);
-  const b = text.indexOf(LATEST_END);
+  const [a, b] = [text.indexOf(LATEST_START), text.indexOf(LATEST_END)];
   if (a < 0 || b < a) return null;
-  const block = [
-    LATEST_START,
-    '<!-- prettier-ignore-start -->',
-    'From [`bench/results/latest.json`](../bench/results/latest.json):',
-    '',
-    tables.trimEnd(),
-    '<!-- prettier-ignore-end -->',
-    '',
-  ].join('\n');
-  return text.slice(0, a) + block + text.slice(b);
+  const from = 'From [`bench/results/latest.json`](../bench/results/latest.json):';
+  const ignored = `<!-- prettier-ignore-start -->\n${from}\n\n${tables.trimEnd()}\n<!-- prettier-ignore-end -->\n`;
+  return `${text.slice(0, a)}${LATEST_START}\n${ignored}${text.slice(b)}`;
 }
 
 /** Write the latest result, append its history line and update the docs' tables. */

@@ -1,127 +1,79 @@
 /**
- * `npm run bench`: the daemon against its ceilings, side by side, in one run, on this machine. It
- * starts a private nats-server and a fresh database (dropped at the end), warms up the inbox and
- * the ceiling on a small untimed run each and checks that they leave the same rows, runs the
- * sections (`inbox`, `cold`, `latency`, `watchdog`, `cli`; `drain`, `grown`, `http` on request), the
- * runs that are compared taking turns over `--rounds`, prints the tables, and a full run records
- * itself (bench/report.ts `recordRun`). `--help` lists the flags.
+ * `npm run bench` (bench/README.md): the daemon against its ceilings, side by side, in one run on
+ * this machine; the sections in order, the compared runs taking turns over `--rounds`, the tables on
+ * stdout, and a full run records itself (bench/report.ts `recordRun`). `--help` lists the flags.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { cpus, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError } from '../src/cli/commander.js';
+import { oneOrMoreOf, wholeNumber } from '../src/cli/plumbing.js';
 import { applyV8Flags } from '../src/process/v8Flags.js';
 import { findNatsServerBinary } from '../workshop/localServers/natsServer.js';
 import { CEILING_NAME } from './ceiling.js';
 import { measureCliStartup } from './cliStartup.js';
-import { startBenchEnv, type CpuSplit } from './env.js';
+import { median, n0, startBenchEnv, type CpuSplit } from './env.js';
 import { measureFlood } from './flood.js';
 import { measureGrown } from './grown.js';
 import { measureHttp, renderHttp } from './http.js';
 import { measureLatency, type LatencyResult } from './latency.js';
 import { measurePooler } from './pooler.js';
 import { collectionPauses, recordRun, renderTable, type BenchReport } from './report.js';
-import {
-  measureCeiling,
-  measureProcess,
-  measureInbox,
-  rowShapes,
-  type ThroughputResult,
-} from './throughput.js';
+import { measureCeiling, measureInbox, measureProcess, rowShapes } from './throughput.js';
+import type { Compared, ThroughputResult } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
 
-const SECTIONS = [
-  'inbox',
-  'cold',
-  'latency',
-  'watchdog',
-  'cli',
-  'drain',
-  'grown',
-  'http',
-  'pooler',
-  'flood',
-] as const;
-type Section = (typeof SECTIONS)[number];
-
-const positive = (integer: boolean) => (v: string) => {
-  const n = Number(v);
-  if (!(n > 0) || (integer && !Number.isInteger(n)))
-    throw new InvalidArgumentError(`must be a positive ${integer ? 'integer' : 'number'}`);
-  return n;
-};
-const sectionList = (v: string) => {
-  const names = v.split(',');
-  const unknown = names.filter((n) => !(SECTIONS as readonly string[]).includes(n));
-  if (unknown.length > 0)
-    throw new InvalidArgumentError(`unknown section ${unknown.join(', ')} (${SECTIONS.join(', ')})`);
-  return new Set(names as Section[]);
+/** The sections of a full run, and those on request (`drain`, `grown`, `http` by their flags too). */
+const FULL = ['inbox', 'cold', 'latency', 'watchdog', 'cli', 'pooler'] as const;
+const SECTIONS = [...FULL, 'drain', 'grown', 'http', 'flood'] as const;
+const scale = (v: string) => {
+  if (Number(v) > 0) return Number(v);
+  throw new InvalidArgumentError('must be a number above 0');
 };
 
 const o = new Command('bench')
   .description('measure the daemon against its ceilings, side by side, on this machine')
-  .option('--scale <n>', 'multiply every size', positive(false), 1)
-  .option('--rounds <n>', 'rounds of the compared runs (medians reported)', positive(true), 3)
-  .option('--latency-rounds <n>', 'rounds of the latency target', positive(true), 5)
+  .option('--scale <n>', 'multiply every size', scale, 1)
+  .option('--rounds <n>', 'rounds of the compared runs (medians reported)', wholeNumber(1), 3)
+  .option('--latency-rounds <n>', 'rounds of the latency target', wholeNumber(1), 5)
   .option('--drain', 'add the drain section to a full run (several minutes)')
   .option('--grown', 'add the grown section to a full run (a generated history: many minutes)')
-  .option('--grown-jobs <n>', "finished jobs in the grown section's history", positive(true), 5_000_000)
+  .option('--grown-jobs <n>', "finished jobs in the grown section's history", wholeNumber(1), 5_000_000)
   .option('--http', 'add the http section to a full run (a generated history: many minutes)')
-  .option('--http-jobs <n>', "jobs in the http section's history", positive(true), 1_000_000)
-  .option('--only <sections>', `run some sections only (${SECTIONS.join(',')}); records nothing`, sectionList)
+  .option('--http-jobs <n>', "jobs in the http section's history", wholeNumber(1), 1_000_000)
+  .option(
+    '--only <sections>',
+    `run some sections only (${SECTIONS.join(',')}); records nothing`,
+    oneOrMoreOf(SECTIONS),
+  )
   .option('--dry-run', 'a full run that records nothing')
   .allowExcessArguments(false)
   .parse(process.argv)
-  .opts<{
-    scale: number;
-    rounds: number;
-    latencyRounds: number;
-    drain?: boolean;
-    grown?: boolean;
-    grownJobs: number;
-    http?: boolean;
-    httpJobs: number;
-    only?: Set<Section>;
-    dryRun?: boolean;
-  }>();
-const only =
-  o.only ??
-  new Set(
-    SECTIONS.filter(
-      (s) =>
-        (s !== 'drain' || o.drain) && (s !== 'grown' || o.grown) && (s !== 'http' || o.http) && s !== 'flood',
-    ),
-  );
+  .opts<
+    Record<'scale' | 'rounds' | 'latencyRounds' | 'grownJobs' | 'httpJobs', number> & {
+      [flag in 'drain' | 'grown' | 'http' | 'dryRun']?: boolean;
+    } & { only?: Array<(typeof SECTIONS)[number]> }
+  >();
+const only = new Set(o.only ?? [...FULL, ...(['drain', 'grown', 'http'] as const).filter((s) => o[s])]);
 const record = o.only === undefined && o.dryRun !== true;
 
 const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 const log = (line: string) => process.stderr.write(line + '\n');
-const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+const git = (...args: string[]) =>
+  spawnSync('git', args, { cwd: repoRoot, encoding: 'utf8' }).stdout?.trim() ?? '';
+const us = (v: number | null) => v?.toFixed(0) ?? '?';
 const cpuText = (c: CpuSplit) =>
-  `node ${c.nodeUs?.toFixed(0) ?? '?'} µs, postgres ${c.postgresUs?.toFixed(0) ?? '?'} µs, nats ${c.natsUs?.toFixed(0) ?? '?'} µs`;
-function git(args: string[]): string {
-  try {
-    return execFileSync('git', args, {
-      cwd: repoRoot,
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'ignore'],
-    }).trim();
-  } catch {
-    return '';
-  }
-}
+  `node ${us(c.nodeUs)} µs, postgres ${us(c.postgresUs)} µs, nats ${us(c.natsUs)} µs`;
 
 const s = o.scale;
 const sizes = {
   batched: Math.round(30_000 * s),
   backlog: Math.round(50_000 * s),
   drain: Math.round(1_000_000 * s),
-  warmup: 3_000,
-  latencySeconds: 10 * s,
   watchdogRows: Math.round(1_000_000 * s),
   watchdogDue: Math.round(100_000 * s),
-  cliRuns: 15,
   pooler: Math.round(20_000 * s),
+  ...{ warmup: 3_000, cliRuns: 15, latencySeconds: 10 * s },
 };
 // The daemon's loops run in this process as they run in the daemon's: with its V8 settings.
 applyV8Flags();
@@ -130,55 +82,49 @@ log(`bench: scale ${s}, sections ${[...only].join(', ')}`);
 const env = await startBenchEnv();
 process.once('SIGINT', () => void env.close().finally(() => process.exit(130)));
 const cfg = env.config();
+const DEFAULTS = ['INBOX_BATCH_SIZE', 'INBOX_CONCURRENCY', 'DB_POOL_SIZE', 'WATCHDOG_BATCH_SIZE'] as const;
+const defaults = [...DEFAULTS, 'WATCHDOG_CONCURRENCY'] as const;
+const { rows: server } = await env.pool.query<{ v: string }>(`SELECT current_setting('server_version') AS v`);
 const report: BenchReport = {
   date: new Date().toISOString(),
-  commit: git(['rev-parse', '--short', 'HEAD']) || 'unknown',
-  dirty: git(['status', '--porcelain']) !== '',
+  commit: git('rev-parse', '--short', 'HEAD') || 'unknown',
+  dirty: git('status', '--porcelain') !== '',
   scale: s,
   machine: [
     `${cpus().length} × ${cpus()[0]?.model ?? 'unknown'}, ${Math.round(totalmem() / 2 ** 30)} GiB; Node ${process.version}`,
-    `PostgreSQL ${(await env.pool.query<{ v: string }>(`SELECT current_setting('server_version') AS v`)).rows[0]!.v}`,
+    `PostgreSQL ${server[0]!.v}`,
     execFileSync(findNatsServerBinary(), ['--version'], { encoding: 'utf8' }).trim(),
   ].join('; '),
-  defaults: {
-    INBOX_BATCH_SIZE: cfg.INBOX_BATCH_SIZE,
-    INBOX_CONCURRENCY: cfg.INBOX_CONCURRENCY,
-    DB_POOL_SIZE: cfg.DB_POOL_SIZE,
-    WATCHDOG_BATCH_SIZE: cfg.WATCHDOG_BATCH_SIZE,
-    WATCHDOG_CONCURRENCY: cfg.WATCHDOG_CONCURRENCY,
-  },
+  defaults: Object.fromEntries(defaults.map((k) => [k, cfg[k]])),
 };
 
 /** Run `fn` once and log its figures. */
 async function runOnce(fn: () => Promise<ThroughputResult>): Promise<ThroughputResult> {
   const r = await fn();
   log(
-    `  ${r.name}: ${fmt(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})` +
+    `  ${r.name}: ${n0(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})` +
       (r.startupSeconds !== undefined ? `; start → first delivery ${r.startupSeconds.toFixed(2)} s` : '') +
       (r.maxRssBytes !== undefined ? `; max RSS ${(r.maxRssBytes / 2 ** 20).toFixed(0)} MiB` : ''),
   );
   return r;
 }
 
-/**
- * Runs compared with each other, taking turns over the rounds (so a slow minute of the machine
- * hits every side alike); each reported as its median round, with every round's rate.
- */
-async function compared(runs: Array<() => Promise<ThroughputResult>>) {
+/** Runs taking turns over the rounds, so a slow minute hits every side alike; each its median round. */
+const compared: Compared = async (runs) => {
   const results = runs.map((): ThroughputResult[] => []);
   for (let round = 1; round <= o.rounds; round++) {
     if (o.rounds > 1) log(`round ${round} of ${o.rounds}`);
     for (const [i, fn] of runs.entries()) results[i]!.push(await runOnce(fn));
   }
   return results.map((rs) => ({
-    ...[...rs].sort((a, b) => a.perSecond - b.perSecond)[Math.floor((rs.length - 1) / 2)]!,
+    ...median(rs, (r) => r.perSecond),
     roundsPerSecond: rs.map((r) => r.perSecond),
   }));
-}
+};
 
+const backlog = (n: number) => `, backlog of ${n0(n)}`;
 const daemonProcess = (name: string, n: number) => () =>
-  measureProcess(env, { name, kind: 'daemon', logLevel: 'warn' }, n);
-const backlog = (n: number) => `, backlog of ${fmt(n)}`;
+  measureProcess(env, { name: `${name}${backlog(n)}`, kind: 'daemon', logLevel: 'warn' }, n);
 
 try {
   if (only.has('inbox') || only.has('latency') || only.has('cold')) {
@@ -188,9 +134,8 @@ try {
     const inboxRows = await rowShapes(env.pool);
     await measureCeiling(env, sizes.warmup);
     const ceilingRows = await rowShapes(env.pool);
-    if (ceilingRows !== inboxRows) {
+    if (ceilingRows !== inboxRows)
       throw new Error(`the ceiling left other rows than the inbox:\n${ceilingRows}\n${inboxRows}`);
-    }
     log('  the ceiling and the inbox left the same rows');
   }
   if (only.has('inbox')) {
@@ -205,37 +150,26 @@ try {
     report.inbox = { ceiling: ceiling!, warn: warn!, info: info! };
   }
   if (only.has('cold')) {
-    // The daemon as shipped, a process started on a backlog, in turns with the ceiling on the same.
-    log(`cold: daemon processes on a backlog of ${fmt(sizes.backlog)}`);
+    // The daemon as shipped started on a backlog, beside the ceiling warm here and started cold alike.
+    log(`cold: daemon processes on a backlog of ${n0(sizes.backlog)}`);
     const of = backlog(sizes.backlog);
-    // The ceiling twice: warm in this process (the target's), and started cold as a process of its
-    // own, the bound of a cold start's work.
-    const daemon = 'daemon process, cold start (first delivery → last ack), LOG_LEVEL=warn';
-    const [ceiling, ceilingStarted, started] = await compared([
+    const name = `${CEILING_NAME}, a process started cold${of}`;
+    const [ceiling, ceilingProcess, daemon] = await compared([
       () => measureCeiling(env, sizes.backlog, { name: CEILING_NAME + of }),
-      () =>
-        measureProcess(
-          env,
-          { name: `${CEILING_NAME}, a process started cold${of}`, kind: 'ceiling', logLevel: 'warn' },
-          sizes.backlog,
-        ),
-      daemonProcess(daemon + of, sizes.backlog),
+      () => measureProcess(env, { name, kind: 'ceiling', logLevel: 'warn' }, sizes.backlog),
+      daemonProcess('daemon process, cold start (first delivery → last ack), LOG_LEVEL=warn', sizes.backlog),
     ]);
-    report.cold = { ceiling: ceiling!, ceilingProcess: ceilingStarted!, daemon: started! };
+    report.cold = { ceiling: ceiling!, ceilingProcess: ceilingProcess!, daemon: daemon! };
   }
   if (only.has('latency')) {
-    const rate = Math.round(
-      (report.inbox?.warn ?? (await measureInbox(env, { name: 'rate', logLevel: 'warn' }, sizes.batched)))
-        .perSecond / 2,
-    );
-    log(`latency at ${fmt(rate)} envelopes/s for ${sizes.latencySeconds} s, ${o.latencyRounds} round(s)`);
-    report.latencyRounds = [];
-    report.latencyCeilingRounds = [];
-    // Each round measures the ceiling's consumer and then the daemon at the same rate: the
-    // ceiling's tail is what the machine's commits allow (a WAL flush that stalls holds every
-    // consumer's commits alike).
+    const batched =
+      report.inbox?.warn ?? (await measureInbox(env, { name: 'rate', logLevel: 'warn' }, sizes.batched));
+    const rate = Math.round(batched.perSecond / 2);
+    log(`latency at ${n0(rate)} envelopes/s for ${sizes.latencySeconds} s, ${o.latencyRounds} round(s)`);
+    [report.latencyRounds, report.latencyCeilingRounds] = [[], []];
     const line = (r: LatencyResult) =>
       `p50 ${r.p50Ms.toFixed(1)} ms, p99 ${r.p99Ms.toFixed(1)} ms, max ${r.maxMs.toFixed(1)} ms (publisher lag ${r.publisherLagMs.toFixed(1)} ms; ${collectionPauses(r)})`;
+    // Each round the ceiling's consumer, then the daemon, at the same rate.
     for (let i = 0; i < o.latencyRounds; i++) {
       const c = await measureLatency(env, rate, sizes.latencySeconds, 'ceiling');
       const d = await measureLatency(env, rate, sizes.latencySeconds, 'daemon');
@@ -245,12 +179,10 @@ try {
     }
   }
   if (only.has('watchdog')) {
-    log(
-      `watchdog: ${fmt(sizes.watchdogDue)} due among ${fmt(sizes.watchdogRows)} rows, ${o.rounds} round(s)`,
-    );
     const { watchdogRows: rows, watchdogDue: due } = sizes;
-    const { databaseUrl, nats } = env;
-    report.watchdog = measureWatchdogInChild({ databaseUrl, natsUrl: nats.url, rows, due, rounds: o.rounds });
+    log(`watchdog: ${n0(due)} due among ${n0(rows)} rows, ${o.rounds} round(s)`);
+    const urls = { databaseUrl: env.databaseUrl, natsUrl: env.nats.url };
+    report.watchdog = measureWatchdogInChild({ ...urls, rows, due, rounds: o.rounds });
   }
   if (only.has('cli')) {
     log(`cli: the command's start-up beside node -e 0, ${sizes.cliRuns} runs each`);
@@ -258,30 +190,27 @@ try {
     for (const c of Object.values(report.cli.commands)) log(`  ${c.label}: ${c.wallMs.toFixed(0)} ms`);
   }
   if (only.has('drain')) {
-    log(`drain: a daemon process on a backlog of ${fmt(sizes.drain)}, RSS sampled`);
-    report.drain = await runOnce(
-      daemonProcess('daemon process, drain, LOG_LEVEL=warn' + backlog(sizes.drain), sizes.drain),
-    );
+    log(`drain: a daemon process on a backlog of ${n0(sizes.drain)}, RSS sampled`);
+    report.drain = await runOnce(daemonProcess('daemon process, drain, LOG_LEVEL=warn', sizes.drain));
   }
   if (only.has('grown')) {
-    log(`grown: the empty database beside one with a history of ${fmt(o.grownJobs)} finished jobs`);
+    log(`grown: the empty database beside one with a history of ${n0(o.grownJobs)} finished jobs`);
     report.grown = await measureGrown(env, { ...sizes, jobs: o.grownJobs, rounds: o.rounds }, compared, log);
   }
   if (only.has('http')) {
     log(
-      `http: the inbox with and without 200 concurrent HTTP requests, on a history of ${fmt(o.httpJobs)} jobs`,
+      `http: the inbox with and without 200 concurrent HTTP requests, on a history of ${n0(o.httpJobs)} jobs`,
     );
     const args = { jobs: o.httpJobs, batched: sizes.batched, warmup: sizes.warmup, concurrency: 200 };
     report.http = await measureHttp(args, compared, log);
   }
   if (only.has('pooler')) {
     log(
-      `pooler: the inbox directly and through PgBouncer on ${fmt(sizes.pooler)} results, ${o.rounds} round(s)`,
+      `pooler: the inbox directly and through PgBouncer on ${n0(sizes.pooler)} results, ${o.rounds} round(s)`,
     );
     report.pooler = await measurePooler(env, sizes.pooler, compared);
   }
   if (only.has('flood')) {
-    // On request only (`--only flood`): a hostile sender, not a throughput figure.
     log('flood: a daemon process against schema-invalid envelopes among good results');
     await measureFlood(env, log);
   }

@@ -1,11 +1,10 @@
 /**
- * Throughput, end to end, from N results already in the stream for N published jobs: timed from
- * the consumer's start (a daemon process: its first delivery) until JetStream reports the last
- * envelope acked. Every run starts from the same state (tables reseeded, stream recreated, a
- * checkpoint taken) and ends with a check of every row — a fast wrong run fails the bench.
+ * Throughput end to end: N results already in the stream for N published jobs, timed from the
+ * consumer's start (a process: its first delivery) until JetStream reports the last ack. Every run
+ * starts from the same state and ends with a check of every row (bench/README.md, "Inbox").
  */
 import { spawn } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, rmSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,44 +12,34 @@ import type pg from 'pg';
 import type { Config } from '../src/config.js';
 import { startDaemon, type DaemonOptions } from '../src/daemon/daemon.js';
 import { createLogger, logDestination } from '../src/logger.js';
-import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
 import { CEILING, CEILING_NAME, CEILING_PROCESS_APPLICATION, startCeiling } from './ceiling.js';
-import {
-  benchPool,
-  checkpoint,
-  resetStream,
-  startCpuSplit,
-  waitAllAcked,
-  type BenchEnv,
-  type CpuSplit,
-} from './env.js';
+import { checkpoint, firstDelivery, resetStream, startCpuSplit, waitAllAcked } from './env.js';
+import type { BenchEnv, CpuSplit } from './env.js';
 import { checkAllDone, prePublish, seedPublishedJobs } from '../workshop/benchFixtures.js';
 import { processCpuMs, rssBytes } from '../workshop/processStats.js';
 
-/** One throughput measurement. */
-export interface ThroughputResult {
+/**
+ * One throughput measurement: `cpu` per envelope of the consumer's process, its backends and
+ * nats-server; `roundsPerSecond` every round's rate (this is the median one); a process's start to
+ * its first delivery (not in `seconds`) and its largest RSS, sampled every {@link RSS_EVERY_MS}.
+ */
+export type ThroughputResult = Record<
+  'envelopes' | 'seconds' | 'perSecond' | 'batchSize' | 'concurrency',
+  number
+> & {
   name: string;
-  envelopes: number;
-  seconds: number;
-  perSecond: number;
-  batchSize: number;
-  concurrency: number;
   logLevel: LogLevel | null;
-  /** CPU per envelope of the consumer's process, its PostgreSQL backends and nats-server. */
   cpu: CpuSplit;
-  /** When measured over several rounds (this is the median one): every round's envelopes/s. */
   roundsPerSecond?: number[];
-  /** A daemon process: seconds from its start to its first delivery (not in `seconds`). */
   startupSeconds?: number;
-  /** A daemon process: its largest RSS while draining, sampled every {@link RSS_EVERY_MS}, bytes. */
   maxRssBytes?: number;
-}
+};
 
-/** Called when a run's clock starts and when it stops (bench/profile.ts profiles in between). */
-export interface TimedHooks {
-  started(): Promise<void>;
-  ended(): Promise<void>;
-}
+/** Runs taking turns over the rounds, each reported as its median round (bench/run.ts). */
+export type Compared = (runs: Array<() => Promise<ThroughputResult>>) => Promise<ThroughputResult[]>;
+
+/** Called when a run's clock starts and when it stops (profiles, HTTP clients, retention run between). */
+export type TimedHooks = Record<'started' | 'ended', () => Promise<void>>;
 
 /** The daemon's log level in a run: `warn` logs nothing per envelope, `info` one line each. */
 export type LogLevel = 'info' | 'warn';
@@ -67,68 +56,87 @@ async function prepare(env: BenchEnv, n: number): Promise<number> {
 /** Generous: 200 envelopes/s would be a broken run, not a slow one. */
 export const timeoutFor = (n: number) => 60_000 + n * 5;
 
-/** A consumer in this process: started on the backlog, its backends connected as `applicationName`. */
-async function inProcess(
+const ceilingShape = { batchSize: CEILING.batchSize, concurrency: CEILING.inFlight, logLevel: null };
+const daemonShape = (c: Config, l: LogLevel) => ({
+  batchSize: c.INBOX_BATCH_SIZE,
+  concurrency: c.INBOX_CONCURRENCY,
+  logLevel: l,
+});
+
+/** What a drain starts: `stop` (once) ends it; a process also tells its CPU so far. */
+type Consumer = { stop(): Promise<unknown>; cpuMs?: () => number | null };
+
+/**
+ * Drain `n` results with the consumer `start` starts, its backends connected as `applicationName`,
+ * timed from its start or (`fromFirstDelivery`, a process) from its first delivery to the last ack.
+ */
+async function drain(
   env: BenchEnv,
   n: number,
-  applicationName: string,
-  timed: TimedHooks | undefined,
-  start: () => Promise<{ stop(): Promise<unknown> }>,
-): Promise<Pick<ThroughputResult, 'envelopes' | 'seconds' | 'perSecond' | 'cpu'>> {
+  o: { applicationName: string; timed?: TimedHooks | undefined; fromFirstDelivery?: boolean },
+  start: () => Promise<Consumer>,
+) {
   const last = await prepare(env, n);
-  await timed?.started();
+  await o.timed?.started();
   const split = startCpuSplit(env);
   const started = performance.now();
   const consumer = await start();
-  let seconds: number;
-  let cpu: CpuSplit;
+  let stopped: Promise<unknown> | undefined;
+  const stop = () => (stopped ??= consumer.stop());
   try {
+    const from = o.fromFirstDelivery
+      ? await firstDelivery(env.jsm, `process (${o.applicationName})`)
+      : started;
     await waitAllAcked(env.jsm, last, timeoutFor(n));
-    seconds = (performance.now() - started) / 1000;
-    cpu = await split.end(applicationName, n);
-    await timed?.ended();
+    const seconds = (performance.now() - from) / 1000;
+    const cpu = await split.end(o.applicationName, n);
+    await o.timed?.ended();
+    // A process: this one only polled, the node figure is the process's whole life so far.
+    const processMs = consumer.cpuMs?.();
+    if (processMs !== undefined) cpu.nodeUs = processMs === null ? null : (processMs * 1000) / n;
+    await stop();
+    await checkAllDone(env.pool, n, env.history);
+    const startup = o.fromFirstDelivery ? { startupSeconds: (from - started) / 1000 } : {};
+    return { envelopes: n, seconds, perSecond: n / seconds, cpu, ...startup };
   } finally {
-    await consumer.stop();
+    await stop();
   }
-  await checkAllDone(env.pool, n, env.history);
-  return { envelopes: n, seconds, perSecond: n / seconds, cpu };
 }
 
-/** The inbox's ceiling of bench/ceiling.ts. */
+/** The inbox's ceiling (bench/ceiling.ts) in this process. */
 export async function measureCeiling(
   env: BenchEnv,
   n: number,
   opts: { name?: string; timed?: TimedHooks | undefined } = {},
 ): Promise<ThroughputResult> {
-  const pool = benchPool(env.databaseUrl, 'bench-ceiling', 10);
-  try {
-    const run = await inProcess(env, n, 'bench-ceiling', opts.timed, () => startCeiling(pool, env.js));
-    const { batchSize, inFlight: concurrency } = CEILING;
-    return { name: opts.name ?? CEILING_NAME, ...run, batchSize, concurrency, logLevel: null };
-  } finally {
-    await pool.end();
-  }
+  const o = { applicationName: 'bench-ceiling', timed: opts.timed };
+  const run = await drain(env, n, o, () => startCeiling(env.databaseUrl, env.js));
+  return { name: opts.name ?? CEILING_NAME, ...run, ...ceilingShape };
+}
+
+/** How the daemon runs in this process: its log level, and the rest a section needs. */
+export interface InboxOptions {
+  logLevel: LogLevel;
+  afterCommit?: DaemonOptions['afterInboxCommit'];
+  overrides?: Record<string, string>;
+  /** The HTTP endpoints too, on this port (bench/http.ts). */
+  httpPort?: number | undefined;
 }
 
 /**
- * The daemon in this process: `startDaemon` with the configuration's defaults at `logLevel`, the
- * inbox loop only (the other loops have nothing to do on the bench's tables), logging JSON lines
- * to a file through the stream `recognition-core start` logs to stdout with, so the cost of
- * logging is measured as the daemon pays it.
+ * The daemon in this process: `startDaemon`, the inbox loop only (the others have nothing to do on
+ * the bench's tables), its JSON lines in a file through the stream `recognition-core start` logs
+ * to stdout with, so logging costs what it costs the daemon.
  */
 export async function startInboxDaemon(
   env: BenchEnv,
-  logLevel: LogLevel,
-  afterInboxCommit?: DaemonOptions['afterInboxCommit'],
-  overrides: Record<string, string> = {},
-  /** The HTTP endpoints too, on this port (bench/http.ts). */
-  httpPort?: number,
+  o: InboxOptions,
 ): Promise<{ config: Config; stop(): Promise<void> }> {
-  const http = httpPort !== undefined;
+  const http = o.httpPort !== undefined;
   const config = env.config({
-    LOG_LEVEL: logLevel,
-    ...overrides,
-    ...(http ? { HTTP_PORT: String(httpPort), HTTP_HOST: '127.0.0.1' } : {}),
+    LOG_LEVEL: o.logLevel,
+    ...o.overrides,
+    ...(http ? { HTTP_PORT: String(o.httpPort), HTTP_HOST: '127.0.0.1' } : {}),
   });
   const dir = mkdtempSync(join(tmpdir(), 'bench-log-'));
   const dest = logDestination(join(dir, 'daemon.log'));
@@ -140,7 +148,7 @@ export async function startInboxDaemon(
     config,
     logger: createLogger({ level: config.LOG_LEVEL, destination: dest }),
     loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http },
-    afterInboxCommit,
+    afterInboxCommit: o.afterCommit,
   }).catch((err: unknown) => {
     close();
     throw err;
@@ -151,28 +159,19 @@ export async function startInboxDaemon(
 /** The daemon's inbox in this process ({@link startInboxDaemon}), end to end. */
 export async function measureInbox(
   env: BenchEnv,
-  opts: {
-    name: string;
-    logLevel: LogLevel;
-    timed?: TimedHooks | undefined;
-    overrides?: Record<string, string>;
-    httpPort?: number;
-  },
+  opts: InboxOptions & { name: string; timed?: TimedHooks | undefined },
   n: number,
 ): Promise<ThroughputResult> {
   const config = env.config({ LOG_LEVEL: opts.logLevel, ...opts.overrides });
   // The daemon's pool connects as `recognition-core` (src/db/database.ts).
-  const run = await inProcess(env, n, 'recognition-core', opts.timed, () =>
-    startInboxDaemon(env, opts.logLevel, undefined, opts.overrides, opts.httpPort),
-  );
-  const { INBOX_BATCH_SIZE: batchSize, INBOX_CONCURRENCY: concurrency } = config;
-  return { name: opts.name, ...run, batchSize, concurrency, logLevel: opts.logLevel };
+  const o = { applicationName: 'recognition-core', timed: opts.timed };
+  const run = await drain(env, n, o, () => startInboxDaemon(env, opts));
+  return { name: opts.name, ...run, ...daemonShape(config, opts.logLevel) };
 }
 
 /**
- * What a run left in the tables, with every per-job value replaced by whether it is the job's
- * own (its msg id, its object key, its current file) and every time by whether it is set: a
- * canonical JSON of each distinct shape and how many jobs have it. Two consumers that did the
+ * What a run left in the tables, each per-job value replaced by whether it is the job's own and each
+ * time by whether it is set: each distinct shape and its count, as JSON. Two consumers that did the
  * same rows for the same envelopes leave the same shapes.
  */
 export async function rowShapes(pool: pg.Pool): Promise<string> {
@@ -198,90 +197,80 @@ export async function rowShapes(pool: pg.Pool): Promise<string> {
   return JSON.stringify(rows.map((r) => [r.shape, Number(r.n)]));
 }
 
-/** RSS sampling period of a daemon process. */
+/** RSS sampling period of a consumer process. */
 export const RSS_EVERY_MS = 100;
-
-/** What a process measurement starts: the daemon as operators run it, or the ceiling's consumer. */
 export type ProcessKind = 'daemon' | 'ceiling';
 
 /**
- * A consumer started as a new process after `n` results are already in the stream: the daemon as
- * operators run it (`recognition-core start`: every loop, defaults, `logLevel`, its log on a
- * file), or the ceiling's consumer (bench/ceilingProcess.ts), which pays the same start. Timed
- * from its first delivery (`core-inbox` reports a delivered message; polled every 5 ms) to its
- * last ack: start-up, JIT and the first batches are in it. Stopped with SIGTERM after, which must
- * exit 0.
+ * A consumer started as a new process: the daemon as operators run it (`recognition-core start`:
+ * every loop, the defaults, `logLevel`, its log on a file, tracing off as shipped) or the ceiling
+ * (bench/ceiling.ts), its RSS sampled. `stop` (once; again, the same) ends it and returns its exit
+ * code and its log.
+ */
+export function startProcess(env: BenchEnv, kind: ProcessKind, logLevel: LogLevel) {
+  const config = env.config({ LOG_LEVEL: logLevel });
+  const dir = mkdtempSync(join(tmpdir(), 'bench-daemon-'));
+  const out = openSync(join(dir, 'daemon.log'), 'w');
+  const script = kind === 'daemon' ? '../../bin/recognition-core.js' : './ceiling.js';
+  const args = [fileURLToPath(new URL(script, import.meta.url)), ...(kind === 'daemon' ? ['start'] : [])];
+  const inherited = Object.entries(process.env).filter(([k]) => !k.startsWith('OTEL_'));
+  const { DATABASE_URL, NATS_URL } = config;
+  const connections = { DATABASE_URL, NATS_URL, HTTP_PORT: '0', HTTP_HOST: '127.0.0.1', LOG_PRETTY: 'false' };
+  const child = spawn(process.execPath, args, {
+    env: { ...Object.fromEntries(inherited), ...connections, LOG_LEVEL: logLevel },
+    stdio: ['ignore', out, 'inherit'],
+  });
+  let [maxRss, stopping, exitedEarly] = [0, false, false];
+  const exited = new Promise<number | null>((resolve) =>
+    child.once('exit', (code) => {
+      exitedEarly = !stopping;
+      resolve(code);
+    }),
+  );
+  const sampler = setInterval(() => {
+    maxRss = Math.max(maxRss, (child.pid && rssBytes(child.pid)) || 0);
+  }, RSS_EVERY_MS);
+  let stopped: Promise<{ code: number | null; log: string }> | undefined;
+  return {
+    config,
+    maxRss: () => maxRss,
+    exitedEarly: () => exitedEarly,
+    cpuMs: () => (child.pid === undefined ? null : processCpuMs(child.pid)),
+    stop: () =>
+      (stopped ??= (async () => {
+        stopping = !exitedEarly;
+        clearInterval(sampler);
+        if (child.exitCode === null) child.kill('SIGTERM');
+        const code = await exited;
+        closeSync(out);
+        const log = readFileSync(join(dir, 'daemon.log'), 'utf8');
+        rmSync(dir, { recursive: true, force: true });
+        return { code, log };
+      })()),
+  };
+}
+
+/**
+ * A consumer process ({@link startProcess}) started after `n` results are in the stream, timed from
+ * its first delivery (start-up, JIT and the first batches are in it), stopped with SIGTERM after,
+ * which must exit 0.
  */
 export async function measureProcess(
   env: BenchEnv,
   opts: { name: string; kind: ProcessKind; logLevel: LogLevel },
   n: number,
 ): Promise<ThroughputResult> {
-  const last = await prepare(env, n);
-  const config = env.config({ LOG_LEVEL: opts.logLevel });
   const daemon = opts.kind === 'daemon';
-  const dir = mkdtempSync(join(tmpdir(), 'bench-daemon-'));
-  const out = openSync(join(dir, 'daemon.log'), 'w');
-  const script = daemon ? '../../bin/recognition-core.js' : './ceilingProcess.js';
-  const args = [fileURLToPath(new URL(script, import.meta.url)), ...(daemon ? ['start'] : [])];
-  const split = startCpuSplit(env);
-  const spawned = performance.now();
-  // Tracing off, as shipped, whatever OTEL_* variables the bench was started with.
-  const inherited = Object.entries(process.env).filter(([k]) => !k.startsWith('OTEL_'));
-  const child = spawn(process.execPath, args, {
-    env: {
-      ...Object.fromEntries(inherited),
-      DATABASE_URL: config.DATABASE_URL,
-      NATS_URL: config.NATS_URL,
-      HTTP_PORT: '0',
-      HTTP_HOST: '127.0.0.1',
-      LOG_LEVEL: opts.logLevel,
-      LOG_PRETTY: 'false',
-    },
-    stdio: ['ignore', out, 'inherit'],
-  });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  let maxRss = 0;
-  const sampler = setInterval(() => {
-    maxRss = Math.max(maxRss, (child.pid && rssBytes(child.pid)) || 0);
-  }, RSS_EVERY_MS);
-  try {
-    const deadline = Date.now() + 60_000;
-    let firstDelivery: number | undefined;
-    while (firstDelivery === undefined) {
-      const info = await env.jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
-      if (info.delivered.stream_seq > 0) firstDelivery = performance.now();
-      else if (Date.now() > deadline)
-        throw new Error(`the ${opts.kind} process delivered nothing within 60 s`);
-      else await new Promise((r) => setTimeout(r, 5));
-    }
-    await waitAllAcked(env.jsm, last, timeoutFor(n));
-    const seconds = (performance.now() - firstDelivery) / 1000;
-    // The daemon's pool connects as `recognition-core` (src/db/database.ts).
-    const cpu = await split.end(daemon ? 'recognition-core' : CEILING_PROCESS_APPLICATION, n);
-    // This process only polled: the node figure is the child's whole life so far.
-    const childMs = child.pid === undefined ? null : processCpuMs(child.pid);
-    cpu.nodeUs = childMs === null ? null : (childMs * 1000) / n;
-    child.kill('SIGTERM');
-    const code = await exited;
-    if (code !== 0) throw new Error(`the ${opts.kind} process exited with ${code}`);
-    await checkAllDone(env.pool, n);
-    return {
-      name: opts.name,
-      envelopes: n,
-      seconds,
-      perSecond: n / seconds,
-      batchSize: daemon ? config.INBOX_BATCH_SIZE : CEILING.batchSize,
-      concurrency: daemon ? config.INBOX_CONCURRENCY : CEILING.inFlight,
-      logLevel: daemon ? opts.logLevel : null,
-      cpu,
-      startupSeconds: (firstDelivery - spawned) / 1000,
-      maxRssBytes: maxRss,
+  const applicationName = daemon ? 'recognition-core' : CEILING_PROCESS_APPLICATION;
+  let child: ReturnType<typeof startProcess> | undefined;
+  const run = await drain(env, n, { applicationName, fromFirstDelivery: true }, () => {
+    const c = (child = startProcess(env, opts.kind, opts.logLevel));
+    const stop = async () => {
+      const { code } = await c.stop();
+      if (code !== 0) throw new Error(`the ${opts.kind} process exited with ${code}`);
     };
-  } finally {
-    clearInterval(sampler);
-    if (child.exitCode === null) child.kill('SIGKILL');
-    closeSync(out);
-    rmSync(dir, { recursive: true, force: true });
-  }
+    return Promise.resolve({ stop, cpuMs: c.cpuMs });
+  });
+  const shape = daemon ? daemonShape(child!.config, opts.logLevel) : ceilingShape;
+  return { name: opts.name, ...run, ...shape, maxRssBytes: child!.maxRss() };
 }

@@ -1,11 +1,9 @@
 /**
- * The watchdog at scale against its ceiling: on a table of `rows` jobs shaped like a production
- * one (most `done`, {@link IN_FLIGHT} `published` with a deadline ahead), `rounds` times, `due`
- * jobs made overdue and swept by the daemon's watchdog through the step, then as many more timed
- * out by {@link RAW_SWEEP_SQL}, the same changes in one statement — no daemon's sweep can be
- * faster. Each sweep starts after a vacuum and a checkpoint, so all start alike. It runs in a
- * process of its own (`node dist/bench/watchdog.js <json>`, its result as one JSON line on stdout),
- * as the daemon runs it: the sweep's node CPU is part of what is timed, and the bench's heap is not.
+ * The watchdog at scale against its ceiling (bench/README.md, "Watchdog"): on `rows` jobs shaped like
+ * a production table, `rounds` times `due` overdue jobs swept by the daemon's watchdog, then as many
+ * timed out by {@link RAW_SWEEP_SQL}, each after a vacuum and a checkpoint. It runs as a process of
+ * its own (`node dist/bench/watchdog.js <json>`, its result one JSON line on stdout), as the daemon
+ * runs it.
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -17,35 +15,16 @@ import { createLogger } from '../src/logger.js';
 import { createMetrics } from '../src/metrics.js';
 import { createWatchdog } from '../src/daemon/watchdog.js';
 import { applyV8Flags } from '../src/process/v8Flags.js';
-import { benchPool, checkpoint, configFor } from './env.js';
+import { benchPool, checkpoint, configFor, vacuumAnalyze } from './env.js';
 import { insertOpenJobs, newJobs, truncateAll } from '../workshop/benchFixtures.js';
 
 /** One timed sweep: the daemon's, or the raw SQL statement's (whose batch size is null). */
-export interface SweepResult {
-  rows: number;
-  due: number;
-  seconds: number;
-  batchSize: number | null;
-}
-
-/** What the watchdog section measures: the daemon's sweeps and the raw ones, in turns. */
-export interface WatchdogResult {
-  sweeps: SweepResult[];
-  rawSweeps: SweepResult[];
-}
-
-/** What the section's process is given. */
-export interface WatchdogArgs {
-  databaseUrl: string;
-  natsUrl: string;
-  rows: number;
-  due: number;
-  rounds: number;
-  /** Sweep among the rows already there (a generated history) instead of seeding `rows`. */
-  keep?: boolean;
-  /** Time the daemon's sweep only, not the raw SQL one. */
-  daemonOnly?: boolean;
-}
+export type SweepResult = { rows: number; due: number; seconds: number; batchSize: number | null };
+/** What the section measures: the daemon's sweeps and the raw ones, in turns. */
+export type WatchdogResult = Record<'sweeps' | 'rawSweeps', SweepResult[]>;
+/** The section's process: `keep` sweeps among the rows there (a history), `daemonOnly` times no raw sweep. */
+type WatchdogArgs = Record<'databaseUrl' | 'natsUrl', string> &
+  Record<'rows' | 'due' | 'rounds', number> & { keep?: boolean; daemonOnly?: boolean };
 
 /** Jobs in flight (published, deadline a day ahead): they sit in the watchdog's partial index. */
 const IN_FLIGHT = 20_000;
@@ -86,23 +65,14 @@ async function seed(pool: pg.Pool, rows: number): Promise<void> {
   });
 }
 
-/**
- * Add `due` overdue jobs — new files and jobs, `processing` (published and acked 20 minutes ago),
- * their deadline a minute past: what a daemon leaves when a service stops answering. They are new
- * rows, as such jobs are in production: the recent end of the table, wherever the rows before
- * them are. Then vacuum and analyse what that and the previous sweep left, and take a checkpoint.
- */
+/** Add `due` new overdue jobs (a silent service's), then vacuum, analyse and checkpoint. */
 async function makeDue(pool: pg.Pool, due: number): Promise<void> {
   await inPgTransaction(pool, (client: pg.PoolClient) => insertOpenJobs(client, newJobs(due), 'overdue'));
-  await pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
+  await vacuumAnalyze(pool);
   await checkpoint(pool);
 }
 
-/**
- * The watchdog's work in one statement: lock the due jobs (oldest deadline first, as the step
- * does), set what `DEADLINE_PASSED` sets (status, finished_at, error code and message), turn each
- * current file to ERROR (TIMEOUT), log each transition.
- */
+/** The watchdog's changes in one statement: what `DEADLINE_PASSED` sets, oldest deadline first. */
 export const RAW_SWEEP_SQL = `
   WITH due AS (
     SELECT j.id, j.file_id, j.status FROM recognition_job j
@@ -152,8 +122,7 @@ export async function measureWatchdog(a: WatchdogArgs, log: (line: string) => vo
   async function timed(raw: boolean, sweep: () => Promise<number>): Promise<void> {
     await makeDue(pool, a.due);
     const before = await timedOut(pool);
-    // The sweep's connections open first, as a running daemon's are (the pool closes idle ones
-    // while the rows are prepared).
+    // The sweep's connections open first, as a running daemon's are.
     const clients = await Promise.all(
       Array.from({ length: cfg.WATCHDOG_CONCURRENCY }, () => db.pool.connect()),
     );
