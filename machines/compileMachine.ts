@@ -1,28 +1,9 @@
 /**
- * A flat machine's transitions, compiled from the machine itself into a table: state → event type
- * → the candidate transitions in the order xstate tries them (the state's own, then the root's).
- * Taking an event picks the first candidate whose guard passes (xstate's `evaluateGuard`, so the
- * machine's own guards) and runs its actions: the machine's own `assign` functions, its own
- * `enqueueActions` (their collect functions, given what xstate's resolver gives them) and, as
- * data, every other action, in the order and with the params `machine.transition()` hands them to
- * the actor scope's executor. The result is the next state, the next context and those actions,
- * as `machine.transition()` makes them, without snapshots, exit and entry sets or microsteps: for a
- * flat machine these change nothing.
- *
- * The rule: `compileMachine` accepts a machine whose
- * - root is a compound state whose children are all atomic (no nested, parallel, final or history
- *   states);
- * - root and states have no `entry`, `exit`, `always`, `after`, `invoke`, `onDone` or `route`;
- * - transitions are keyed by exact event types (no wildcard), target a state of the root or
- *   nothing, and have no guard or one that resolves: a named guard the machine implements, an
- *   inline one, or `and`/`or`/`not` of those;
- * - actions are `assign`, `enqueueActions`, or any other action that is not an xstate built-in
- *   (named or inline: the executor receives it as data).
- * It refuses any other machine, with the reason; the caller then uses `machine.transition()`.
- * What only shows when an event is taken — an `enqueueActions` that enqueues a built-in other than
- * `assign` (raise, sendTo, emit…), an `assign` that spawns, an event of xstate's own (`xstate.*`),
- * a state the machine lacks, a guard or action that throws — makes `transition` answer `undefined`:
- * "ask `machine.transition()`", which then decides, or throws its own error.
+ * A flat machine's transitions compiled from the machine into a table (state → event type →
+ * candidates in xstate's order), whose evaluation runs the machine's own guards, `assign` and
+ * `enqueueActions` and returns what `machine.transition()` returns. A machine outside the flat
+ * subset is refused with the reason, and an event the table cannot take answers `undefined`; the
+ * caller then asks `machine.transition()` (docs/development.md, "How to add an event").
  */
 import {
   assign,

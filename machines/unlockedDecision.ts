@@ -1,23 +1,8 @@
 /**
  * The unlocked decision of an ack or a result: the machine's decision for the state its job is
- * assumed to be in, made without reading the job, and the statuses in which the machine decides
- * the same. The step's unlocked path writes such a decision only where the row still matches what
- * it assumed, and takes every other job through the locked path.
- *
- * An unlocked decision assumes of the job, besides its status ({@link UNLOCKED_ROW}):
- * - its `target_service` is the envelope's `service.name` (the envelope is not rejected);
- * - it has no result msg id yet (the envelope is not a duplicate of an applied result);
- * - its file still points at it (the file's status follows the job).
- * Every other key the machine reads (the job's and file's ids, the attempt, the publish attempts,
- * the reply deadline) and the clock are placeholders; an unlocked decision is taken only for kinds
- * of envelope whose decision does not depend on them.
- *
- * Derived at start-up from the machine alone: each kind of envelope (an ack, a result of each
- * status) is decided in every status, and the statuses where it is applied with the same decision
- * (its `from` aside) are the kind's. A kind whose decision changes with a placeholder, or carries
- * the clock in an effect, has no unlocked decision, and no kind has one while the machine reads a
- * context key that is neither assumed nor a placeholder: their envelopes take the locked path.
- * Pure.
+ * assumed to be in ({@link UNLOCKED_ROW}), and the statuses in which it holds, derived from the
+ * machine at start-up. A kind of envelope whose decision depends on anything the write does not
+ * check has none and takes the locked path (docs/development.md, "How to add an event"). Pure.
  */
 import { contextOfReadKeys, decide, type JobDecision, type JobState } from './decide.js';
 import { CONTEXT_THE_MACHINE_READS } from './recognitionJob.machine.js';

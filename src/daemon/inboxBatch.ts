@@ -1,14 +1,9 @@
 /**
- * Applying a batch of inbox messages: the part of the inbox that knows the database but not NATS,
- * shared by the live inbox and `quarantine replay`.
- *
- * A batch is applied atomically: the valid envelopes go through the step (in stream order); the
- * invalid ones, the envelopes of unknown jobs, those the machine rejects (from a service other
- * than the job's `target_service`) and the results whose object is not their job's own are
- * written to `inbox_quarantine`. A batch of valid envelopes
- * whose jobs are as they expect takes the step's unlocked path (one write statement, its own
- * transaction); any other, one transaction. The caller acks every message after this returns (commit first, ack
- * after), or naks them all when it throws.
+ * A batch of inbox messages against the database, for the live inbox and the replays: valid
+ * envelopes go through the step in stream order (the unlocked path first, then one locked
+ * transaction); what is refused is written to `inbox_quarantine` in that transaction. The caller
+ * acks after this returns and naks all when it throws (docs/development.md, "The inbox and the
+ * replays").
  */
 import type { Kysely } from 'kysely';
 import { QUARANTINE_REASON, type QuarantineReason } from '../../machines/index.js';

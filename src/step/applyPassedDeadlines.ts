@@ -1,4 +1,4 @@
-/** The watchdog's batch: the due lock is its step 1, so a batch costs one statement fewer. */
+/** The watchdog's batch: the due jobs are locked by the statement that finds them, so a batch costs one statement fewer. */
 import { decideAndWrite } from './decideAndWrite.js';
 import type { StepItem } from '../../machines/index.js';
 import type { StepOutcome } from './effects.js';

@@ -51,7 +51,7 @@ export interface PlannedRetries {
 }
 
 /**
- * Step 2, pure: decide `RETRY_REQUESTED` at `now` for each request against the locked `rows`, in
+ * The decision, pure: decide `RETRY_REQUESTED` at `now` for each request against the locked `rows`, in
  * order (a job asked for twice is retried once: the first retry moves its file), and turn the
  * `createAttempt` effects into the write's parameters. `newJobId` names each next attempt.
  */

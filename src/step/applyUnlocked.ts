@@ -49,7 +49,7 @@ export function applyUnlocked(
   return plan ? writeUnlocked(sql, plan) : Promise.resolve(null);
 }
 
-/** Step 2 of {@link applyUnlocked}: send `plan`'s write; null when the locked path must take it. */
+/** The write of {@link applyUnlocked}: send `plan`'s write; null when the locked path must take it. */
 async function writeUnlocked(sql: StepSql, plan: UnlockedWrite): Promise<StepOutcome[] | null> {
   for (let attempt = 1; attempt <= UNLOCKED_ATTEMPTS; attempt++) {
     let rows: WrittenRow[];

@@ -25,7 +25,7 @@ const yieldToIo = () => new Promise<void>((resolve) => setImmediate(resolve));
 export interface BatchToWrite {
   sql: StepSql;
   items: readonly StepItem[];
-  /** The batch's rows, as step 1 read them, locked by this transaction. */
+  /** The batch's rows, as the lock read them, locked by this transaction. */
   rows: readonly StepRow[];
   /** What its results' objects are checked against (none: it takes no result object). */
   objects?: ResultObjects | undefined;

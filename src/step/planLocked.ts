@@ -127,7 +127,7 @@ interface ObjectContext {
 }
 
 /**
- * Step 2 for `items`: decide each in order against `current` (updated), appending to `outcomes`.
+ * The decision for `items`: decide each in order against `current` (updated), appending to `outcomes`.
  * A result the machine applies whose object is not the job's own is not applied: its job stays as
  * it was for the items after it.
  */

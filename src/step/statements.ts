@@ -45,7 +45,7 @@ const STEP_ROW_COLUMNS = `j.id, ${READ_JOB_COLUMNS.filter((c) => c !== 'id')
          j.ctid::text AS row_address, j.xmin::text AS version`;
 
 /**
- * Step 1: lock every job of the batch ($1, a uuid array), in id order so that concurrent batches
+ * The lock of every job of the batch ($1, a uuid array), in id order so that concurrent batches
  * never deadlock. `unnest` drives the join, so the planner looks each id up in the primary key
  * whatever the batch and table sizes (with `id = ANY(…)` it may pick a sequential scan on a small
  * table).
@@ -122,7 +122,7 @@ export interface RegisteredObjectRow {
 export type RetryLockedRow = StepRow & { file_current_job_id: string | null };
 
 /**
- * A retry's step 1: lock the jobs ($1, a uuid array) and their files, in job id order (so that
+ * A retry's lock: the jobs ($1, a uuid array) and their files, in job id order (so that
  * concurrent retries never deadlock). The files are locked because the retry moves them, and so
  * that a second retry of the same job, waiting here for the first to commit, reads the file as the
  * first left it (the job's row itself does not change) and is refused.
@@ -139,7 +139,7 @@ export const RETRY_LOCK = defineStatement(
 );
 
 /**
- * A retry's step 3, one statement, kept apart from the event paths' write so that theirs stays as
+ * A retry's write, one statement, kept apart from the event paths' write so that theirs stays as
  * it is: $1 the next attempts, $2 the transition rows (each naming the attempt it belongs to).
  *   a. move each file to its next attempt (QUEUED, no error code), only while it still points at
  *      the retried job (the guard repeated in SQL on purpose);
