@@ -243,7 +243,7 @@ export function createDeadLetters(opts: DeadLettersOptions): DeadLetters {
       );
       return undefined;
     }
-    // 6. Step the job (its own transaction), in a span linked to the job message's trace.
+    // 6. Apply the event to the job (its own transaction), in a span linked to the job message's trace.
     const msgId = stored.header?.get('Nats-Msg-Id') || null;
     const traced = startDeadLetterTrace({
       jobId,
