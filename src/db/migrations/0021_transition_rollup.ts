@@ -97,15 +97,15 @@ export async function up(db: Kysely<unknown>): Promise<void> {
                coalesce(j.target_service, '') AS service,
                coalesce(j.service_version, '') AS service_version,
                t.from_status, t.to_status, t.event,
-               CASE WHEN f.finishes
-                    THEN greatest(0, round(extract(epoch FROM j.started_at - j.published_at) * 1000))::bigint
-               END AS ack_ms,
-               CASE WHEN f.finishes
-                    THEN greatest(0, round(extract(epoch FROM j.finished_at - j.published_at) * 1000))::bigint
-               END AS result_ms
+               CASE WHEN f.ack_ms < 0 THEN 0 ELSE f.ack_ms END AS ack_ms,
+               CASE WHEN f.result_ms < 0 THEN 0 ELSE f.result_ms END AS result_ms
         FROM taken t
         LEFT JOIN recognition_job j ON j.id = t.job_id
-        CROSS JOIN LATERAL (SELECT t.to_status IN (${final}) AND t.from_status NOT IN (${final}) AS finishes) f
+        CROSS JOIN LATERAL (
+          SELECT CASE WHEN finishes THEN round(extract(epoch FROM j.started_at - j.published_at) * 1000)::bigint END AS ack_ms,
+                 CASE WHEN finishes THEN round(extract(epoch FROM j.finished_at - j.published_at) * 1000)::bigint END AS result_ms
+          FROM (SELECT t.to_status IN (${final}) AND t.from_status NOT IN (${final}) AS finishes) AS s
+        ) AS f
       ),
       cells AS (
         SELECT ${KEY}, 'ack' AS kind, width_bucket(ack_ms, bucket_bounds) AS place, count(*) AS c
