@@ -9,6 +9,7 @@
  */
 import { sql, type Kysely } from 'kysely';
 import { FINAL_JOB_STATUSES, type FinalJobStatus } from '../../machines/index.js';
+import { boundedRead } from './figures.js';
 import { bucketQuantile, LATENCY_BUCKET_BOUNDS_MS } from './rollup.js';
 import type { Database } from './schema.js';
 
@@ -73,24 +74,6 @@ const WINDOWS = sql`
 /** A quarantined message's job id as a uuid, or null: the column holds what the message said. */
 const QUARANTINED_JOB = sql`CASE WHEN q.job_id ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
                                  THEN q.job_id::uuid END`;
-
-/** Run `statement` in a read-only transaction bounded as the module says. */
-async function boundedRead<R>(
-  db: Kysely<Database>,
-  statementTimeoutMs: number,
-  statement: ReturnType<typeof sql<R>>,
-): Promise<R> {
-  const { rows } = await db
-    .transaction()
-    .setAccessMode('read only')
-    .execute(async (tx) => {
-      await sql`SELECT set_config('statement_timeout', ${String(statementTimeoutMs)}, true),
-                       set_config('enable_seqscan', 'off', true),
-                       set_config('jit', 'off', true)`.execute(tx);
-      return statement.execute(tx);
-    });
-  return rows[0]!;
-}
 
 interface OverviewRow {
   figures: {

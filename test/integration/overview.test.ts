@@ -192,75 +192,65 @@ describe("the console's figures", () => {
     const unversioned = await latencies(null, 'day');
     expect([hour.results.length, day.results.length, unversioned.results.length]).toEqual([20, 21, 1]);
     const services = await readServices(t.db);
+    const none = { mean: null, p95: null };
+    // In each window: the quarantined messages of no known job, the timed-out job without a
+    // version, and svc-a 1.0.
+    const expected = (window: 'hour' | 'day', f: { quarantined: number; v: ServiceFigures }) => [
+      {
+        service: '',
+        version: '',
+        window,
+        finished: 0,
+        shares: shares({}),
+        ackMs: none,
+        resultMs: none,
+        quarantined: f.quarantined,
+        quarantineRate: null,
+      },
+      {
+        service: 'svc-a',
+        version: '',
+        window,
+        finished: 1,
+        shares: shares({ timeout: 1 }),
+        ackMs: none,
+        resultMs: { mean: unversioned.result, p95: unversioned.result },
+        quarantined: 0,
+        quarantineRate: 0,
+      },
+      f.v,
+    ];
     expect(services).toEqual([
-      {
-        service: '',
-        version: '',
-        window: 'hour',
-        finished: 0,
-        shares: shares({}),
-        ackMs: { mean: null, p95: null },
-        resultMs: { mean: null, p95: null },
+      ...expected('hour', {
         quarantined: 1,
-        quarantineRate: null,
-      },
-      {
-        service: 'svc-a',
-        version: '',
-        window: 'hour',
-        finished: 1,
-        shares: shares({ timeout: 1 }),
-        ackMs: { mean: null, p95: null },
-        resultMs: { mean: unversioned.result, p95: unversioned.result },
-        quarantined: 0,
-        quarantineRate: 0,
-      },
-      {
-        service: 'svc-a',
-        version: '1.0',
-        window: 'hour',
-        finished: 20,
-        shares: shares({ done: 14 / 20, needs_check: 4 / 20, error: 2 / 20 }),
-        // 19 of 20 times in [1 000, 2 500) ms: the p95 is that place's upper edge.
-        ackMs: { mean: hour.ack, p95: 2_500 },
-        resultMs: { mean: hour.result, p95: 2_500 },
-        quarantined: 3,
-        quarantineRate: 3 / 20,
-      },
-      {
-        service: '',
-        version: '',
-        window: 'day',
-        finished: 0,
-        shares: shares({}),
-        ackMs: { mean: null, p95: null },
-        resultMs: { mean: null, p95: null },
+        v: {
+          service: 'svc-a',
+          version: '1.0',
+          window: 'hour',
+          finished: 20,
+          shares: shares({ done: 14 / 20, needs_check: 4 / 20, error: 2 / 20 }),
+          // 19 of 20 times in [1 000, 2 500) ms: the p95 is that place's upper edge.
+          ackMs: { mean: hour.ack, p95: 2_500 },
+          resultMs: { mean: hour.result, p95: 2_500 },
+          quarantined: 3,
+          quarantineRate: 3 / 20,
+        },
+      }),
+      ...expected('day', {
         quarantined: 2,
-        quarantineRate: null,
-      },
-      {
-        service: 'svc-a',
-        version: '',
-        window: 'day',
-        finished: 1,
-        shares: shares({ timeout: 1 }),
-        ackMs: { mean: null, p95: null },
-        resultMs: { mean: unversioned.result, p95: unversioned.result },
-        quarantined: 0,
-        quarantineRate: 0,
-      },
-      {
-        service: 'svc-a',
-        version: '1.0',
-        window: 'day',
-        finished: 21,
-        shares: shares({ done: 15 / 21, needs_check: 4 / 21, error: 2 / 21 }),
-        // The job of 3 hours ago: ack 1 000 ms, result 5 000 ms, the 20th result of 21.
-        ackMs: { mean: day.ack, p95: 2_500 },
-        resultMs: { mean: day.result, p95: 10_000 },
-        quarantined: 3,
-        quarantineRate: 3 / 21,
-      },
+        v: {
+          service: 'svc-a',
+          version: '1.0',
+          window: 'day',
+          finished: 21,
+          shares: shares({ done: 15 / 21, needs_check: 4 / 21, error: 2 / 21 }),
+          // The job of 3 hours ago: ack 1 000 ms, result 5 000 ms, the 20th result of 21.
+          ackMs: { mean: day.ack, p95: 2_500 },
+          resultMs: { mean: day.result, p95: 10_000 },
+          quarantined: 3,
+          quarantineRate: 3 / 21,
+        },
+      }),
     ]);
   });
 
