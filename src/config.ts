@@ -203,6 +203,11 @@ export const CONFIG_VARIABLES = {
     '600000',
     'pause between retention passes of the daemon (0 = the daemon runs none)',
   ],
+  ROLLUP_INTERVAL_MS: [
+    int(0),
+    '5000',
+    "pause between runs of the daemon's transition rollup, which the console's counts read (0 = the daemon runs none)",
+  ],
   RETENTION_BATCH_SIZE: [
     int(1, 100000),
     '1000',

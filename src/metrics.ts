@@ -41,6 +41,7 @@ export interface Metrics {
   jobsEstimated: Gauge<'status'>;
   httpFiguresTimestamp: Gauge;
   httpFiguresReads: Counter<'result'>;
+  rollupDeltas: Counter;
 }
 
 /** `recognition_inbox_batch_failures_total`'s faults (see `classifyDatabaseFailure`). */
@@ -307,6 +308,11 @@ export function createMetrics(
       labelNames: ['result'],
       registers,
     }),
+    rollupDeltas: new Counter({
+      name: 'recognition_rollup_deltas_total',
+      help: "Transitions this instance's rollup loop added to the console's per-minute rollup",
+      registers,
+    }),
   };
   metrics.buildInfo.set({ version: packageVersion(), node: process.version }, 1);
   metrics.unknownMigrations.set(0);
@@ -318,6 +324,7 @@ export function createMetrics(
   for (const fault of INBOX_BATCH_FAULTS) metrics.inboxBatchFailures.inc({ fault }, 0);
   metrics.inboxUnlockedFallbacks.inc(0);
   for (const result of HTTP_FIGURES_READ_RESULTS) metrics.httpFiguresReads.inc({ result }, 0);
+  metrics.rollupDeltas.inc(0);
   return metrics;
 }
 

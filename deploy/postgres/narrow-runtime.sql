@@ -22,3 +22,13 @@ GRANT EXECUTE ON FUNCTION
 REVOKE UPDATE ON s3_object FROM recognition_runtime;
 -- The audit log of operator actions is written once per action and never changed.
 REVOKE UPDATE ON recognition_audit FROM recognition_runtime;
+-- The console's counts: the trigger on recognition_job_transition appends each statement's new
+-- transitions to recognition_transition_delta as the inserting role; the rollup loop takes them
+-- and adds them to recognition_transition_minute, and expires its old minutes, through these
+-- functions, which run as their owner; the console reads both tables.
+REVOKE UPDATE ON recognition_transition_delta FROM recognition_runtime;
+REVOKE INSERT, UPDATE ON recognition_transition_minute FROM recognition_runtime;
+GRANT EXECUTE ON FUNCTION
+  recognition_roll_up_transitions(bigint[], integer),
+  recognition_expire_transition_minutes(timestamptz, integer)
+  TO recognition_runtime;

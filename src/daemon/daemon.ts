@@ -32,6 +32,7 @@ import { createDeadLetters, type DeadLetters } from './deadLetters.js';
 import { createPublisher, type Publisher } from './publisher.js';
 import { createWatchdog, type Watchdog } from './watchdog.js';
 import { createRetention, retentionSettings, type Retention } from './retention.js';
+import { createRollup, type RollupLoop } from './rollup.js';
 
 export interface DaemonOptions {
   config: Config;
@@ -45,6 +46,8 @@ export interface DaemonOptions {
     http?: boolean;
     /** The retention loop (also off when `RETENTION_INTERVAL_MS` is 0). */
     retention?: boolean;
+    /** The transition rollup of the console's counts (also off when `ROLLUP_INTERVAL_MS` is 0). */
+    rollup?: boolean;
   };
   /** Extra HTTP pages (default: the live statechart, /statechart and /statechart.json). */
   routes?: (d: { db: Db; metrics: Metrics; figures: HttpFigures }) => Record<string, RouteHandler>;
@@ -71,6 +74,7 @@ export interface Daemon {
   publisher: Publisher | undefined;
   deadLetters: DeadLetters | undefined;
   retention: Retention | undefined;
+  rollup: RollupLoop | undefined;
   /** Graceful stop: stop pulling, finish and commit in-flight work, drain NATS, close the pool. */
   stop(): Promise<void>;
 }
@@ -112,7 +116,7 @@ function listenConnectionOf(cfg: Config): ClientConfig | null | undefined {
  *   1. open the pool; the database must answer and carry every migration of this build (else
  *      refuse); migrations it carries that this build does not know are logged and counted;
  *   2. connect to NATS; create or update the streams and core-inbox (unless NATS_PROVISION=false);
- *   3. start the watchdog, the publisher, the dead-letter consumer and retention;
+ *   3. start the watchdog, the publisher, the dead-letter consumer, retention and the rollup;
  *   4. serve /healthz, /readyz, /metrics;
  *   5. start the inbox, last: a start that fails has taken no envelope (they would wait out the
  *      ack wait before another instance got them), and the first envelopes of a backlog do not
@@ -129,6 +133,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     deadLetters: true,
     http: true,
     retention: true,
+    rollup: true,
     ...opts.loops,
   };
 
@@ -277,6 +282,12 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         : undefined;
     retention?.start();
     if (retention) started.push(retention);
+    const rollup =
+      loops.rollup && cfg.ROLLUP_INTERVAL_MS > 0
+        ? createRollup({ db: db.db, logger, metrics, intervalMs: cfg.ROLLUP_INTERVAL_MS })
+        : undefined;
+    rollup?.start();
+    if (rollup) started.push(rollup);
 
     // 4. HTTP. /readyz's consumer check is red until the inbox is bound, and while its batches
     // fail for a fault that is not the messages'. The first figures are read before the server
@@ -364,6 +375,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       publisher,
       deadLetters,
       retention,
+      rollup,
       stop() {
         stopped ??= (async () => {
           logger.info({ event: 'stopping' }, 'stopping: finishing in-flight work');
@@ -374,6 +386,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
             deadLetters?.stop(),
             commitProbe?.stop(),
             retention?.stop(),
+            rollup?.stop(),
           ]);
           await n.nc.drain().catch(() => undefined);
           await http?.close();

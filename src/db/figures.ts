@@ -5,7 +5,7 @@
  * {@link EXACT_COUNT_LIMIT} rows and from the planner's statistics beyond, each figure saying
  * whether it is exact (docs/monitoring.md, "Database figures").
  */
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type RawBuilder } from 'kysely';
 import { FINAL_JOB_STATUSES, JOB_STATUSES, type JobStatus } from '../../machines/index.js';
 import type { Database } from './schema.js';
 
@@ -122,6 +122,28 @@ function figuresSql(limit: number) {
 }
 
 /**
+ * The one row of `statement`, run in a read-only transaction bounded by the statement timeout,
+ * with sequential scans and JIT off (transaction-local settings, which hold behind a pooler in
+ * transaction mode too): the figures' reads never scan a whole table, nor compile.
+ */
+export async function boundedRead<R>(
+  db: Kysely<Database>,
+  statementTimeoutMs: number,
+  statement: RawBuilder<R>,
+): Promise<R> {
+  const { rows } = await db
+    .transaction()
+    .setAccessMode('read only')
+    .execute(async (tx) => {
+      await sql`SELECT set_config('statement_timeout', ${String(statementTimeoutMs)}, true),
+                       set_config('enable_seqscan', 'off', true),
+                       set_config('jit', 'off', true)`.execute(tx);
+      return statement.execute(tx);
+    });
+  return rows[0]!;
+}
+
+/**
  * Read the figures in one statement, in a read-only transaction whose settings bound it: the
  * statement timeout, no sequential scan (counting goes through the partial indexes, never
  * through the whole table) and no JIT compilation (which would cost more than the counts).
@@ -136,16 +158,7 @@ export async function readFigures(
     statementTimeoutMs = 5_000,
   }: { exactLimit?: number; statementTimeoutMs?: number | undefined } = {},
 ): Promise<DbFigures> {
-  const { rows } = await db
-    .transaction()
-    .setAccessMode('read only')
-    .execute(async (tx) => {
-      await sql`SELECT set_config('statement_timeout', ${String(statementTimeoutMs)}, true),
-                       set_config('enable_seqscan', 'off', true),
-                       set_config('jit', 'off', true)`.execute(tx);
-      return figuresSql(exactLimit).execute(tx);
-    });
-  const f = rows[0]!.figures;
+  const f = (await boundedRead(db, statementTimeoutMs, figuresSql(exactLimit))).figures;
   const byStatus = new Map(f.jobs.map((j) => [j.status, j]));
   const jobs = JOB_STATUSES.map(
     (status) => byStatus.get(status as JobStatus) ?? { status: status as JobStatus, count: 0, exact: true },

@@ -31,7 +31,7 @@ const t = useHarness({
       // The commit probe is the only other user of the daemon's pool here: once, at start.
       READINESS_COMMIT_INTERVAL_MS: '600000',
     },
-    loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: true },
+    loops: { inbox: true, watchdog: false, publisher: false, deadLetters: false, http: true, rollup: false },
   },
 });
 

@@ -8,7 +8,8 @@
  * readiness, retention (an expired job that `jobs retry` superseded goes with its transitions);
  * so do the CLI's commands an operator runs, `quarantine purge` and `retention run` included.
  * Every line the daemon prints is JSON, and no secret appears in any of them. The runtime role can
- * do no more than that: it deletes only through the retention functions, which only it may call.
+ * do no more than that: it deletes only through the retention functions and the rollup's, which
+ * only it may call; it runs the console's rollup and reads.
  */
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -23,6 +24,8 @@ import { sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDb, type Db } from '../../src/db/database.js';
+import { readOverview, readServices } from '../../src/db/overview.js';
+import { rollUpTransitions } from '../../src/db/rollup.js';
 import { pgConnection } from '../../src/db/pgTls.js';
 import { findPgBinDir, type PgClusterHandle } from '../../workshop/localServers/pgCluster.js';
 import { JOBS_STREAM } from '../../src/nats/subjects.js';
@@ -425,6 +428,11 @@ describe('the runtime role', () => {
         'DELETE FROM recognition_audit',
         'DELETE FROM recognition_job_edge',
         'SELECT * FROM kysely_migration_lock',
+        'DELETE FROM recognition_transition_delta',
+        'UPDATE recognition_transition_delta SET event = event',
+        'DELETE FROM recognition_transition_minute',
+        'UPDATE recognition_transition_minute SET n = n + 1',
+        "INSERT INTO recognition_transition_minute (minute, service, service_version, from_status, to_status, event, n) VALUES (now(), '', '', 'a', 'b', 'c', 1)",
       ]) {
         await expect(c.query(statement), statement).rejects.toThrow(/permission denied|must be owner/);
       }
@@ -453,6 +461,29 @@ describe('the runtime role', () => {
       }
       // The two it took: the timed-out and the dead-lettered job, which `jobs retry` superseded.
       expect(await count()).toBe(before - 2);
+
+      // The console's counts: a transition the runtime role writes reaches the delta through the
+      // trigger, the rollup takes it through its functions, and both reads see it.
+      const done = await insertJob(admin.db, { status: 'done' });
+      await c.query(
+        `INSERT INTO recognition_job_transition (job_id, from_status, to_status, event) VALUES ($1, 'processing', 'done', 'ROLES_TEST')`,
+        [done.jobId],
+      );
+      const runtime = openDb(u.toString(), { max: 1 });
+      try {
+        expect(await rollUpTransitions(runtime.db)).toMatchObject({
+          busy: false,
+          deltas: expect.any(Number),
+        });
+        const overview = await readOverview(runtime.db);
+        expect(overview.transitions.filter((e) => e.event === 'ROLES_TEST')).toMatchObject([
+          { from: 'processing', to: 'done', lastHour: 1, lastDay: 1 },
+        ]);
+        expect(overview.rollupBehindMs).toBeNull();
+        expect((await readServices(runtime.db)).length).toBeGreaterThan(0);
+      } finally {
+        await runtime.close();
+      }
     } finally {
       await c.end();
     }

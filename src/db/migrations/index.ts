@@ -21,6 +21,7 @@ import * as m0017 from './0017_retention_functions.js';
 import * as m0018 from './0018_quarantine_result_object.js';
 import * as m0019 from './0019_transition_edge_statistics.js';
 import * as m0020 from './0020_audit.js';
+import * as m0021 from './0021_transition_rollup.js';
 
 export const migrations: Record<string, Migration> = {
   '0001_initial': m0001,
@@ -41,4 +42,5 @@ export const migrations: Record<string, Migration> = {
   '0018_quarantine_result_object': m0018,
   '0019_transition_edge_statistics': m0019,
   '0020_audit': m0020,
+  '0021_transition_rollup': m0021,
 };
