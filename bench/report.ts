@@ -88,20 +88,7 @@ function latencyText(rounds: readonly LatencyResult[]): string {
   return `p99 ${rounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${within} of ${rounds.length} rounds ≤ ${LATENCY.maxMs} ms (p50 of the median round ${m.p50Ms.toFixed(1)} ms, its ${collectionPauses(m)}`;
 }
 
-/** What a section's spec writes: headlines, and rows read against them (a row without `key`: a ceiling). */
-interface Out {
-  context: Headlines['context'];
-  /** `value` over `of` (a rate over a rate, or a time over a time), and its target when it has one. */
-  ratio(key: string, value: number, of: number, ceiling: string): void;
-  target(key: string, text: string, met: boolean): void;
-  /** An absolute figure in `context`, against its bound in {@link TARGETS}. */
-  bound(key: string, value: number): void;
-  row(what: string, result: string, key?: string, ofWhat?: string, more?: string): void;
-  /** A throughput over its ceiling's (both rates as context), and its row. */
-  rate(key: string, t: Tr, c: Tr, ceilingKey: string, of: string, what?: string, more?: string): void;
-  reported(what: string, result: string): void;
-}
-type Tr = ThroughputResult;
+type Out = ReturnType<typeof output>;
 type Spec<K extends keyof BenchReport> = (v: NonNullable<BenchReport[K]>, o: Out, r: BenchReport) => void;
 const mid = (ws: readonly SweepResult[]) => median(ws, (w) => w.seconds).seconds;
 const f1 = (v: number) => v.toFixed(1);
@@ -197,40 +184,53 @@ const SECTIONS: { [K in keyof BenchReport]?: Spec<K> } = {
   },
 };
 
-/** Run every section's spec over `r`: its headlines and the measurements table's rows. */
-function build(r: BenchReport): { h: Headlines; rows: string[][] } {
-  const h: Headlines = { ceilings: {}, ratios: {}, targets: {}, met: {}, context: {} };
-  const rows: string[][] = [];
-  const o: Out = {
+/** What a section's spec writes: headlines, and rows read against them (a row without `key`: a ceiling). */
+function output(h: Headlines, rows: string[][]) {
+  const o = {
     context: h.context,
-    target: (key, text, met) => void ([h.targets[key], h.met[key]] = [text, met]),
-    ratio(key, value, of, ceiling) {
+    target: (key: string, text: string, met: boolean) => void ([h.targets[key], h.met[key]] = [text, met]),
+    /** `value` over `of` (a rate over a rate, or a time over a time), and its target when it has one. */
+    ratio(key: string, value: number, of: number, ceiling: string) {
       const [v, t] = [(h.ratios[key] = value / of), TARGETS[key]];
       h.ceilings[key] = ceiling;
       if (t) o.target(key, t.text, t.min !== undefined ? v >= t.min : v <= t.max!);
     },
-    bound(key, v) {
+    /** An absolute figure in `context`, against its bound in {@link TARGETS}. */
+    bound(key: string, v: number) {
       h.context[key] = v;
       o.target(key, TARGETS[key]!.text, v <= TARGETS[key]!.max!);
     },
-    row(what, result, key, ofWhat = '', more = '') {
+    row(what: string, result: string, key?: string, ofWhat = '', more = '') {
       const ratio = key && h.ratios[key] !== undefined ? ` = ${h.ratios[key].toFixed(2)}× ${ofWhat}` : '';
       const met = key === undefined || h.met[key] === undefined ? '' : h.met[key] ? '✅' : '❌';
-      rows.push([
-        what,
-        result + ratio + more,
-        key === undefined ? 'ceiling' : (h.targets[key] ?? '(reported)'),
-        met,
-      ]);
+      const target = key === undefined ? 'ceiling' : (h.targets[key] ?? '(reported)');
+      rows.push([what, result + ratio + more, target, met]);
     },
-    rate(key, t, c, ceilingKey, of, what = t.name, more = '') {
+    /** A throughput over its ceiling's (both rates as context), and its row. */
+    rate(
+      key: string,
+      t: ThroughputResult,
+      c: ThroughputResult,
+      ceilingKey: string,
+      of: string,
+      what = t.name,
+      more = '',
+    ) {
       h.context[`${key}_env_per_s`] = Math.round(t.perSecond);
       h.context[`${ceilingKey}_env_per_s`] = Math.round(c.perSecond);
       o.ratio(key, t.perSecond, c.perSecond, c.name);
       o.row(what, rateText(t), key, of, more);
     },
-    reported: (what, result) => void rows.push([what, result, '(reported)', '']),
+    reported: (what: string, result: string) => void rows.push([what, result, '(reported)', '']),
   };
+  return o;
+}
+
+/** Run every section's spec over `r`: its headlines and the measurements table's rows. */
+function build(r: BenchReport): { h: Headlines; rows: string[][] } {
+  const h: Headlines = { ceilings: {}, ratios: {}, targets: {}, met: {}, context: {} };
+  const rows: string[][] = [];
+  const o = output(h, rows);
   for (const [k, spec] of Object.entries(SECTIONS) as Array<[keyof BenchReport, Spec<'inbox'>]>)
     if (r[k] !== undefined) (spec as (v: unknown, o: Out, r: BenchReport) => void)(r[k], o, r);
   return { h, rows };
