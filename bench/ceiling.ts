@@ -1,8 +1,7 @@
 /**
- * The inbox's ceiling: the best hand-written consumer of `core-inbox` for this workload, the step's
- * database work for a result and nothing else (bench/README.md, "ceiling"). It assumes what the bench
- * publishes (well-formed results, one per job); the bench checks it leaves the inbox's rows. Run as a
- * file (`DATABASE_URL`, `NATS_URL`) it is the ceiling as a process, consuming until SIGTERM.
+ * The inbox's ceiling (bench/README.md, "ceiling"): the best hand-written consumer of `core-inbox`
+ * for this workload, the step's database work for a result and nothing else, on well-formed results.
+ * Run as a file (`DATABASE_URL`, `NATS_URL`) it is the ceiling as a process, consuming until SIGTERM.
  */
 import { jetstream, type ConsumerMessages, type JetStreamClient, type JsMsg } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
@@ -16,9 +15,11 @@ import { applyV8Flags } from '../src/process/v8Flags.js';
 /** Envelopes per batch at most; how long a batch not full waits from its first one; batches in flight. */
 export const CEILING = { batchSize: 200, lingerMs: 2, inFlight: 4 } as const;
 export const CEILING_NAME = `ceiling: one consume(), batches of ≤ ${CEILING.batchSize} or ${CEILING.lingerMs} ms, ${CEILING.inFlight} in flight`;
-/** The `application_name` of the ceiling process's backends. */
-export const CEILING_PROCESS_APPLICATION = 'bench-ceiling-process';
-export const CEILING_STATEMENT = 'bench_ceiling_batch';
+/** The `application_name` of the ceiling process's backends; the name of its prepared statement. */
+export const [CEILING_PROCESS_APPLICATION, CEILING_STATEMENT] = [
+  'bench-ceiling-process',
+  'bench_ceiling_batch',
+];
 
 /** One batch: $1…$11 hold one element per envelope; the transition's detail is the machine's. */
 export const CEILING_SQL = `
@@ -86,9 +87,8 @@ export function addCeilingResult(values: unknown[][], r: ResultEnvelope, msgId: 
     r.result_schema_version ?? null,
     metrics,
   ];
-  [...row, s3?.bucket ?? null, s3?.key ?? null, error?.code ?? null, error?.message ?? null].forEach((v, i) =>
-    values[i]!.push(v),
-  );
+  const rest = [s3?.bucket ?? null, s3?.key ?? null, error?.code ?? null, error?.message ?? null];
+  [...row, ...rest].forEach((v, i) => values[i]!.push(v));
 }
 
 /**
@@ -180,16 +180,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   if (!databaseUrl || !natsUrl) throw new Error('the ceiling process needs DATABASE_URL and NATS_URL');
   const nc = await connect({ servers: natsUrl, name: 'bench-ceiling-process' });
   const ceiling = await startCeiling(databaseUrl, jetstream(nc), CEILING_PROCESS_APPLICATION);
-  const fail = (err: unknown) => {
-    console.error(err);
-    process.exit(1);
-  };
-  process.once(
-    'SIGTERM',
-    () =>
-      void ceiling
-        .stop()
-        .then(() => nc.drain())
-        .then(() => process.exit(0), fail),
-  );
+  const fail = (err: unknown) => (console.error(err), process.exit(1));
+  const stop = () => ceiling.stop().then(() => nc.drain());
+  process.once('SIGTERM', () => void stop().then(() => process.exit(0), fail));
 }

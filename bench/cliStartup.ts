@@ -1,28 +1,23 @@
 /**
  * The `cli` section: `recognition-core --help` beside a bare `node -e 0`, each `runs` times after an
- * untimed run, taking turns so a busy machine slows both alike; each reported as its median.
+ * untimed run, in turns so a busy machine slows both alike, in a clean environment; each its median.
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { median } from './env.js';
 
-/** The section's result: each command line's median wall time, by its role in {@link CLI_LABELS}. */
+export const CLI_LABELS = { node: 'node -e 0', help: 'recognition-core --help' } as const;
+/** Each command line's median wall time, by its role in {@link CLI_LABELS}. */
 export type CliResult = {
   runs: number;
   commands: Record<keyof typeof CLI_LABELS, { label: string; wallMs: number }>;
 };
 
-export const CLI_LABELS = { node: 'node -e 0', help: 'recognition-core --help' } as const;
-
 const CLI = fileURLToPath(new URL('../../bin/recognition-core.js', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-/** Measure both command lines `runs` times, in turns, in a clean environment. */
 export function measureCliStartup(runs: number): CliResult {
-  const cases: Array<[role: keyof typeof CLI_LABELS, args: string[]]> = [
-    ['node', ['-e', '0']],
-    ['help', [CLI, '--help']],
-  ];
+  const cases = [['node', ['-e', '0']] as const, ['help', [CLI, '--help']] as const];
   const env = { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: process.env['HOME'] ?? '/tmp' };
   const once = ([role, args]: (typeof cases)[number]) => {
     const start = performance.now();

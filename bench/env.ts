@@ -1,7 +1,6 @@
 /**
- * The bench's world: its own database on the local PostgreSQL server (created, migrated, dropped
- * after) and nats-server (a child on a free port), the stream, the CPU split of a run, and the small
- * tools every section uses. The fixtures are `workshop/benchFixtures.ts`.
+ * The bench's world: its own database (created, migrated, dropped after) and nats-server (a child on
+ * a free port), the stream, the CPU split of a run, and the small tools every section uses.
  */
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
@@ -17,7 +16,6 @@ import { startNatsServer, type NatsServerHandle } from '../workshop/localServers
 export interface BenchEnv {
   databaseUrl: string;
   nats: NatsServerHandle;
-  /** The bench's own JetStream client and manager, and its own small pool (seeding, checks). */
   js: JetStreamClient;
   jsm: JetStreamManager;
   pool: pg.Pool;
@@ -28,21 +26,14 @@ export interface BenchEnv {
   close(): Promise<void>;
 }
 
-/**
- * The daemon's configuration for these servers, with `overrides`; every configuration variable set
- * in the bench's environment applies too (`INBOX_BATCH_SIZE=1000 npm run bench`), except the
- * connections, which the bench owns.
- */
+/** The daemon's configuration for these servers: the bench's environment's tuning, then `overrides`. */
 export function configFor(databaseUrl: string, natsUrl: string) {
   const owned = ['DATABASE_URL', 'NATS_URL', 'HTTP_PORT', 'HTTP_HOST', 'LOG_PRETTY'];
   const tuning = Object.keys(CONFIG_VARIABLES).filter((k) => !owned.includes(k) && process.env[k]);
   const connections = { DATABASE_URL: databaseUrl, NATS_URL: natsUrl, HTTP_PORT: '0', LOG_PRETTY: 'false' };
+  const tuned = Object.fromEntries(tuning.map((k) => [k, process.env[k]!]));
   return (overrides: Record<string, string> = {}): Config =>
-    loadConfig({
-      ...connections,
-      ...Object.fromEntries(tuning.map((k) => [k, process.env[k]!])),
-      ...overrides,
-    });
+    loadConfig({ ...connections, ...tuned, ...overrides });
 }
 
 /** A pool of the bench's own whose connections the final `DROP DATABASE … FORCE` may cut. */
@@ -82,14 +73,10 @@ export async function startBenchEnv(): Promise<BenchEnv> {
 }
 
 /** Flush dirty buffers now, so a checkpoint does not land in the middle of a timed run. */
-export async function checkpoint(pool: pg.Pool): Promise<void> {
-  await pool.query('CHECKPOINT');
-}
-
+export const checkpoint = (pool: pg.Pool) => pool.query('CHECKPOINT');
 /** Vacuum and analyse every table a run writes. */
-export async function vacuumAnalyze(pool: pg.Pool | pg.PoolClient): Promise<void> {
-  await pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
-}
+export const vacuumAnalyze = (pool: pg.Pool) =>
+  pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
 
 /** Recreate `RECOGNITION_RESULTS` and `core-inbox` empty, as the daemon provisions them. */
 export async function resetStream(jsm: JetStreamManager, cfg: Config): Promise<void> {
@@ -107,21 +94,21 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Resolve once `core-inbox` has every message up to `lastSeq` acked (polled every 10 ms). */
 export async function waitAllAcked(jsm: JetStreamManager, lastSeq: number, timeoutMs: number): Promise<void> {
   for (const deadline = Date.now() + timeoutMs; ; await sleep(10)) {
-    const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
-    if (info.ack_floor.stream_seq >= lastSeq && info.num_ack_pending === 0) return;
-    if (Date.now() > deadline) {
-      throw new Error(
-        `not every envelope was acked within ${timeoutMs} ms (ack floor ${info.ack_floor.stream_seq} of ${lastSeq}, ack pending ${info.num_ack_pending})`,
-      );
-    }
+    const { ack_floor: floor, num_ack_pending: pending } = await jsm.consumers.info(
+      RESULTS_STREAM,
+      INBOX_CONSUMER,
+    );
+    if (floor.stream_seq >= lastSeq && pending === 0) return;
+    const late = `not every envelope was acked within ${timeoutMs} ms (ack floor ${floor.stream_seq} of ${lastSeq}, ack pending ${pending})`;
+    if (Date.now() > deadline) throw new Error(late);
   }
 }
 
 /** The `performance.now()` of `core-inbox`'s first delivery (polled every 5 ms, for 60 s at most). */
 export async function firstDelivery(jsm: JetStreamManager, who: string): Promise<number> {
   for (const deadline = Date.now() + 60_000; ; await sleep(5)) {
-    const info = await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER);
-    if (info.delivered.stream_seq > 0) return performance.now();
+    if ((await jsm.consumers.info(RESULTS_STREAM, INBOX_CONSUMER)).delivered.stream_seq > 0)
+      return performance.now();
     if (Date.now() > deadline) throw new Error(`the ${who} delivered nothing within 60 s`);
   }
 }
@@ -129,11 +116,7 @@ export async function firstDelivery(jsm: JetStreamManager, who: string): Promise
 /** CPU per envelope (or per job) of each part of a run, in microseconds (null where unknown). */
 export type CpuSplit = Record<'nodeUs' | 'postgresUs' | 'natsUs', number | null>;
 
-/**
- * Start measuring a run's CPU: this process and nats-server from now, the backends connected as
- * `applicationName` over their whole life (the consumer's pool opens them in the run), so `end`
- * comes before that pool closes.
- */
+/** A run's CPU: this process and nats-server from now, the backends named `applicationName` over their life (`end` before their pool closes). */
 export function startCpuSplit(env: BenchEnv) {
   const natsPid = env.nats.pid();
   const node0 = process.cpuUsage();
@@ -146,9 +129,8 @@ export function startCpuSplit(env: BenchEnv) {
         `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`,
         [applicationName],
       );
-      const pgMs = rows
-        .map((r) => processCpuMs(r.pid))
-        .reduce<number | null>((a, b) => (b === null ? a : (a ?? 0) + b), null);
+      const sum = (a: number | null, b: number | null) => (b === null ? a : (a ?? 0) + b);
+      const pgMs = rows.map((r) => processCpuMs(r.pid)).reduce(sum, null);
       return {
         nodeUs: (node.user + node.system) / envelopes,
         postgresUs: pgMs === null ? null : (pgMs * 1000) / envelopes,

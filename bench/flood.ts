@@ -1,8 +1,7 @@
 /**
- * `--only flood` (bench/README.md, "flood"): a hostile sender against a daemon process as shipped,
- * on backlogs published before it starts with the good results spread evenly among the bad: 300
- * envelopes of about 1 MiB (90 000 schema errors each) among 200 results, then 20 000 small invalid
- * envelopes among 100. It prints lines and records nothing.
+ * `--only flood` (bench/README.md, "flood"): a daemon process as shipped against backlogs published
+ * before it starts, the good results spread evenly among the bad: 300 envelopes of about 1 MiB
+ * (90 000 schema errors each) among 200 results, then 20 000 small invalid ones among 100. It logs.
  */
 import { headers as natsHeaders } from '@nats-io/nats-core';
 import { newId } from '../src/db/ids.js';
@@ -12,17 +11,13 @@ import { firstDelivery, resetStream, sleep, waitAllAcked, type BenchEnv } from '
 import { startProcess } from './throughput.js';
 
 const SERVICE = { name: 'tabular-parser', version: '2.3.1' };
-/** Megabyte messages on a busy machine: JetStream's ack may take longer than the client's default. */
-const PUBLISH_TIMEOUT_MS = 60_000;
 const enc = new TextEncoder();
-
 /** An envelope just under 1 MiB: its `service` has 90 000 keys the schema does not allow. */
 function floodEnvelope(): Uint8Array {
   const service: Record<string, unknown> = { ...SERVICE };
   for (let i = 0; i < 90_000; i++) service[`k${i}`] = 0;
   return enc.encode(JSON.stringify({ job_id: newId(), status: 'done', service }));
 }
-
 /** A small envelope the schema refuses (an unknown status, an extra key in `service`). */
 const smallBadEnvelope = () =>
   enc.encode(JSON.stringify({ job_id: newId(), status: 'finished', service: { ...SERVICE, extra: true } }));
@@ -44,19 +39,21 @@ async function flood(env: BenchEnv, good: number, bad: number, badData: () => Ui
         const job = isGood ? jobs[nextGood++]! : undefined;
         const headers = job ? resultHeaders(job) : natsHeaders();
         if (!job) headers.set('Nats-Msg-Id', `bad:${i + k}`);
-        const data = job ? doneEnvelope(job) : badData();
-        return env.js.publish(RESULT_SUBJECT, data, { headers, timeout: PUBLISH_TIMEOUT_MS });
+        // Megabyte messages on a busy machine: JetStream's ack may take longer than the client's default.
+        return env.js.publish(RESULT_SUBJECT, job ? doneEnvelope(job) : badData(), {
+          headers,
+          timeout: 60_000,
+        });
       }),
     );
     for (const a of acks) last = Math.max(last, a.seq);
   }
   const daemon = startProcess(env, 'daemon', 'warn');
-  try {
-    return { daemon, last, t0: await firstDelivery(env.jsm, 'daemon') };
-  } catch (err) {
+  const t0 = await firstDelivery(env.jsm, 'daemon').catch(async (err: unknown) => {
     await daemon.stop();
     throw err;
-  }
+  });
+  return { daemon, last, t0, since: () => (performance.now() - t0) / 1000 };
 }
 
 const count = async (env: BenchEnv, sql: string) =>
@@ -64,66 +61,51 @@ const count = async (env: BenchEnv, sql: string) =>
 const DONE = `SELECT count(*) AS n FROM recognition_job WHERE status = 'done'`;
 const QUARANTINED = `SELECT count(*) AS n FROM inbox_quarantine`;
 const kib = (bytes: number, digits = 2) => (bytes / 1024).toFixed(digits);
-const since = (t0: number) => (performance.now() - t0) / 1000;
 const up = (exited: boolean) => (exited ? 'EXITED' : 'stayed up');
 
 /** Run both scenarios; `log` gets a line as each ends. */
-export async function measureFlood(env: BenchEnv, log: (line: string) => void) {
+export async function measureFlood(env: BenchEnv, log: (line: string) => void): Promise<void> {
   const size = floodEnvelope().byteLength;
   log(`  big: publishing 300 envelopes of ${size} bytes (90 000 schema errors each) among 200 results`);
   const b = await flood(env, 200, 300, floodEnvelope, 10);
-  const big = await (async () => {
+  try {
     await waitAllAcked(env.jsm, b.last, 15 * 60_000);
-    const drainSeconds = since(b.t0);
+    const drained = b.since();
     const { rows } = await env.pool.query<{ besides: string; payload: string }>(
       `SELECT max(pg_column_size(q.*) - pg_column_size(q.payload)) AS besides,
-              max(octet_length(q.payload)) AS payload
-       FROM inbox_quarantine q`,
+              max(octet_length(q.payload)) AS payload FROM inbox_quarantine q`,
     );
-    const [goodApplied, quarantined] = [await count(env, DONE), await count(env, QUARANTINED)];
-    const [daemonExited, maxRssBytes] = [b.daemon.exitedEarly(), b.daemon.maxRss()];
+    const [applied, quarantined] = [await count(env, DONE), await count(env, QUARANTINED)];
+    const [exited, maxRss] = [b.daemon.exitedEarly(), b.daemon.maxRss()];
     const { log: text } = await b.daemon.stop();
     const lines = text.split('\n').filter((l) => l.includes('"event":"quarantined"'));
-    return {
-      ...{ bad: 300, good: 200, envelopeBytes: size, daemonExited, maxRssBytes, goodApplied, quarantined },
-      logBytesPerBad: Buffer.byteLength(text) / 300,
-      maxQuarantineLineBytes: Math.max(0, ...lines.map((l) => Buffer.byteLength(l) + 1)),
-      maxRowBytesBesidesPayload: Number(rows[0]!.besides),
-      maxStoredPayloadBytes: Number(rows[0]!.payload),
-      drainSeconds,
-    };
-  })().finally(() => b.daemon.stop());
-  log(
-    `  big: daemon ${up(big.daemonExited)}, peak RSS ${(big.maxRssBytes / 2 ** 20).toFixed(0)} MiB, ` +
-      `${big.goodApplied} of ${big.good} good results applied, ${big.quarantined} quarantined, drained in ${big.drainSeconds.toFixed(1)} s; ` +
-      `per bad envelope: ${kib(big.logBytesPerBad)} KiB of log (longest quarantine line ${kib(big.maxQuarantineLineBytes)} KiB), ` +
-      `quarantine row ${kib(big.maxRowBytesBesidesPayload)} KiB besides its payload of ${kib(big.maxStoredPayloadBytes, 0)} KiB (at most)`,
-  );
+    const longest = Math.max(0, ...lines.map((l) => Buffer.byteLength(l) + 1));
+    log(
+      `  big: daemon ${up(exited)}, peak RSS ${(maxRss / 2 ** 20).toFixed(0)} MiB, ` +
+        `${applied} of 200 good results applied, ${quarantined} quarantined, drained in ${drained.toFixed(1)} s; ` +
+        `per bad envelope: ${kib(Buffer.byteLength(text) / 300)} KiB of log (longest quarantine line ${kib(longest)} KiB), ` +
+        `quarantine row ${kib(Number(rows[0]!.besides))} KiB besides its payload of ${kib(Number(rows[0]!.payload), 0)} KiB (at most)`,
+    );
+  } finally {
+    await b.daemon.stop();
+  }
 
   log('  small: publishing 20 000 small schema-invalid envelopes with 100 results among them');
   const s = await flood(env, 100, 20_000, smallBadEnvelope, 2_000);
-  const small = await (async () => {
+  try {
     const deadline = Date.now() + 10 * 60_000;
-    let goodApplied = 0;
-    while ((goodApplied = await count(env, DONE)) < 100 && Date.now() < deadline && !s.daemon.exitedEarly())
+    let applied = 0;
+    while ((applied = await count(env, DONE)) < 100 && Date.now() < deadline && !s.daemon.exitedEarly())
       await sleep(50);
-    const goodAppliedSeconds = since(s.t0);
+    const appliedSeconds = s.since();
     await waitAllAcked(env.jsm, s.last, 10 * 60_000);
-    const drainSeconds = since(s.t0);
-    const [daemonExited, quarantined] = [s.daemon.exitedEarly(), await count(env, QUARANTINED)];
-    return {
-      bad: 20_000,
-      good: 100,
-      daemonExited,
-      goodAppliedSeconds,
-      goodApplied,
-      quarantined,
-      drainSeconds,
-    };
-  })().finally(() => s.daemon.stop());
-  log(
-    `  small: daemon ${up(small.daemonExited)}, ${small.goodApplied} of ${small.good} good results applied ` +
-      `${small.goodAppliedSeconds.toFixed(1)} s after the first delivery; ${small.quarantined} quarantined, all acked in ${small.drainSeconds.toFixed(1)} s`,
-  );
-  return { big, small };
+    const drained = s.since();
+    const [exited, quarantined] = [s.daemon.exitedEarly(), await count(env, QUARANTINED)];
+    log(
+      `  small: daemon ${up(exited)}, ${applied} of 100 good results applied ` +
+        `${appliedSeconds.toFixed(1)} s after the first delivery; ${quarantined} quarantined, all acked in ${drained.toFixed(1)} s`,
+    );
+  } finally {
+    await s.daemon.stop();
+  }
 }

@@ -1,8 +1,7 @@
 /**
  * The `grown` section (bench/README.md, "Grown"): the inbox, the watchdog and the admin queries on
- * the empty database and on a second one holding a generated history (a fifth of its jobs retried
- * failed attempts, expired for a retention of 30 minutes), in turns; the inbox once more while the
- * product's retention pass deletes them.
+ * the empty database and on one with a generated history, in turns; the inbox once more while the
+ * product's retention pass deletes the history's expired fifth.
  */
 import { sql } from 'kysely';
 import type { FinalJobStatus } from '../machines/index.js';
@@ -13,21 +12,18 @@ import { listJobs, loadJob, loadTransitions } from '../src/db/jobs.js';
 import { fillFreeSpaceCrumbs, generateJobHistory } from '../workshop/localServers/jobHistory.js';
 import { checkpoint, percentile, sleep, startBenchEnv, timeRuns, vacuumAnalyze } from './env.js';
 import type { BenchEnv } from './env.js';
-import { measureInbox, type Compared } from './throughput.js';
+import { measureInbox, warnInbox, type Compared } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
 
 /** The section's figures (admin p95 in ms, bytes on disk per job of the history). */
 export type GrownResult = Awaited<ReturnType<typeof measureGrown>>;
+type Options = Record<'randomIds' | 'fillCrumbs', boolean>;
 
 /**
  * Generate about `jobs` jobs in `env`'s database (its runs keep them), vacuumed and analysed as a
  * long-lived table is, `fillCrumbs` filling the free space a first vacuum lists on old pages.
  */
-export async function growHistory(
-  env: BenchEnv,
-  jobs: number,
-  o: Record<'randomIds' | 'fillCrumbs', boolean>,
-) {
+export async function growHistory(env: BenchEnv, jobs: number, o: Options, log: (line: string) => void) {
   const [started, client] = [performance.now(), await env.pool.connect()];
   try {
     const files = Math.round(jobs * 0.8);
@@ -43,15 +39,16 @@ export async function growHistory(
     const all = c.jobs + crumbs;
     const bytesPerJob = Object.fromEntries(Object.entries(rows[0]!).map(([k, v]) => [k, Number(v) / all]));
     env.history = true;
-    const [transitions, expired] = [c.transitions + crumbs, c.jobs - c.files];
-    return { jobs: all, transitions, expired, crumbs, seconds, bytesPerJob };
+    const history = { jobs: all, transitions: c.transitions + crumbs, expired: c.jobs - c.files, crumbs };
+    log(`  generated: ${JSON.stringify({ ...history, seconds, bytesPerJob })}`);
+    return { ...history, seconds, bytesPerJob };
   } finally {
     client.release();
   }
 }
 
 /** p95 of the admin commands' queries over `runs` runs (random jobs, after an untimed one), ms. */
-async function adminP95(databaseUrl: string, runs: number) {
+async function adminP95({ databaseUrl }: BenchEnv, runs = 200) {
   const { db, close } = openDb(databaseUrl, { max: 1, applicationName: 'bench-admin' });
   const { rows: ids } = await sql<{ id: string }>`
     SELECT id FROM recognition_job ORDER BY random() LIMIT ${runs}`.execute(db);
@@ -84,17 +81,8 @@ const LOCK_WAITS_SQL = `
  * inbox's waits on its locks and vacuuming what it deleted after; `finish` runs the rest untimed.
  */
 function retentionBeside(env: BenchEnv) {
-  const [deletedJobs, deletedBesideInbox, secondsBesideInbox, seconds, lockWaits, longestLockWaitMs] = [
-    0, 0, 0, 0, 0, 0,
-  ];
-  const result = {
-    deletedJobs,
-    deletedBesideInbox,
-    secondsBesideInbox,
-    seconds,
-    lockWaits,
-    longestLockWaitMs,
-  };
+  const deleted = { deletedJobs: 0, deletedBesideInbox: 0, secondsBesideInbox: 0, seconds: 0 };
+  const result = { ...deleted, lockWaits: 0, longestLockWaitMs: 0 };
   const bound = { lockWaitBoundMs: LOCK_WAIT_SAMPLE_MS };
   const { db, close } = openDb(env.databaseUrl, { max: 1, applicationName: 'bench-retention' });
   const positions = new Map<FinalJobStatus, FinishedKey>();
@@ -145,25 +133,19 @@ export async function measureGrown(
 ) {
   const grownEnv = await startBenchEnv();
   try {
-    const history = await growHistory(grownEnv, o.jobs, { randomIds: false, fillCrumbs: true });
-    log(`  generated: ${JSON.stringify(history)}`);
+    const history = await growHistory(grownEnv, o.jobs, { randomIds: false, fillCrumbs: true }, log);
     await measureInbox(env, { name: 'warm-up', logLevel: 'warn' }, o.warmup);
     const retention = retentionBeside(grownEnv);
-    const inbox = (e: BenchEnv, of: string, timed?: typeof retention.timed) => () =>
-      measureInbox(e, { name: `inbox, batched, LOG_LEVEL=warn, ${of}`, logLevel: 'warn', timed }, o.batched);
     const deleting = `the same, a retention pass deleting its ${history.expired} expired jobs`;
     const [empty, grown, duringRetention] = await compared([
-      inbox(env, 'empty database'),
-      inbox(grownEnv, `a history of ${history.jobs} jobs`),
-      inbox(grownEnv, deleting, retention.timed),
+      warnInbox(env, o.batched, 'empty database'),
+      warnInbox(grownEnv, o.batched, `a history of ${history.jobs} jobs`),
+      warnInbox(grownEnv, o.batched, deleting, { timed: retention.timed }),
     ]);
     const retained = await retention.finish();
     log(`  retention beside it: ${JSON.stringify(retained)}`);
     // After the inbox runs: the empty database holds their jobs.
-    const admin = {
-      empty: await adminP95(env.databaseUrl, 200),
-      grown: await adminP95(grownEnv.databaseUrl, 200),
-    };
+    const admin = { empty: await adminP95(env), grown: await adminP95(grownEnv) };
     log(`  admin p95, ms: ${JSON.stringify(admin)}`);
     // Each sweep adds its due jobs; the empty database holds the watchdog section's 20 000 in flight.
     const args = { due: o.watchdogDue, rounds: o.rounds, daemonOnly: true };

@@ -1,9 +1,7 @@
 /**
- * The `http` section (bench/README.md, "http"): what the HTTP endpoints cost the inbox on a database
- * with a generated history. The inbox with its endpoints drains the same backlog in turns over the
- * rounds with nobody asking and under `concurrency` connections each asking once a wave (wrk, whose
- * own CPU per request is small beside the daemon's); then single /metrics scrapes of the idle
- * daemon, and the figures statement itself on the history.
+ * The `http` section (bench/README.md, "http"): on a database with a generated history, the inbox
+ * with its endpoints idle and under `concurrency` wrk connections each asking once a wave, in turns;
+ * then single /metrics scrapes of the idle daemon, and the figures statement itself.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -16,17 +14,15 @@ import { acceptsTcp, freePort } from '../workshop/localServers/freePort.js';
 import { processCpuMs } from '../workshop/processStats.js';
 import { percentile, sleep, startBenchEnv, timeRuns } from './env.js';
 import { growHistory } from './grown.js';
-import { measureInbox, startInboxDaemon, type Compared, type TimedHooks } from './throughput.js';
+import { measureInbox, startInboxDaemon, warnInbox } from './throughput.js';
+import type { Compared, ThroughputResult, TimedHooks } from './throughput.js';
 
 export type HttpResult = Awaited<ReturnType<typeof measureHttp>>;
 
 const WAVE_MS = 1_000;
 const SCRAPES = 20;
 
-/**
- * What one loaded run's clients saw: `failures` are answers other than 2xx and failed connections,
- * `cpuShare` their own CPU over one core, `figuresReads` the daemon's figure reads in its life.
- */
+/** A loaded run's clients: `failures` non-2xx and failed connections, `cpuShare` their CPU over a core. */
 export type HttpLoad = Record<'requests' | 'failures' | 'perSecond' | 'cpuShare', number> &
   Record<'p50Ms' | 'p99Ms' | 'maxMs' | 'figuresReads', number | null>;
 
@@ -34,10 +30,7 @@ export type HttpLoad = Record<'requests' | 'failures' | 'perSecond' | 'cpuShare'
 const SCRIPT = `
 local paths = { "/metrics", "/statechart", "/statechart.json", "/readyz" }
 local n = 0
-request = function()
-  n = n + 1
-  return wrk.format("GET", paths[(n % #paths) + 1])
-end
+request = function() n = n + 1; return wrk.format("GET", paths[(n % #paths) + 1]) end
 delay = function() return tonumber(os.getenv("WAVE_MS")) end
 done = function(s, latency)
   local e = s.errors
@@ -54,8 +47,8 @@ end
  */
 function clientsBeside(baseUrl: string, concurrency: number, loads: HttpLoad[]): TimedHooks {
   const wrk = spawnSync('sh', ['-c', 'command -v wrk'], { encoding: 'utf8' }).stdout.trim();
-  if (!wrk)
-    throw new Error("the http section needs wrk: install Debian's wrk package (apt-get install -y wrk)");
+  const missing = "the http section needs wrk: install Debian's wrk package (apt-get install -y wrk)";
+  if (!wrk) throw new Error(missing);
   const script = join(tmpdir(), `rc-bench-http-${process.pid}.lua`);
   writeFileSync(script, SCRIPT);
   const port = Number(new URL(baseUrl).port);
@@ -83,16 +76,8 @@ function clientsBeside(baseUrl: string, concurrency: number, loads: HttpLoad[]):
       const counter = /^recognition_http_figures_reads_total\{result="(?:ok|failed)"\} (\S+)$/gm;
       const reads = [...metrics.matchAll(counter)].map((m) => Number(m[1]));
       const figuresReads = reads.length ? reads.reduce((a, b) => a + b, 0) : null;
-      const none = {
-        requests: 0,
-        failures: 0,
-        perSecond: 0,
-        cpuShare: 0,
-        p50Ms: null,
-        p99Ms: null,
-        maxMs: null,
-      };
-      if (!run) return void loads.push({ ...none, figuresReads });
+      const none = { requests: 0, failures: 0, perSecond: 0, cpuShare: 0 };
+      if (!run) return void loads.push({ ...none, p50Ms: null, p99Ms: null, maxMs: null, figuresReads });
       const cpuShare = (processCpuMs(run.child.pid!) ?? NaN) / (performance.now() - run.at);
       const exited = new Promise((resolve) => run.child.once('exit', resolve));
       run.child.kill('SIGINT');
@@ -111,39 +96,30 @@ export async function measureHttp(
 ) {
   const env = await startBenchEnv();
   try {
-    const history = await growHistory(env, o.jobs, { randomIds: true, fillCrumbs: false });
-    log(`  generated: ${JSON.stringify(history)}`);
+    const history = await growHistory(env, o.jobs, { randomIds: true, fillCrumbs: false }, log);
     const port = await freePort();
     const baseUrl = `http://127.0.0.1:${port}`;
     const intervalMs = env.config().HTTP_FIGURES_INTERVAL_MS;
     const of = `a history of ${history.jobs} jobs`;
-    const inbox = (name: string, timed?: TimedHooks) => () =>
-      measureInbox(
-        env,
-        { name: `inbox, batched, LOG_LEVEL=warn, ${of}, ${name}`, ...http, timed },
-        o.batched,
-      );
     const http = { logLevel: 'warn', httpPort: port } as const;
     await measureInbox(env, { name: 'warm-up', ...http }, o.warmup);
     const loads: HttpLoad[] = [];
+    const timed = clientsBeside(baseUrl, o.concurrency, loads);
     const [quiet, loaded] = await compared([
-      inbox('HTTP idle'),
-      inbox(`${o.concurrency} concurrent requests a second`, clientsBeside(baseUrl, o.concurrency, loads)),
+      warnInbox(env, o.batched, `${of}, HTTP idle`, http),
+      warnInbox(env, o.batched, `${of}, ${o.concurrency} concurrent requests a second`, { ...http, timed }),
     ]);
     for (const l of loads) log(`  clients: ${JSON.stringify(l)}`);
 
     // Single scrapes of the idle daemon, each past the reuse of the last one's body: every one renders.
     const daemon = await startInboxDaemon(env, http);
     let body = '';
-    const scrapeMs = await timeRuns(
-      SCRAPES,
-      async () => {
-        const res = await fetch(`${baseUrl}/metrics`);
-        body = await res.text();
-        if (res.status !== 200) throw new Error(`/metrics answered ${res.status}`);
-      },
-      METRICS_REUSE_MS + 50,
-    ).finally(() => daemon.stop());
+    const scrapeOnce = async () => {
+      const res = await fetch(`${baseUrl}/metrics`);
+      body = await res.text();
+      if (res.status !== 200) throw new Error(`/metrics answered ${res.status}`);
+    };
+    const scrapeMs = await timeRuns(SCRAPES, scrapeOnce, METRICS_REUSE_MS + 50).finally(() => daemon.stop());
     const jobsLines = body.split('\n').filter((l) => /^recognition_jobs(_estimated)?\{/.test(l));
     log(`  /metrics on ${of}: ${jobsLines.join('; ')}`);
 
@@ -153,20 +129,10 @@ export async function measureHttp(
     const scrape = { runs: SCRAPES, p50Ms: percentile(scrapeMs, 50), p95Ms: percentile(scrapeMs, 95) };
     const maxMs = scrapeMs.at(-1)!;
     const figuresRead = { runs: readMs.length, p50Ms: percentile(readMs, 50), maxMs: readMs.at(-1)! };
-    const [q, l] = [quiet!, loaded!];
-    const { concurrency } = o;
-    return {
-      history,
-      concurrency,
-      waveMs: WAVE_MS,
-      intervalMs,
-      quiet: q,
-      loaded: l,
-      ratio: l.perSecond / q.perSecond,
-      loads,
-      scrape: { ...scrape, maxMs },
-      figuresRead,
-    };
+    const [q, l, { concurrency }] = [quiet!, loaded!, o];
+    const ratio = l.perSecond / q.perSecond;
+    const run = { history, concurrency, waveMs: WAVE_MS, intervalMs, quiet: q, loaded: l, ratio };
+    return { ...run, loads, scrape: { ...scrape, maxMs }, figuresRead };
   } finally {
     await env.close();
   }
@@ -183,23 +149,19 @@ function perRequestMs(r: HttpResult): number {
 
 /** The section's lines under the run's table: the ratio and the scrape latency against their targets. */
 export function renderHttp(r: HttpResult): string {
-  const reads = r.loads
-    .map(
-      (l) =>
-        `${l.figuresReads ?? '?'} reads in the run's ${r.loaded.seconds.toFixed(1)} s and the daemon's start`,
-    )
-    .join('; ');
+  const during = `in the run's ${r.loaded.seconds.toFixed(1)} s and the daemon's start`;
+  const reads = r.loads.map((l) => `${l.figuresReads ?? '?'} reads ${during}`).join('; ');
+  const rounds = (t: ThroughputResult) => (t.roundsPerSecond ?? []).map(Math.round).join(', ');
+  const client = (l: HttpLoad, i: number) =>
+    `- clients, round ${i + 1}: ${l.requests} answered (${l.perSecond.toFixed(0)}/s), ${l.failures} failed, p50 ${ms(l.p50Ms)}, p99 ${ms(l.p99Ms)}, max ${ms(l.maxMs)}; the clients' process took ${(l.cpuShare * 100).toFixed(0)} % of a core`;
   return (
     [
       `HTTP endpoints on a history of ${r.history.jobs.toLocaleString('en-US')} jobs ` +
         `(${r.history.transitions.toLocaleString('en-US')} transitions), HTTP_FIGURES_INTERVAL_MS=${r.intervalMs}:`,
-      `- inbox with the endpoints idle: ${Math.round(r.quiet.perSecond)} envelopes/s (rounds: ${(r.quiet.roundsPerSecond ?? []).map(Math.round).join(', ')})`,
-      `- inbox under ${r.concurrency} concurrent requests every ${r.waveMs / 1000} s: ${Math.round(r.loaded.perSecond)} envelopes/s (rounds: ${(r.loaded.roundsPerSecond ?? []).map(Math.round).join(', ')})`,
+      `- inbox with the endpoints idle: ${Math.round(r.quiet.perSecond)} envelopes/s (rounds: ${rounds(r.quiet)})`,
+      `- inbox under ${r.concurrency} concurrent requests every ${r.waveMs / 1000} s: ${Math.round(r.loaded.perSecond)} envelopes/s (rounds: ${rounds(r.loaded)})`,
       `- ratio loaded / idle: ${r.ratio.toFixed(2)}× (target ≥ 0.90: ${r.ratio >= 0.9 ? 'met' : 'NOT met'})`,
-      ...r.loads.map(
-        (l, i) =>
-          `- clients, round ${i + 1}: ${l.requests} answered (${l.perSecond.toFixed(0)}/s), ${l.failures} failed, p50 ${ms(l.p50Ms)}, p99 ${ms(l.p99Ms)}, max ${ms(l.maxMs)}; the clients' process took ${(l.cpuShare * 100).toFixed(0)} % of a core`,
-      ),
+      ...r.loads.map(client),
       `- the daemon's node CPU per request (loaded minus idle, median runs): ${perRequestMs(r).toFixed(2)} ms`,
       `- figures statement runs: ${reads} (at most one per interval)`,
       `- one /metrics scrape, idle daemon, each rendered afresh: p50 ${ms(r.scrape.p50Ms)}, p95 ${ms(r.scrape.p95Ms)}, max ${ms(r.scrape.maxMs)} over ${r.scrape.runs} (target ≤ 50 ms, read on the p95: ${r.scrape.p95Ms <= 50 ? 'met' : 'NOT met'})`,

@@ -1,8 +1,7 @@
 /**
- * Latency from publish to commit at a fixed rate (bench/README.md, "Latency"): a child process (this
- * module, forked) publishes one result per job at `rate`/s and records each publish's time; the
- * consumer in this process records each envelope's commit through a commit hook, both on the
- * machine's monotonic clock. The first {@link WARMUP_SECONDS} are applied but not counted.
+ * Latency from publish to commit at a fixed rate (bench/README.md, "Latency"): this module, forked,
+ * publishes one result per job at `rate`/s; the consumer here records each commit through a hook,
+ * both on the machine's monotonic clock. The first {@link WARMUP_SECONDS} are not counted.
  */
 import { fork } from 'node:child_process';
 import { constants, PerformanceObserver } from 'node:perf_hooks';
@@ -13,11 +12,12 @@ import { startCeiling } from './ceiling.js';
 import { checkpoint, percentile, resetStream, waitAllAcked, type BenchEnv } from './env.js';
 import { checkAllDone, doneEnvelope, resultHeaders, seedPublishedJobs } from '../workshop/benchFixtures.js';
 import type { BenchJob } from '../workshop/benchFixtures.js';
-import { startInboxDaemon, timeoutFor } from './throughput.js';
+import { startInboxDaemon, timeoutFor, type InboxOptions } from './throughput.js';
 
 /** One latency round: percentiles, the publisher's worst lag, the consumer's collection pauses. */
 export type LatencyResult = Awaited<ReturnType<typeof measureLatency>>;
 
+type Consumer = 'daemon' | 'ceiling';
 type PublisherStart = { natsUrl: string; jobs: BenchJob[]; rate: number };
 type Published = { times: Array<[jobId: string, ms: number]>; lagMs: number };
 
@@ -28,16 +28,10 @@ const clockMs = () => Number(process.hrtime.bigint()) / 1e6;
 const WARMUP_SECONDS = 2;
 
 /**
- * Publish results at `rate`/s for `WARMUP_SECONDS + seconds` into `consumer` (the daemon's inbox, or
- * the ceiling's consumer: what the machine's commits and nats-server allow); publish → commit after
- * the warm-up. Every envelope must be committed, and none before its publish.
+ * Publish at `rate`/s for `WARMUP_SECONDS + seconds` into `consumer` (the daemon's inbox, or the
+ * ceiling's); publish → commit after the warm-up. Every envelope must commit, none before its publish.
  */
-export async function measureLatency(
-  env: BenchEnv,
-  rate: number,
-  seconds: number,
-  consumer: 'daemon' | 'ceiling',
-) {
+export async function measureLatency(env: BenchEnv, rate: number, seconds: number, consumer: Consumer) {
   const warmup = Math.round(rate * WARMUP_SECONDS);
   const n = warmup + Math.max(100, Math.round(rate * seconds));
   const jobs = await seedPublishedJobs(env.pool, n);
@@ -49,14 +43,10 @@ export async function measureLatency(
     const t = clockMs();
     for (const id of jobIds) committedAt.set(id, t);
   };
+  const afterCommit: InboxOptions['afterCommit'] = (items) =>
+    committed(items.flatMap((it) => (it.decoded.ok ? [it.decoded.envelope.job_id] : [])));
   const daemon =
-    consumer === 'daemon'
-      ? await startInboxDaemon(env, {
-          logLevel: 'warn',
-          afterCommit: (items) =>
-            committed(items.flatMap((it) => (it.decoded.ok ? [it.decoded.envelope.job_id] : []))),
-        })
-      : undefined;
+    consumer === 'daemon' ? await startInboxDaemon(env, { logLevel: 'warn', afterCommit }) : undefined;
   const running = daemon ?? (await startCeiling(env.databaseUrl, env.js, 'bench-ceiling', committed));
   let published: Published;
   const gc = watchCollections();
@@ -85,11 +75,10 @@ export async function measureLatency(
     .map(([jobId, t]) => committedAt.get(jobId)! - t)
     .sort((a, b) => a - b);
   if (latencies.some((l) => !Number.isFinite(l))) throw new Error('an envelope has no commit time');
-  if (latencies[0]! < 0)
-    throw new Error(`an envelope committed ${-latencies[0]!} ms before it was published`);
+  const early = `an envelope committed ${-latencies[0]!} ms before it was published`;
+  if (latencies[0]! < 0) throw new Error(early);
   const [p50Ms, p99Ms, maxMs] = [percentile(latencies, 50), percentile(latencies, 99), latencies.at(-1)!];
-  const { lagMs: publisherLagMs } = published;
-  const logLevel: string | null = daemon?.config.LOG_LEVEL ?? null;
+  const [publisherLagMs, logLevel] = [published.lagMs, (daemon?.config.LOG_LEVEL ?? null) as string | null];
   return {
     consumer,
     rate,
@@ -107,12 +96,10 @@ export async function measureLatency(
 function watchCollections() {
   const pauses: Array<{ at: number; ms: number; kind: number | undefined }> = [];
   const observer = new PerformanceObserver((list) => {
-    for (const e of list.getEntries())
-      pauses.push({
-        at: e.startTime,
-        ms: e.duration,
-        kind: (e as { detail?: { kind?: number } }).detail?.kind,
-      });
+    for (const e of list.getEntries()) {
+      const kind = (e as { detail?: { kind?: number } }).detail?.kind;
+      pauses.push({ at: e.startTime, ms: e.duration, kind });
+    }
   });
   observer.observe({ entryTypes: ['gc'] });
   return {
@@ -158,12 +145,10 @@ async function publish({ natsUrl, jobs, rate }: PublisherStart): Promise<Publish
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const fail = (err: unknown) => {
-    process.stderr.write(`latency publisher failed: ${String(err)}\n`);
-    process.exit(1);
-  };
-  process.once(
-    'message',
-    (m: PublisherStart) => void publish(m).then((r) => process.send!(r, () => process.exit(0)), fail),
+  const fail = (err: unknown) => (
+    process.stderr.write(`latency publisher failed: ${String(err)}\n`),
+    process.exit(1)
   );
+  const done = (r: Published) => process.send!(r, () => process.exit(0));
+  process.once('message', (m: PublisherStart) => void publish(m).then(done, fail));
 }

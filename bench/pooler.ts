@@ -15,30 +15,28 @@ import { measureInbox, type Compared } from './throughput.js';
 /** The section's runs, each the median of its rounds, and `pgbouncer --version`'s first line. */
 export type PoolerResult = Awaited<ReturnType<typeof measurePooler>>;
 
-/** Measure the section on `n` results; `compared` takes the runs in turns (bench/run.ts). */
 export async function measurePooler(env: BenchEnv, n: number, compared: Compared) {
   const version = execFileSync(findPgbouncerBinary(), ['--version'], { encoding: 'utf8' }).split('\n')[0]!;
   const serverPort = Number(new URL(env.databaseUrl).port || 5432);
-  const pool = env.config().DB_POOL_SIZE;
   // As many server connections as the daemon's pool: the pooler never makes the inbox wait for one.
-  const transaction = await startPgbouncer({ mode: 'transaction', serverPort, poolSize: pool });
-  const session = await startPgbouncer({ mode: 'session', serverPort, poolSize: pool });
+  const poolSize = env.config().DB_POOL_SIZE;
+  const transaction = await startPgbouncer({ mode: 'transaction', serverPort, poolSize });
+  const session = await startPgbouncer({ mode: 'session', serverPort, poolSize });
   const through = (bouncer: PgbouncerHandle, mode: string) => {
     const u = new URL(env.databaseUrl);
     [u.hostname, u.port] = ['127.0.0.1', String(bouncer.port)];
     return { DATABASE_URL: u.toString(), DATABASE_POOLER: mode };
   };
+  const run = (name: string, overrides: Record<string, string>) => () =>
+    measureInbox(env, { name: `inbox ${name}, LOG_LEVEL=warn`, logLevel: 'warn', overrides }, n);
+  const via = (mode: 'transaction' | 'session', bouncer: PgbouncerHandle) =>
+    run(`through ${version}, ${mode} mode (DATABASE_POOLER=${mode})`, through(bouncer, mode));
   try {
-    const run = (name: string, overrides: Record<string, string>) => () =>
-      measureInbox(env, { name: `inbox ${name}, LOG_LEVEL=warn`, logLevel: 'warn', overrides }, n);
     const [direct, directUnnamed, t, s] = await compared([
       run('direct, prepared statements (DATABASE_POOLER=none)', {}),
       run('direct, unnamed statements', { DATABASE_POOLER: 'transaction' }),
-      run(
-        `through ${version}, transaction mode (DATABASE_POOLER=transaction)`,
-        through(transaction, 'transaction'),
-      ),
-      run(`through ${version}, session mode (DATABASE_POOLER=session)`, through(session, 'session')),
+      via('transaction', transaction),
+      via('session', session),
     ]);
     return { version, direct: direct!, directUnnamed: directUnnamed!, transaction: t!, session: s! };
   } finally {

@@ -1,8 +1,7 @@
 /**
- * `npm run bench:profile` (bench/README.md): where the node CPU of the inbox and of its ceiling goes,
- * by part, and what each part allocates; each drains `--envelopes` results `--rounds` times, the last
- * under V8's sampling profiler, then once more under its sampling heap profiler. Then PostgreSQL's
- * side: a backend's CPU per envelope for the inbox's write beside the ceiling's transaction.
+ * `npm run bench:profile` (bench/README.md): the inbox's and the ceiling's node CPU and allocation by
+ * part (V8's sampling profilers over drains), then a backend's CPU per envelope for the inbox's write
+ * beside the ceiling's transaction.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -21,13 +20,14 @@ import { doneEnvelope, resultHeaders, seedPublishedJobs, type BenchJob } from '.
 import { processCpuMs, threadCpuMs } from '../workshop/processStats.js';
 import { measureCeiling, measureInbox, type LogLevel, type TimedHooks } from './throughput.js';
 
-/** A V8 CPU profile and a sampling heap profile's node, as much of them as the attribution reads. */
+/** As much of a V8 CPU profile and of a sampling heap profile's node as the attribution reads. */
 type Frame = { functionName: string; url: string };
 type CpuProfile = { nodes: Array<{ id: number; callFrame: Frame; children?: number[] }>; samples: number[] };
 type HeapProfileNode = { callFrame: Frame; selfSize: number; children: HeapProfileNode[] };
+type Heap = { head: HeapProfileNode };
 
 /** The parts, by the frame's url (or function name), tried in order; the first match owns a sample. */
-export const PARTS: ReadonlyArray<[part: string, url: RegExp, fn?: RegExp]> = [
+const PARTS: ReadonlyArray<[part: string, url: RegExp, fn?: RegExp]> = [
   ['XState: decide()', /node_modules\/xstate\/|\/machines\//],
   ['decode and validate', /messages\/(decodeEnvelope|schemas)|node_modules\/ajv/, /^validate\d+$/],
   ['step: plan, row diff, parameters', /src\/step\/|src\/db\/jobRow/],
@@ -51,7 +51,7 @@ type Column = Record<'cpu' | 'allocated', Map<string, number>>;
 const partOf = (f: Frame) => PARTS.find(([, url, fn]) => url.test(f.url) || fn?.test(f.functionName))?.[0];
 
 /** Bytes allocated by part: each sample counts for the nearest frame of a part on its stack. */
-export function attributeAllocation(head: HeapProfileNode): Map<string, number> {
+function attributeAllocation(head: HeapProfileNode): Map<string, number> {
   const bytes = new Map<string, number>();
   const visit = (node: HeapProfileNode, inherited: string) => {
     const part = partOf(node.callFrame) ?? inherited;
@@ -63,7 +63,7 @@ export function attributeAllocation(head: HeapProfileNode): Map<string, number> 
 }
 
 /** Each part's share of the profile's busy samples, by the same rule. */
-export function attribute(profile: CpuProfile): Map<string, number> {
+function attribute(profile: CpuProfile): Map<string, number> {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
   for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
@@ -82,16 +82,12 @@ export function attribute(profile: CpuProfile): Map<string, number> {
   return new Map([...counts].map(([k, v]) => [k, v / busy]));
 }
 
-/** Mean bytes between two samples of the sampling heap profiler. */
-const HEAP_SAMPLING_BYTES = 1024;
-
 /** Batches of {@link statementCpu} not counted: the statements are prepared and planned in them. */
 const STATEMENT_WARM_UP = 6;
 
 /**
- * PostgreSQL CPU per envelope of an inbox batch's write (`applyUnlocked`, prepared) and of the
- * ceiling's transaction (BEGIN, its statement, COMMIT), each on batches of `size` fresh jobs'
- * results in turns on one connection; the backend's CPU read from /proc around each.
+ * A backend's CPU per envelope (from /proc) of an inbox batch's write (`applyUnlocked`, prepared) and
+ * of the ceiling's transaction, each on batches of `size` fresh jobs' results in turns on one connection.
  */
 async function statementCpu(env: BenchEnv, batches: number, size: number) {
   const jobs = await seedPublishedJobs(env.pool, 2 * size * (batches + STATEMENT_WARM_UP));
@@ -143,32 +139,19 @@ async function statementCpu(env: BenchEnv, batches: number, size: number) {
   }
 }
 
+const n = wholeNumber(2);
+const logLevel = new Option('--log-level <level>', "the inbox's LOG_LEVEL (info logs a line per envelope)");
 const args = new Command('bench:profile')
   .description("profile the inbox's node CPU by part, beside its ceiling's")
-  .option('--rounds <n>', 'drains per consumer (the last one profiled)', wholeNumber(2), 3)
-  .option('--envelopes <n>', 'backlog of each drain', wholeNumber(2), 30_000)
+  .option('--rounds <n>', 'drains per consumer (the last one profiled)', n, 3)
+  .option('--envelopes <n>', 'backlog of each drain', n, 30_000)
   .option('--keep <dir>', 'write the .cpuprofile and .heapprofile files there')
-  .option('--statement-batches <n>', "batches of PostgreSQL's statement split", wholeNumber(2), 60)
-  .option(
-    '--statement-size <n>',
-    "envelopes per batch of the statement split (a moderate rate's small batches show each statement's fixed cost)",
-    wholeNumber(2),
-    CEILING.batchSize,
-  )
-  .addOption(
-    new Option('--log-level <level>', "the inbox's LOG_LEVEL (info logs a line per envelope)")
-      .choices(['warn', 'info'])
-      .default('warn'),
-  )
+  .option('--statement-batches <n>', "batches of PostgreSQL's statement split", n, 60)
+  .option('--statement-size <n>', 'envelopes per batch of the statement split', n, CEILING.batchSize)
+  .addOption(logLevel.choices(['warn', 'info']).default('warn'))
   .parse(process.argv)
-  .opts<{
-    rounds: number;
-    envelopes: number;
-    keep?: string;
-    statementBatches: number;
-    statementSize: number;
-    logLevel: LogLevel;
-  }>();
+  .opts<Record<'rounds' | 'envelopes' | 'statementBatches' | 'statementSize', number> & Strings>();
+type Strings = { keep?: string; logLevel: LogLevel };
 
 // The inbox's work runs in this process as it runs in the daemon's: with its V8 settings.
 applyV8Flags();
@@ -211,33 +194,25 @@ try {
     // The process's CPU and its main thread's over the timed window of each unprofiled drain.
     const rounds: Array<{ all: number; main: number }> = [];
     for (let i = 1; i < args.rounds; i++) rounds.push(await within(run, ownCpu, ownCpu));
-    const profile = await within(
-      run,
-      () => session.post('Profiler.start'),
-      async () => (await session.post('Profiler.stop')).profile as unknown as CpuProfile,
-    );
+    const stopCpu = async () => (await session.post('Profiler.stop')).profile as unknown as CpuProfile;
+    const profile = await within(run, () => session.post('Profiler.start'), stopCpu);
     // One more drain under the sampling heap profiler, which slows allocation: apart from the CPU profile.
-    const sampling = { samplingInterval: HEAP_SAMPLING_BYTES };
+    const sampling = { samplingInterval: 1024 }; // mean bytes between two samples
     const collected = { includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true };
-    const heap = await within(
-      run,
-      () => session.post('HeapProfiler.startSampling', { ...sampling, ...collected }),
-      async () =>
-        (await session.post('HeapProfiler.stopSampling')).profile as unknown as { head: HeapProfileNode },
-    );
+    const startHeap = () => session.post('HeapProfiler.startSampling', { ...sampling, ...collected });
+    const stopHeap = async () => (await session.post('HeapProfiler.stopSampling')).profile as unknown as Heap;
+    const heap = await within(run, startHeap, stopHeap);
     keep(name, 'cpuprofile', profile);
     keep(name, 'heapprofile', heap);
     // The profile's shares split the main thread's CPU; the rest of the process's is its other threads'.
     const [nodeUs, mainUs] = [median(rounds, (r) => r.all).all, median(rounds, (r) => r.main).main];
     const cpu = new Map([...attribute(profile)].map(([part, share]) => [part, share * mainUs]));
     cpu.set(BACKGROUND, nodeUs - mainUs);
-    const allocated = new Map(
-      [...attributeAllocation(heap.head)].map(([p, bytes]) => [p, bytes / args.envelopes]),
-    );
+    const perEnvelope = ([p, bytes]: [string, number]) => [p, bytes / args.envelopes] as const;
+    const allocated = new Map([...attributeAllocation(heap.head)].map(perEnvelope));
     columns.push({ cpu, allocated });
-    process.stderr.write(
-      `${name}: node ${nodeUs.toFixed(0)} µs per envelope, ${mainUs.toFixed(0)} on the main thread\n`,
-    );
+    const [all, main] = [nodeUs.toFixed(0), mainUs.toFixed(0)];
+    process.stderr.write(`${name}: node ${all} µs per envelope, ${main} on the main thread\n`);
   }
   statements = await statementCpu(env, args.statementBatches, args.statementSize);
 } finally {
@@ -246,40 +221,27 @@ try {
 }
 
 const [inbox, ceiling] = columns as [Column, Column];
-const right = ['---', '---:', '---:', '---:'];
 const ORDER = [...PARTS.map(([p]) => p), GC, RUNTIME, BACKGROUND];
+const bold = (v: string) => `**${v}**`;
 /** The parts either consumer has, each one's figure and the inbox's excess (which sums to the totals'). */
 const byPart = (title: string, of: (c: Column) => Map<string, number>, digits: number) => {
   const cells = (a: number, b: number, d: number) => [a, b, a - b].map((v) => v.toFixed(d));
   const sum = (c: Column) => [...of(c).values()].reduce((a, b) => a + b, 0);
-  const rows = ORDER.filter((p) => of(inbox).has(p) || of(ceiling).has(p)).map((p) => [
-    p,
-    ...cells(of(inbox).get(p) ?? 0, of(ceiling).get(p) ?? 0, digits),
-  ]);
-  const total = ['**total**', ...cells(sum(inbox), sum(ceiling), 0).map((v) => `**${v}**`)];
-  return table([title, 'inbox', 'ceiling', 'inbox above the ceiling'], [...rows, total], right);
+  const parts = ORDER.filter((p) => of(inbox).has(p) || of(ceiling).has(p));
+  const rows = parts.map((p) => [p, ...cells(of(inbox).get(p) ?? 0, of(ceiling).get(p) ?? 0, digits)]);
+  const total = [bold('total'), ...cells(sum(inbox), sum(ceiling), 0).map(bold)];
+  const head = [title, 'inbox', 'ceiling', 'inbox above the ceiling'];
+  return table(head, [...rows, total], ['---', '---:', '---:', '---:']);
 };
-const [w, c] = [statements.write, statements.ceiling];
-const postgres = table(
-  [
-    `PostgreSQL CPU per envelope, µs (one connection, batches of ${args.statementSize}, in turns)`,
-    'inbox',
-    'ceiling',
-  ],
-  [
-    ['the write (the inbox) / BEGIN, the statement, COMMIT (the ceiling)', w.toFixed(1), c.toFixed(1)],
-    [
-      `**total** (the inbox above the ceiling: ${(w - c).toFixed(1)})`,
-      `**${w.toFixed(1)}**`,
-      `**${c.toFixed(1)}**`,
-    ],
-  ],
-  ['---', '---:', '---:'],
-);
+const [w, c] = [statements.write.toFixed(1), statements.ceiling.toFixed(1)];
+const excess = (statements.write - statements.ceiling).toFixed(1);
+const pgTitle = `PostgreSQL CPU per envelope, µs (one connection, batches of ${args.statementSize}, in turns)`;
+const pgRows = [
+  ['the write (the inbox) / BEGIN, the statement, COMMIT (the ceiling)', w, c],
+  [`**total** (the inbox above the ceiling: ${excess})`, bold(w), bold(c)],
+];
+const postgres = table([pgTitle, 'inbox', 'ceiling'], pgRows, ['---', '---:', '---:']);
 const cpu = byPart('where (node CPU per envelope, µs)', (col) => col.cpu, 1);
-const allocation = byPart(
-  'bytes allocated per envelope (what the collections collect)',
-  (col) => col.allocated,
-  0,
-);
+const allocTitle = 'bytes allocated per envelope (what the collections collect)';
+const allocation = byPart(allocTitle, (col) => col.allocated, 0);
 process.stdout.write(`${cpu}\n\n${allocation}\n\n${postgres}\n`);

@@ -1,7 +1,7 @@
 /**
  * The bench's report: what one run measured, its headline ratios and targets, its markdown tables,
- * and what a full run records (bench/README.md, "What a full run records"). Only ratios of one run
- * compare across machines and days; absolute figures are context.
+ * and what a full run records (bench/README.md). Each section is one spec giving its headlines and
+ * then its rows, read against them. Only ratios of one run compare across machines and days.
  */
 import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -22,19 +22,17 @@ export interface BenchReport {
   dirty: boolean;
   scale: number;
   durationSeconds?: number;
-  /** The machine in one line: cores, memory, Node, PostgreSQL, nats-server. */
+  /** Cores, memory, Node, PostgreSQL, nats-server; then the configuration defaults the daemon ran with. */
   machine: string;
-  /** The configuration defaults the daemon ran with. */
   defaults: Record<string, number>;
-  inbox?: { ceiling: ThroughputResult; warn: ThroughputResult; info: ThroughputResult };
+  inbox?: Record<'ceiling' | 'warn' | 'info', ThroughputResult>;
   /** A daemon process on a backlog; the ceiling on the same, warm in the bench and started cold alike. */
   cold?: { ceiling: ThroughputResult; ceilingProcess?: ThroughputResult; daemon: ThroughputResult };
-  /** Every round of the latency target, and the ceiling's consumer at the same rate just before each. */
+  /** Every latency round, and the ceiling's consumer at the same rate just before each. */
   latencyRounds?: LatencyResult[];
   latencyCeilingRounds?: LatencyResult[];
   watchdog?: WatchdogResult;
   cli?: CliResult;
-  /** A daemon process draining a large backlog, its RSS sampled. */
   drain?: ThroughputResult;
   grown?: GrownResult;
   pooler?: PoolerResult;
@@ -42,13 +40,11 @@ export interface BenchReport {
 }
 
 /** The headlines of a run: each a ratio to its ceiling of the same run. */
-export interface Headlines {
-  ceilings: Record<string, string>;
-  ratios: Record<string, number>;
+export type Headlines = { ceilings: Record<string, string>; ratios: Record<string, number> } & {
   targets: Record<string, string>;
   met: Record<string, boolean>;
   context: Record<string, number | number[]>;
-}
+};
 
 /** Each target: what is compared with what, and the bound. */
 export const TARGETS: Record<string, { text: string; min?: number; max?: number }> = {
@@ -70,85 +66,11 @@ const LATENCY = { maxMs: 50, share: 0.8 };
 const DRAIN_MAX_MIB = 300;
 
 const mib = (v: number | undefined) => (v ?? NaN) / 2 ** 20;
-
-/** A run's headline ratios, their ceilings and targets, and the absolute figures as context. */
-export function headlines(r: BenchReport): Headlines {
-  const h: Headlines = { ceilings: {}, ratios: {}, targets: {}, met: {}, context: {} };
-  /** `value` over `of` (a rate over a rate, or a time over a time), and its target when it has one. */
-  const ratio = (key: string, value: number, of: number, ceiling: string) => {
-    h.ceilings[key] = ceiling;
-    h.ratios[key] = value / of;
-    const target = TARGETS[key];
-    if (target?.min !== undefined) h.met[key] = h.ratios[key] >= target.min;
-    if (target?.max !== undefined) h.met[key] = h.ratios[key] <= target.max;
-    if (target) h.targets[key] = target.text;
-  };
-  /** A throughput over its ceiling's, both rates as context. */
-  const rates = (key: string, t: ThroughputResult, c: ThroughputResult, ceilingKey: string) => {
-    h.context[`${key}_env_per_s`] = Math.round(t.perSecond);
-    h.context[`${ceilingKey}_env_per_s`] = Math.round(c.perSecond);
-    ratio(key, t.perSecond, c.perSecond, c.name);
-  };
-  if (r.inbox) {
-    rates('inbox_batched_warn', r.inbox.warn, r.inbox.ceiling, 'ceiling');
-    rates('inbox_batched_info', r.inbox.info, r.inbox.ceiling, 'ceiling');
-  }
-  if (r.cold) h.context['cold_start_to_first_delivery_s'] = r.cold.daemon.startupSeconds ?? NaN;
-  if (r.cold) rates('inbox_cold_start', r.cold.daemon, r.cold.ceiling, 'cold_ceiling');
-  if (r.cold?.ceilingProcess) {
-    const started = r.cold.ceilingProcess;
-    rates('inbox_cold_start_of_cold_ceiling', r.cold.daemon, started, 'cold_ceiling_process');
-    h.context['cold_ceiling_process_to_first_delivery_s'] = started.startupSeconds ?? NaN;
-  }
-  const sweep = median(r.watchdog?.sweeps ?? [], (s) => s.seconds);
-  const rawSweep = median(r.watchdog?.rawSweeps ?? [], (s) => s.seconds);
-  if (sweep && rawSweep) {
-    h.context['watchdog_sweep_s'] = sweep.seconds;
-    h.context['raw_sweep_s'] = rawSweep.seconds;
-    ratio('watchdog_sweep_time', sweep.seconds, rawSweep.seconds, 'raw SQL sweep');
-  }
-  if (r.cli) {
-    const c = r.cli.commands;
-    h.context['node_e_0_ms'] = c.node.wallMs;
-    ratio('cli_help', c.help.wallMs, c.node.wallMs, c.node.label);
-  }
-  const rounds = r.latencyRounds ?? [];
-  if (rounds.length > 0) {
-    h.context['latency_rate_env_per_s'] = rounds[0]!.rate;
-    h.context['latency_p99_ms'] = rounds.map((l) => l.p99Ms);
-    const ceilingRounds = r.latencyCeilingRounds ?? [];
-    if (ceilingRounds.length > 0) h.context['latency_ceiling_p99_ms'] = ceilingRounds.map((l) => l.p99Ms);
-    const need = Math.ceil(LATENCY.share * rounds.length);
-    h.targets['latency_p99'] = `p99 ≤ ${LATENCY.maxMs} ms in ≥ ${need} of ${rounds.length} rounds`;
-    h.met['latency_p99'] = rounds.filter((l) => l.p99Ms <= LATENCY.maxMs).length >= need;
-  }
-  if (r.drain) {
-    h.context['drain_env_per_s'] = Math.round(r.drain.perSecond);
-    h.context['drain_max_rss_mib'] = mib(r.drain.maxRssBytes);
-    h.targets['drain_rss'] = `max RSS < ${DRAIN_MAX_MIB} MiB`;
-    h.met['drain_rss'] = mib(r.drain.maxRssBytes) < DRAIN_MAX_MIB;
-  }
-  const g = r.grown;
-  if (g) {
-    rates('grown_inbox', g.inbox.grown, g.inbox.empty, 'grown_empty');
-    rates('grown_inbox_during_retention', g.inbox.duringRetention, g.inbox.grown, 'grown_inbox');
-    const [sg, se] = [g.watchdog.grown, g.watchdog.empty].map((w) => median(w.sweeps, (s) => s.seconds)!);
-    ratio('grown_watchdog_sweep_time', sg!.seconds, se!.seconds, 'the same sweep on the empty database');
-    h.context['grown_watchdog_sweep_s'] = [sg!.seconds, se!.seconds];
-    h.context['grown_history_jobs_and_generation_s'] = [g.history.jobs, g.history.seconds];
-    for (const [k, v] of Object.entries(g.history.bytesPerJob)) h.context[`grown_bytes_per_job_${k}`] = v;
-    const bound = (key: string, value: number) => {
-      [h.context[key], h.targets[key], h.met[key]] = [value, TARGETS[key]!.text, value <= TARGETS[key]!.max!];
-    };
-    bound('grown_admin_p95_ms', Math.max(...Object.values(g.admin.grown)));
-    bound('grown_retention_lock_wait_max_ms', g.retention.lockWaitBoundMs);
-  }
-  return h;
-}
-
 /** Envelopes/s of a throughput row, with its rounds when there were several. */
 const rateText = (t: ThroughputResult) =>
   `${n0(t.perSecond)} env/s${t.roundsPerSecond && t.roundsPerSecond.length > 1 ? ` (median of ${t.roundsPerSecond.map(n0).join(' / ')})` : ''}`;
+const times = (ws: readonly SweepResult[]) =>
+  `${median(ws, (w) => w.seconds).seconds.toFixed(2)} s${ws.length > 1 ? ` (median of ${ws.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : ''}`;
 /** A markdown table. */
 export const table = (header: string[], rows: string[][], rule = header.map(() => '---')) =>
   [header, rule, ...rows].map((c) => `| ${c.join(' | ')} |`).join('\n');
@@ -166,110 +88,170 @@ function latencyText(rounds: readonly LatencyResult[]): string {
   return `p99 ${rounds.map((t) => t.p99Ms.toFixed(1)).join(' / ')} ms: ${within} of ${rounds.length} rounds ≤ ${LATENCY.maxMs} ms (p50 of the median round ${m.p50Ms.toFixed(1)} ms, its ${collectionPauses(m)}`;
 }
 
-/** The markdown of a report: the run, the measurements with their targets, the CPU per envelope. */
-export function renderTable(r: BenchReport): string {
-  const h = headlines(r);
-  const rows: string[][] = [];
-  /** A ceiling's row (no `key`), or a measurement read against `key`'s ceiling, its target, whether met. */
-  const row = (what: string, result: string, key?: string, ofWhat = '', more = '') =>
-    rows.push([
-      what,
-      (key && h.ratios[key] !== undefined ? `${result} = ${h.ratios[key].toFixed(2)}× ${ofWhat}` : result) +
-        more,
-      key === undefined ? 'ceiling' : (h.targets[key] ?? '(reported)'),
-      key === undefined || h.met[key] === undefined ? '' : h.met[key] ? '✅' : '❌',
-    ]);
-  const config = (t: ThroughputResult) => ` (batch ${t.batchSize}, concurrency ${t.concurrency})`;
-  if (r.inbox) {
-    const { ceiling, warn, info } = r.inbox;
-    row(ceiling.name, rateText(ceiling));
-    row(warn.name + config(warn), rateText(warn), 'inbox_batched_warn', 'the ceiling');
-    row(info.name + config(info), rateText(info), 'inbox_batched_info', 'the ceiling');
-  }
-  if (r.cold) {
-    const { ceiling, ceilingProcess: cp, daemon } = r.cold;
+type Out = ReturnType<typeof output>;
+type Spec<K extends keyof BenchReport> = (v: NonNullable<BenchReport[K]>, o: Out, r: BenchReport) => void;
+const mid = (ws: readonly SweepResult[]) => median(ws, (w) => w.seconds).seconds;
+const f1 = (v: number) => v.toFixed(1);
+
+/** The sections, in the table's order. */
+const SECTIONS: { [K in keyof BenchReport]?: Spec<K> } = {
+  inbox: ({ ceiling, warn, info }, o) => {
+    const what = (t: ThroughputResult) => `${t.name} (batch ${t.batchSize}, concurrency ${t.concurrency})`;
+    o.row(ceiling.name, rateText(ceiling));
+    o.rate('inbox_batched_warn', warn, ceiling, 'ceiling', 'the ceiling', what(warn));
+    o.rate('inbox_batched_info', info, ceiling, 'ceiling', 'the ceiling', what(info));
+  },
+  cold: ({ ceiling, ceilingProcess: cp, daemon }, o) => {
+    o.context['cold_start_to_first_delivery_s'] = daemon.startupSeconds ?? NaN;
+    if (cp) o.context['cold_ceiling_process_to_first_delivery_s'] = cp.startupSeconds ?? NaN;
     const started = (t: ThroughputResult) =>
       `; start → first delivery ${t.startupSeconds?.toFixed(2)} s, max RSS ${mib(t.maxRssBytes).toFixed(0)} MiB`;
-    row(ceiling.name, rateText(ceiling));
-    if (cp) row(cp.name, rateText(cp) + started(cp));
-    row(daemon.name, rateText(daemon), 'inbox_cold_start', 'the ceiling', started(daemon));
+    o.row(ceiling.name, rateText(ceiling));
+    if (cp) o.row(cp.name, rateText(cp) + started(cp));
+    o.rate('inbox_cold_start', daemon, ceiling, 'cold_ceiling', 'the ceiling', daemon.name, started(daemon));
     const again = 'the same daemon process against the ceiling started cold the same way';
-    if (cp) row(again, rateText(daemon), 'inbox_cold_start_of_cold_ceiling', 'the ceiling process');
-  }
-  const [rounds, ceilingRounds] = [r.latencyRounds ?? [], r.latencyCeilingRounds ?? []];
-  if (rounds.length > 0) {
+    const of = ['the ceiling process', again] as const;
+    if (cp) o.rate('inbox_cold_start_of_cold_ceiling', daemon, cp, 'cold_ceiling_process', ...of);
+  },
+  latencyRounds: (rounds, o, r) => {
+    if (rounds.length === 0) return;
+    const ceilingRounds = r.latencyCeilingRounds ?? [];
     const { rate, logLevel } = rounds[0]!;
+    o.context['latency_rate_env_per_s'] = rate;
+    o.context['latency_p99_ms'] = rounds.map((l) => l.p99Ms);
+    if (ceilingRounds.length > 0) o.context['latency_ceiling_p99_ms'] = ceilingRounds.map((l) => l.p99Ms);
+    const [need, all] = [Math.ceil(LATENCY.share * rounds.length), rounds.length];
+    const within = rounds.filter((l) => l.p99Ms <= LATENCY.maxMs).length;
+    o.target('latency_p99', `p99 ≤ ${LATENCY.maxMs} ms in ≥ ${need} of ${all} rounds`, within >= need);
     const lag = Math.max(...rounds.map((t) => t.publisherLagMs)).toFixed(1);
     const what = `latency publish → commit at ${n0(rate)} env/s (½ the batched maximum), LOG_LEVEL=${logLevel}`;
-    row(what, `${latencyText(rounds)}; worst publisher lag ${lag} ms)`, 'latency_p99');
+    o.row(what, `${latencyText(rounds)}; worst publisher lag ${lag} ms)`, 'latency_p99');
     const ceilingWhat = `the ceiling's consumer at the same rate, just before the daemon in each round`;
-    if (ceilingRounds.length > 0) row(ceilingWhat, `${latencyText(ceilingRounds)})`);
-  }
-  const times = (ws: readonly SweepResult[]) =>
-    `${median(ws, (w) => w.seconds).seconds.toFixed(2)} s${ws.length > 1 ? ` (median of ${ws.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : ''}`;
-  if (r.watchdog) {
-    const { sweeps, rawSweeps } = r.watchdog;
+    if (ceilingRounds.length > 0) o.row(ceilingWhat, `${latencyText(ceilingRounds)})`);
+  },
+  watchdog: ({ sweeps, rawSweeps }, o) => {
+    if (sweeps.length > 0 && rawSweeps.length > 0) {
+      [o.context['watchdog_sweep_s'], o.context['raw_sweep_s']] = [mid(sweeps), mid(rawSweeps)];
+      o.ratio('watchdog_sweep_time', mid(sweeps), mid(rawSweeps), 'raw SQL sweep');
+    }
     const { due, rows: all, batchSize } = sweeps[0]!;
-    row(`raw SQL sweep: ${n0(due)} due timed out by one statement (same changes)`, times(rawSweeps));
+    o.row(`raw SQL sweep: ${n0(due)} due timed out by one statement (same changes)`, times(rawSweeps));
     const what = `watchdog, ${n0(due)} due among ${n0(all)} rows (batch ${batchSize})`;
-    row(what, times(sweeps), 'watchdog_sweep_time', "the raw SQL sweep's time");
-  }
-  if (r.cli) {
-    const { node, help } = r.cli.commands;
-    row(`\`${CLI_LABELS.node}\`, median of ${r.cli.runs} runs`, `${node.wallMs.toFixed(0)} ms`);
-    row(`\`${CLI_LABELS.help}\``, `${help.wallMs.toFixed(0)} ms`, 'cli_help', CLI_LABELS.node);
-  }
-  if (r.drain) {
-    const rss = `max RSS ${mib(r.drain.maxRssBytes).toFixed(0)} MiB (sampled every 100 ms); ${rateText(r.drain)}`;
-    row(r.drain.name, rss, 'drain_rss');
-  }
-  if (r.grown) {
-    const { history: hi, inbox: i, retention: re, watchdog: w, admin } = r.grown;
+    o.row(what, times(sweeps), 'watchdog_sweep_time', "the raw SQL sweep's time");
+  },
+  cli: ({ commands: { node, help }, runs }, o) => {
+    o.context['node_e_0_ms'] = node.wallMs;
+    o.ratio('cli_help', help.wallMs, node.wallMs, node.label);
+    o.row(`\`${CLI_LABELS.node}\`, median of ${runs} runs`, `${node.wallMs.toFixed(0)} ms`);
+    o.row(`\`${CLI_LABELS.help}\``, `${help.wallMs.toFixed(0)} ms`, 'cli_help', CLI_LABELS.node);
+  },
+  drain: (d, o) => {
+    o.context['drain_env_per_s'] = Math.round(d.perSecond);
+    o.context['drain_max_rss_mib'] = mib(d.maxRssBytes);
+    o.target('drain_rss', `max RSS < ${DRAIN_MAX_MIB} MiB`, mib(d.maxRssBytes) < DRAIN_MAX_MIB);
+    const rss = `max RSS ${mib(d.maxRssBytes).toFixed(0)} MiB (sampled every 100 ms); ${rateText(d)}`;
+    o.row(d.name, rss, 'drain_rss');
+  },
+  grown: ({ history: hi, inbox: i, retention: re, watchdog: w, admin }, o) => {
+    o.context['grown_watchdog_sweep_s'] = [mid(w.grown.sweeps), mid(w.empty.sweeps)];
+    o.context['grown_history_jobs_and_generation_s'] = [hi.jobs, hi.seconds];
+    for (const [k, v] of Object.entries(hi.bytesPerJob)) o.context[`grown_bytes_per_job_${k}`] = v;
+    o.bound('grown_admin_p95_ms', Math.max(...Object.values(admin.grown)));
+    o.bound('grown_retention_lock_wait_max_ms', re.lockWaitBoundMs);
     const bytes = Object.entries(hi.bytesPerJob).map(([k, v]) => `${k} ${n0(v)}`);
     const made = `history of ${n0(hi.jobs)} jobs, made in ${hi.seconds.toFixed(0)} s`;
-    rows.push([made, `bytes/job: ${bytes.join(', ')}`, '(reported)', '']);
-    row(i.empty.name, rateText(i.empty));
-    row(i.grown.name, rateText(i.grown), 'grown_inbox', 'the empty database');
+    o.reported(made, `bytes/job: ${bytes.join(', ')}`);
+    o.row(i.empty.name, rateText(i.empty));
+    o.rate('grown_inbox', i.grown, i.empty, 'grown_empty', 'the empty database');
     const besideRate = re.deletedBesideInbox / Math.max(re.secondsBesideInbox, 1e-3);
     const deleted = `; ${n0(re.deletedBesideInbox)} deleted beside it (${n0(besideRate)}/s), ${n0(re.deletedJobs)} by the whole pass (${re.seconds.toFixed(0)} s, the rest flat out)`;
-    row(i.duringRetention.name, rateText(i.duringRetention), 'grown_inbox_during_retention', 'it', deleted);
+    const during = ['grown_inbox_during_retention', i.duringRetention, i.grown, 'grown_inbox'] as const;
+    o.rate(...during, 'it', i.duringRetention.name, deleted);
     const wait = `< ${re.lockWaitBoundMs.toFixed(0)} ms (${re.lockWaits} waits seen, the longest at ${re.longestLockWaitMs.toFixed(0)} ms)`;
-    row("the inbox's longest wait on retention's locks", wait, 'grown_retention_lock_wait_max_ms');
-    row(`watchdog, ${n0(w.grown.sweeps[0]!.due)} due, empty database`, times(w.empty.sweeps));
-    row('the same among the history', times(w.grown.sweeps), 'grown_watchdog_sweep_time', 'the empty');
-    const p95 = (a: Record<string, number>) =>
-      `${Object.values(a)
-        .map((v) => v.toFixed(1))
-        .join(' / ')} ms`;
+    o.row("the inbox's longest wait on retention's locks", wait, 'grown_retention_lock_wait_max_ms');
+    o.row(`watchdog, ${n0(w.grown.sweeps[0]!.due)} due, empty database`, times(w.empty.sweeps));
+    const sweepOf = 'the same sweep on the empty database';
+    o.ratio('grown_watchdog_sweep_time', mid(w.grown.sweeps), mid(w.empty.sweeps), sweepOf);
+    o.row('the same among the history', times(w.grown.sweeps), 'grown_watchdog_sweep_time', 'the empty');
+    const p95 = (a: Record<string, number>) => `${Object.values(a).map(f1).join(' / ')} ms`;
     const adminWhat = 'admin p95: list --status error / show / history';
-    row(adminWhat, `${p95(admin.grown)} (empty ${p95(admin.empty)})`, 'grown_admin_p95_ms');
-  }
-  if (r.pooler) {
-    const { direct, directUnnamed, transaction, session } = r.pooler;
+    o.row(adminWhat, `${p95(admin.grown)} (empty ${p95(admin.empty)})`, 'grown_admin_p95_ms');
+  },
+  pooler: ({ direct, directUnnamed, transaction, session }, o) => {
     const of = (t: ThroughputResult) => ` = ${(t.perSecond / direct.perSecond).toFixed(2)}× direct`;
     for (const t of [direct, directUnnamed, transaction, session])
-      rows.push([t.name, rateText(t) + (t === direct ? '' : of(t)), '(reported)', '']);
-  }
+      o.reported(t.name, rateText(t) + (t === direct ? '' : of(t)));
+  },
+};
 
+/** What a section's spec writes: headlines, and rows read against them (a row without `key`: a ceiling). */
+function output(h: Headlines, rows: string[][]) {
+  const o = {
+    context: h.context,
+    target: (key: string, text: string, met: boolean) => void ([h.targets[key], h.met[key]] = [text, met]),
+    /** `value` over `of` (a rate over a rate, or a time over a time), and its target when it has one. */
+    ratio(key: string, value: number, of: number, ceiling: string) {
+      const [v, t] = [(h.ratios[key] = value / of), TARGETS[key]];
+      h.ceilings[key] = ceiling;
+      if (t) o.target(key, t.text, t.min !== undefined ? v >= t.min : v <= t.max!);
+    },
+    /** An absolute figure in `context`, against its bound in {@link TARGETS}. */
+    bound(key: string, v: number) {
+      h.context[key] = v;
+      o.target(key, TARGETS[key]!.text, v <= TARGETS[key]!.max!);
+    },
+    row(what: string, result: string, key?: string, ofWhat = '', more = '') {
+      const ratio = key && h.ratios[key] !== undefined ? ` = ${h.ratios[key].toFixed(2)}× ${ofWhat}` : '';
+      const met = key === undefined || h.met[key] === undefined ? '' : h.met[key] ? '✅' : '❌';
+      const target = key === undefined ? 'ceiling' : (h.targets[key] ?? '(reported)');
+      rows.push([what, result + ratio + more, target, met]);
+    },
+    /** A throughput over its ceiling's (both rates as context), and its row. */
+    rate(
+      key: string,
+      t: ThroughputResult,
+      c: ThroughputResult,
+      ceilingKey: string,
+      of: string,
+      what = t.name,
+      more = '',
+    ) {
+      h.context[`${key}_env_per_s`] = Math.round(t.perSecond);
+      h.context[`${ceilingKey}_env_per_s`] = Math.round(c.perSecond);
+      o.ratio(key, t.perSecond, c.perSecond, c.name);
+      o.row(what, rateText(t), key, of, more);
+    },
+    reported: (what: string, result: string) => void rows.push([what, result, '(reported)', '']),
+  };
+  return o;
+}
+
+/** Run every section's spec over `r`: its headlines and the measurements table's rows. */
+function build(r: BenchReport): { h: Headlines; rows: string[][] } {
+  const h: Headlines = { ceilings: {}, ratios: {}, targets: {}, met: {}, context: {} };
+  const rows: string[][] = [];
+  const o = output(h, rows);
+  for (const [k, spec] of Object.entries(SECTIONS) as Array<[keyof BenchReport, Spec<'inbox'>]>)
+    if (r[k] !== undefined) (spec as (v: unknown, o: Out, r: BenchReport) => void)(r[k], o, r);
+  return { h, rows };
+}
+
+/** A run's headline ratios, their ceilings and targets, and the absolute figures as context. */
+export const headlines = (r: BenchReport): Headlines => build(r).h;
+
+/** The markdown of a report: the run, the measurements with their targets, the CPU per envelope. */
+export function renderTable(r: BenchReport): string {
   const parts = ['nodeUs', 'postgresUs', 'natsUs'] as const;
-  const cpuRow = (name: string, us: Array<number | null>) => [name, ...us.map((v) => v?.toFixed(0) ?? '–')];
+  type Us = (p: (typeof parts)[number]) => number | null;
+  const cpuRow = (name: string, us: Us) => [name, ...parts.map((p) => us(p)?.toFixed(0) ?? '–')];
+  const { ceiling: c, warn: w, info } = r.inbox ?? {};
   const cpuRows: string[][] = [];
-  const { ceiling: c, warn: w } = r.inbox ?? {};
-  const excess = parts.map((p) => (w?.cpu[p] == null || c?.cpu[p] == null ? null : w.cpu[p] - c.cpu[p]));
-  for (const t of [c, w, r.inbox?.info, r.cold?.ceiling, r.cold?.ceilingProcess, r.cold?.daemon, r.drain]) {
-    if (t)
-      cpuRows.push(
-        cpuRow(
-          t.name,
-          parts.map((p) => t.cpu[p]),
-        ),
-      );
-    if (t && t === r.inbox?.info) cpuRows.push(cpuRow(`_inbox (warn) above the ceiling_`, excess));
+  for (const t of [c, w, info, r.cold?.ceiling, r.cold?.ceilingProcess, r.cold?.daemon, r.drain]) {
+    if (t) cpuRows.push(cpuRow(t.name, (p) => t.cpu[p]));
+    const excess: Us = (p) => (w?.cpu[p] == null || c?.cpu[p] == null ? null : w.cpu[p] - c.cpu[p]);
+    if (t && t === info) cpuRows.push(cpuRow(`_inbox (warn) above the ceiling_`, excess));
   }
-
-  const defaults = Object.entries(r.defaults)
-    .map(([k, v]) => `${k}=${v}`)
-    .join(', ');
+  const defaults = Object.entries(r.defaults).map(([k, v]) => `${k}=${v}`);
   const run =
     `Run ${r.date.slice(0, 16).replace('T', ' ')} UTC, commit ${r.commit}${r.dirty ? ' (+ uncommitted changes)' : ''}, scale ${r.scale}` +
     (r.durationSeconds !== undefined ? `, ${Math.round(r.durationSeconds)} s` : '');
@@ -277,23 +259,20 @@ export function renderTable(r: BenchReport): string {
     "CPU time per envelope, µs (user + system from /proc; node = the consumer's process — for a daemon process its " +
     "whole life, start-up included; postgres = the consumer's own backends, so WAL writer and checkpointer are " +
     'not counted; compare rows of one run rather than runs of different days):';
+  const machine = `Machine: ${r.machine} — bench, nats-server and PostgreSQL share the cores.`;
   return (
     [
-      `${run}  \nMachine: ${r.machine} — bench, nats-server and PostgreSQL share the cores.  \nDefaults: ${defaults}.`,
-      table(['measurement', 'result', 'target', 'met'], rows),
+      `${run}  \n${machine}  \nDefaults: ${defaults.join(', ')}.`,
+      table(['measurement', 'result', 'target', 'met'], build(r).rows),
       ...(cpuRows.length === 0 ? [] : [cpu, table(['run', 'node', 'postgres', 'nats-server'], cpuRows)]),
     ].join('\n\n') + '\n'
   );
 }
 
-/** One line of `bench/results/history.jsonl`: the run, then its {@link Headlines}. */
-export type HistoryEntry = Pick<BenchReport, 'date' | 'commit' | 'dirty' | 'scale' | 'machine'> & Headlines;
-
-export const LATEST_START = '<!-- latest-bench:start -->';
-export const LATEST_END = '<!-- latest-bench:end -->';
+const [LATEST_START, LATEST_END] = ['<!-- latest-bench:start -->', '<!-- latest-bench:end -->'];
 
 /** `text` with its latest-bench block replaced by `tables` (kept from Prettier); null without the markers. */
-export function withLatestTable(text: string, tables: string): string | null {
+function withLatestTable(text: string, tables: string): string | null {
   const [a, b] = [text.indexOf(LATEST_START), text.indexOf(LATEST_END)];
   if (a < 0 || b < a) return null;
   const from = 'From [`bench/results/latest.json`](../bench/results/latest.json):';
@@ -301,13 +280,13 @@ export function withLatestTable(text: string, tables: string): string | null {
   return `${text.slice(0, a)}${LATEST_START}\n${ignored}${text.slice(b)}`;
 }
 
-/** Write the latest result, append its history line and update the docs' tables. */
+/** Write the latest result, append its history line (the run, then its headlines), update the docs' tables. */
 export function recordRun(repoRoot: string, report: BenchReport, log: (l: string) => void): void {
   const dir = join(repoRoot, 'bench', 'results');
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'latest.json'), JSON.stringify(report, null, 2) + '\n');
   const { date, commit, dirty, scale, machine } = report;
-  const entry: HistoryEntry = { date, commit, dirty, scale, machine, ...headlines(report) };
+  const entry = { date, commit, dirty, scale, machine, ...headlines(report) };
   appendFileSync(join(dir, 'history.jsonl'), JSON.stringify(entry) + '\n');
   const doc = join(repoRoot, 'docs', 'performance.md');
   const updated = withLatestTable(readFileSync(doc, 'utf8'), renderTable(report));

@@ -1,7 +1,6 @@
 /**
- * `npm run bench` (bench/README.md): the daemon against its ceilings, side by side, in one run on
- * this machine; the sections in order, the compared runs taking turns over `--rounds`, the tables on
- * stdout, and a full run records itself (bench/report.ts `recordRun`). `--help` lists the flags.
+ * `npm run bench` (bench/README.md): the daemon against its ceilings in one run on this machine, the
+ * compared runs taking turns over `--rounds`; the tables on stdout; a full run records itself.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { cpus, totalmem } from 'node:os';
@@ -61,9 +60,8 @@ const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
 const log = (line: string) => process.stderr.write(line + '\n');
 const git = (...args: string[]) =>
   spawnSync('git', args, { cwd: repoRoot, encoding: 'utf8' }).stdout?.trim() ?? '';
-const us = (v: number | null) => v?.toFixed(0) ?? '?';
-const cpuText = (c: CpuSplit) =>
-  `node ${us(c.nodeUs)} µs, postgres ${us(c.postgresUs)} µs, nats ${us(c.natsUs)} µs`;
+const us = (v: number | null) => `${v?.toFixed(0) ?? '?'} µs`;
+const cpuText = (c: CpuSplit) => `node ${us(c.nodeUs)}, postgres ${us(c.postgresUs)}, nats ${us(c.natsUs)}`;
 
 const s = o.scale;
 const sizes = {
@@ -82,8 +80,7 @@ log(`bench: scale ${s}, sections ${[...only].join(', ')}`);
 const env = await startBenchEnv();
 process.once('SIGINT', () => void env.close().finally(() => process.exit(130)));
 const cfg = env.config();
-const DEFAULTS = ['INBOX_BATCH_SIZE', 'INBOX_CONCURRENCY', 'DB_POOL_SIZE', 'WATCHDOG_BATCH_SIZE'] as const;
-const defaults = [...DEFAULTS, 'WATCHDOG_CONCURRENCY'] as const;
+const defaults = ['INBOX_BATCH_SIZE', 'INBOX_CONCURRENCY', 'DB_POOL_SIZE', 'WATCHDOG_BATCH_SIZE'] as const;
 const { rows: server } = await env.pool.query<{ v: string }>(`SELECT current_setting('server_version') AS v`);
 const report: BenchReport = {
   date: new Date().toISOString(),
@@ -95,16 +92,20 @@ const report: BenchReport = {
     `PostgreSQL ${server[0]!.v}`,
     execFileSync(findNatsServerBinary(), ['--version'], { encoding: 'utf8' }).trim(),
   ].join('; '),
-  defaults: Object.fromEntries(defaults.map((k) => [k, cfg[k]])),
+  defaults: Object.fromEntries([...defaults, 'WATCHDOG_CONCURRENCY' as const].map((k) => [k, cfg[k]])),
 };
 
 /** Run `fn` once and log its figures. */
 async function runOnce(fn: () => Promise<ThroughputResult>): Promise<ThroughputResult> {
   const r = await fn();
+  const [startup, rss] = [
+    r.startupSeconds?.toFixed(2),
+    r.maxRssBytes && (r.maxRssBytes / 2 ** 20).toFixed(0),
+  ];
   log(
     `  ${r.name}: ${n0(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})` +
-      (r.startupSeconds !== undefined ? `; start → first delivery ${r.startupSeconds.toFixed(2)} s` : '') +
-      (r.maxRssBytes !== undefined ? `; max RSS ${(r.maxRssBytes / 2 ** 20).toFixed(0)} MiB` : ''),
+      (startup !== undefined ? `; start → first delivery ${startup} s` : '') +
+      (rss !== undefined ? `; max RSS ${rss} MiB` : ''),
   );
   return r;
 }

@@ -1,7 +1,7 @@
 /**
- * Throughput end to end: N results already in the stream for N published jobs, timed from the
- * consumer's start (a process: its first delivery) until JetStream reports the last ack. Every run
- * starts from the same state and ends with a check of every row (bench/README.md, "Inbox").
+ * Throughput end to end: N results in the stream for N published jobs, timed from the consumer's
+ * start (a process: its first delivery) until JetStream reports the last ack; every run starts from
+ * the same state and ends with a check of every row (bench/README.md, "Inbox").
  */
 import { spawn } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
@@ -19,9 +19,8 @@ import { checkAllDone, prePublish, seedPublishedJobs } from '../workshop/benchFi
 import { processCpuMs, rssBytes } from '../workshop/processStats.js';
 
 /**
- * One throughput measurement: `cpu` per envelope of the consumer's process, its backends and
- * nats-server; `roundsPerSecond` every round's rate (this is the median one); a process's start to
- * its first delivery (not in `seconds`) and its largest RSS, sampled every {@link RSS_EVERY_MS}.
+ * One measurement: `cpu` per envelope, `roundsPerSecond` every round's rate (this is the median
+ * one), a process's start to its first delivery (not in `seconds`) and its largest RSS.
  */
 export type ThroughputResult = Record<
   'envelopes' | 'seconds' | 'perSecond' | 'batchSize' | 'concurrency',
@@ -34,41 +33,26 @@ export type ThroughputResult = Record<
   startupSeconds?: number;
   maxRssBytes?: number;
 };
-
 /** Runs taking turns over the rounds, each reported as its median round (bench/run.ts). */
 export type Compared = (runs: Array<() => Promise<ThroughputResult>>) => Promise<ThroughputResult[]>;
-
 /** Called when a run's clock starts and when it stops (profiles, HTTP clients, retention run between). */
 export type TimedHooks = Record<'started' | 'ended', () => Promise<void>>;
-
-/** The daemon's log level in a run: `warn` logs nothing per envelope, `info` one line each. */
+/** `warn` logs nothing per envelope, `info` one line each. */
 export type LogLevel = 'info' | 'warn';
-
-/** Seed `n` jobs, recreate the stream, publish `n` results, checkpoint; the last sequence. */
-async function prepare(env: BenchEnv, n: number): Promise<number> {
-  const jobs = await seedPublishedJobs(env.pool, n, env.history);
-  await resetStream(env.jsm, env.config());
-  const last = await prePublish(env.js, jobs);
-  await checkpoint(env.pool);
-  return last;
-}
 
 /** Generous: 200 envelopes/s would be a broken run, not a slow one. */
 export const timeoutFor = (n: number) => 60_000 + n * 5;
 
 const ceilingShape = { batchSize: CEILING.batchSize, concurrency: CEILING.inFlight, logLevel: null };
-const daemonShape = (c: Config, l: LogLevel) => ({
-  batchSize: c.INBOX_BATCH_SIZE,
-  concurrency: c.INBOX_CONCURRENCY,
-  logLevel: l,
-});
+const daemonShape = (c: Config, logLevel: LogLevel) =>
+  ({ batchSize: c.INBOX_BATCH_SIZE, concurrency: c.INBOX_CONCURRENCY, logLevel }) as const;
 
-/** What a drain starts: `stop` (once) ends it; a process also tells its CPU so far. */
+/** What a drain starts: `stop` ends it; a process also tells its CPU so far. */
 type Consumer = { stop(): Promise<unknown>; cpuMs?: () => number | null };
 
 /**
- * Drain `n` results with the consumer `start` starts, its backends connected as `applicationName`,
- * timed from its start or (`fromFirstDelivery`, a process) from its first delivery to the last ack.
+ * Seed `n` jobs, publish their results, checkpoint; then drain them with what `start` starts, its
+ * backends named `applicationName`, timed from its start or (`fromFirstDelivery`) its first delivery.
  */
 async function drain(
   env: BenchEnv,
@@ -76,7 +60,10 @@ async function drain(
   o: { applicationName: string; timed?: TimedHooks | undefined; fromFirstDelivery?: boolean },
   start: () => Promise<Consumer>,
 ) {
-  const last = await prepare(env, n);
+  const jobs = await seedPublishedJobs(env.pool, n, env.history);
+  await resetStream(env.jsm, env.config());
+  const last = await prePublish(env.js, jobs);
+  await checkpoint(env.pool);
   await o.timed?.started();
   const split = startCpuSplit(env);
   const started = performance.now();
@@ -114,36 +101,23 @@ export async function measureCeiling(
   return { name: opts.name ?? CEILING_NAME, ...run, ...ceilingShape };
 }
 
-/** How the daemon runs in this process: its log level, and the rest a section needs. */
-export interface InboxOptions {
-  logLevel: LogLevel;
-  afterCommit?: DaemonOptions['afterInboxCommit'];
+/** How the daemon runs in this process; `httpPort` turns its HTTP endpoints on (bench/http.ts). */
+export type InboxOptions = { logLevel: LogLevel; afterCommit?: DaemonOptions['afterInboxCommit'] } & {
   overrides?: Record<string, string>;
-  /** The HTTP endpoints too, on this port (bench/http.ts). */
   httpPort?: number | undefined;
-}
+};
 
 /**
- * The daemon in this process: `startDaemon`, the inbox loop only (the others have nothing to do on
- * the bench's tables), its JSON lines in a file through the stream `recognition-core start` logs
- * to stdout with, so logging costs what it costs the daemon.
+ * The daemon in this process: `startDaemon`, the inbox loop only, its JSON lines in a file through
+ * the stream `recognition-core start` logs to stdout with, so logging costs what it costs there.
  */
-export async function startInboxDaemon(
-  env: BenchEnv,
-  o: InboxOptions,
-): Promise<{ config: Config; stop(): Promise<void> }> {
+export async function startInboxDaemon(env: BenchEnv, o: InboxOptions) {
   const http = o.httpPort !== undefined;
-  const config = env.config({
-    LOG_LEVEL: o.logLevel,
-    ...o.overrides,
-    ...(http ? { HTTP_PORT: String(o.httpPort), HTTP_HOST: '127.0.0.1' } : {}),
-  });
+  const listen = http ? { HTTP_PORT: String(o.httpPort), HTTP_HOST: '127.0.0.1' } : {};
+  const config = env.config({ LOG_LEVEL: o.logLevel, ...o.overrides, ...listen });
   const dir = mkdtempSync(join(tmpdir(), 'bench-log-'));
   const dest = logDestination(join(dir, 'daemon.log'));
-  const close = () => {
-    dest.end();
-    rmSync(dir, { recursive: true, force: true });
-  };
+  const close = () => (dest.end(), rmSync(dir, { recursive: true, force: true }));
   const daemon = await startDaemon({
     config,
     logger: createLogger({ level: config.LOG_LEVEL, destination: dest }),
@@ -169,10 +143,15 @@ export async function measureInbox(
   return { name: opts.name, ...run, ...daemonShape(config, opts.logLevel) };
 }
 
+/** A run of the batched inbox at `LOG_LEVEL=warn` named `inbox, batched, LOG_LEVEL=warn, ${of}`. */
+export const warnInbox =
+  (env: BenchEnv, n: number, of: string, o: Omit<InboxOptions, 'logLevel'> & { timed?: TimedHooks } = {}) =>
+  () =>
+    measureInbox(env, { name: `inbox, batched, LOG_LEVEL=warn, ${of}`, logLevel: 'warn', ...o }, n);
+
 /**
  * What a run left in the tables, each per-job value replaced by whether it is the job's own and each
- * time by whether it is set: each distinct shape and its count, as JSON. Two consumers that did the
- * same rows for the same envelopes leave the same shapes.
+ * time by whether it is set: each distinct shape and its count, as JSON.
  */
 export async function rowShapes(pool: pg.Pool): Promise<string> {
   const { rows } = await pool.query<{ shape: unknown; n: string }>(`
@@ -197,15 +176,12 @@ export async function rowShapes(pool: pg.Pool): Promise<string> {
   return JSON.stringify(rows.map((r) => [r.shape, Number(r.n)]));
 }
 
-/** RSS sampling period of a consumer process. */
-export const RSS_EVERY_MS = 100;
 export type ProcessKind = 'daemon' | 'ceiling';
 
 /**
- * A consumer started as a new process: the daemon as operators run it (`recognition-core start`:
- * every loop, the defaults, `logLevel`, its log on a file, tracing off as shipped) or the ceiling
- * (bench/ceiling.ts), its RSS sampled. `stop` (once; again, the same) ends it and returns its exit
- * code and its log.
+ * A consumer started as a new process, its RSS sampled every 100 ms: the daemon as operators run it
+ * (`recognition-core start`, `logLevel`, its log on a file, no `OTEL_*`) or bench/ceiling.ts.
+ * `stop` (once) ends it and returns its exit code and its log.
  */
 export function startProcess(env: BenchEnv, kind: ProcessKind, logLevel: LogLevel) {
   const config = env.config({ LOG_LEVEL: logLevel });
@@ -221,40 +197,33 @@ export function startProcess(env: BenchEnv, kind: ProcessKind, logLevel: LogLeve
     stdio: ['ignore', out, 'inherit'],
   });
   let [maxRss, stopping, exitedEarly] = [0, false, false];
-  const exited = new Promise<number | null>((resolve) =>
-    child.once('exit', (code) => {
-      exitedEarly = !stopping;
-      resolve(code);
-    }),
+  const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+  void exited.then(() => (exitedEarly = !stopping));
+  const sampler = setInterval(
+    () => (maxRss = Math.max(maxRss, (child.pid && rssBytes(child.pid)) || 0)),
+    100,
   );
-  const sampler = setInterval(() => {
-    maxRss = Math.max(maxRss, (child.pid && rssBytes(child.pid)) || 0);
-  }, RSS_EVERY_MS);
   let stopped: Promise<{ code: number | null; log: string }> | undefined;
+  const stop = async () => {
+    stopping = !exitedEarly;
+    clearInterval(sampler);
+    if (child.exitCode === null) child.kill('SIGTERM');
+    const code = await exited;
+    closeSync(out);
+    const log = readFileSync(join(dir, 'daemon.log'), 'utf8');
+    rmSync(dir, { recursive: true, force: true });
+    return { code, log };
+  };
   return {
     config,
     maxRss: () => maxRss,
     exitedEarly: () => exitedEarly,
     cpuMs: () => (child.pid === undefined ? null : processCpuMs(child.pid)),
-    stop: () =>
-      (stopped ??= (async () => {
-        stopping = !exitedEarly;
-        clearInterval(sampler);
-        if (child.exitCode === null) child.kill('SIGTERM');
-        const code = await exited;
-        closeSync(out);
-        const log = readFileSync(join(dir, 'daemon.log'), 'utf8');
-        rmSync(dir, { recursive: true, force: true });
-        return { code, log };
-      })()),
+    stop: () => (stopped ??= stop()),
   };
 }
 
-/**
- * A consumer process ({@link startProcess}) started after `n` results are in the stream, timed from
- * its first delivery (start-up, JIT and the first batches are in it), stopped with SIGTERM after,
- * which must exit 0.
- */
+/** A consumer process ({@link startProcess}) timed from its first delivery; SIGTERM after must exit 0. */
 export async function measureProcess(
   env: BenchEnv,
   opts: { name: string; kind: ProcessKind; logLevel: LogLevel },

@@ -1,9 +1,7 @@
 /**
- * The watchdog at scale against its ceiling (bench/README.md, "Watchdog"): on `rows` jobs shaped like
- * a production table, `rounds` times `due` overdue jobs swept by the daemon's watchdog, then as many
- * timed out by {@link RAW_SWEEP_SQL}, each after a vacuum and a checkpoint. It runs as a process of
- * its own (`node dist/bench/watchdog.js <json>`, its result one JSON line on stdout), as the daemon
- * runs it.
+ * The watchdog against its ceiling (bench/README.md, "Watchdog"): on `rows` jobs, `rounds` times
+ * `due` overdue jobs swept by the daemon's watchdog, then as many by {@link RAW_SWEEP_SQL}, each after
+ * a vacuum and a checkpoint; in a process of its own (`watchdog.js <json>`, a JSON line on stdout).
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -41,15 +39,11 @@ async function seed(pool: pg.Pool, rows: number): Promise<void> {
        FROM generate_series(1, $1::integer) g`,
       [rows, IN_FLIGHT],
     );
-    await client.query(
-      `INSERT INTO s3_object (bucket, key, bucket_role, created_by)
-       SELECT 'arm-ka', 'uploads/' || file_id || '.xlsx', 'uploads', 'bench' FROM seed ORDER BY g`,
-    );
+    await client.query(`INSERT INTO s3_object (bucket, key, bucket_role, created_by)
+       SELECT 'arm-ka', 'uploads/' || file_id || '.xlsx', 'uploads', 'bench' FROM seed ORDER BY g`);
     // Identities restarted at 1, so upload g has id g.
-    await client.query(
-      `INSERT INTO stored_file (id, s3_object_id, original_name, status, current_recognition_job_id)
-       SELECT file_id, g, 'report.xlsx', CASE status WHEN 'published' THEN 'QUEUED' ELSE 'PROCESSING' END, job_id FROM seed`,
-    );
+    await client.query(`INSERT INTO stored_file (id, s3_object_id, original_name, status, current_recognition_job_id)
+       SELECT file_id, g, 'report.xlsx', CASE status WHEN 'published' THEN 'QUEUED' ELSE 'PROCESSING' END, job_id FROM seed`);
     await client.query(
       `INSERT INTO recognition_job (id, file_id, attempt, target_service, status, service_name, service_version,
                                     publish_attempts, next_publish_at, published_at, reply_deadline, started_at,
@@ -68,8 +62,7 @@ async function seed(pool: pg.Pool, rows: number): Promise<void> {
 /** Add `due` new overdue jobs (a silent service's), then vacuum, analyse and checkpoint. */
 async function makeDue(pool: pg.Pool, due: number): Promise<void> {
   await inPgTransaction(pool, (client: pg.PoolClient) => insertOpenJobs(client, newJobs(due), 'overdue'));
-  await vacuumAnalyze(pool);
-  await checkpoint(pool);
+  await vacuumAnalyze(pool).then(() => checkpoint(pool));
 }
 
 /** The watchdog's changes in one statement: what `DEADLINE_PASSED` sets, oldest deadline first. */
@@ -77,9 +70,7 @@ export const RAW_SWEEP_SQL = `
   WITH due AS (
     SELECT j.id, j.file_id, j.status FROM recognition_job j
     WHERE j.status IN ('published', 'processing') AND j.reply_deadline < now()
-    ORDER BY j.reply_deadline
-    LIMIT $1
-    FOR UPDATE OF j
+    ORDER BY j.reply_deadline LIMIT $1 FOR UPDATE OF j
   ),
   job AS (
     UPDATE recognition_job j
@@ -108,34 +99,27 @@ export async function measureWatchdog(a: WatchdogArgs, log: (line: string) => vo
   const pool = benchPool(a.databaseUrl, 'bench');
   const cfg = configFor(a.databaseUrl, a.natsUrl)({ LOG_LEVEL: 'warn' });
   const db = openDb(cfg.DATABASE_URL, { max: cfg.DB_POOL_SIZE, applicationName: 'bench-watchdog' });
-  const watchdog = createWatchdog({
-    db: db.db,
-    pool: db.pool,
-    logger: createLogger({ level: cfg.LOG_LEVEL, destination: pino.destination({ dest: '/dev/null' }) }),
-    metrics: createMetrics({}, { defaultMetrics: false }),
-    intervalMs: cfg.WATCHDOG_INTERVAL_MS,
-    batchSize: cfg.WATCHDOG_BATCH_SIZE,
-    concurrency: cfg.WATCHDOG_CONCURRENCY,
-  });
+  const logger = createLogger({ level: cfg.LOG_LEVEL, destination: pino.destination({ dest: '/dev/null' }) });
+  const metrics = createMetrics({}, { defaultMetrics: false });
+  const [intervalMs, batchSize] = [cfg.WATCHDOG_INTERVAL_MS, cfg.WATCHDOG_BATCH_SIZE];
+  const tuning = { intervalMs, batchSize, concurrency: cfg.WATCHDOG_CONCURRENCY };
+  const watchdog = createWatchdog({ db: db.db, pool: db.pool, logger, metrics, ...tuning });
   const result: WatchdogResult = { sweeps: [], rawSweeps: [] };
   /** Time `sweep` on `due` freshly due rows and check what it did. */
   async function timed(raw: boolean, sweep: () => Promise<number>): Promise<void> {
     await makeDue(pool, a.due);
     const before = await timedOut(pool);
     // The sweep's connections open first, as a running daemon's are.
-    const clients = await Promise.all(
-      Array.from({ length: cfg.WATCHDOG_CONCURRENCY }, () => db.pool.connect()),
-    );
+    const clients = await Promise.all(Array.from({ length: tuning.concurrency }, () => db.pool.connect()));
     clients.forEach((c) => c.release());
     const started = performance.now();
     const n = await sweep();
     const seconds = (performance.now() - started) / 1000;
     const [diff, jobs] = before.split(' ').map(Number);
-    if (n !== a.due || (await timedOut(pool)) !== `${diff} ${jobs! + a.due}`) {
+    if (n !== a.due || (await timedOut(pool)) !== `${diff} ${jobs! + a.due}`)
       throw new Error(`a sweep timed out ${n} of ${a.due} due jobs`);
-    }
-    const batchSize = raw ? null : cfg.WATCHDOG_BATCH_SIZE;
-    (raw ? result.rawSweeps : result.sweeps).push({ rows: a.rows, due: a.due, seconds, batchSize });
+    const sweepResult = { rows: a.rows, due: a.due, seconds, batchSize: raw ? null : batchSize };
+    (raw ? result.rawSweeps : result.sweeps).push(sweepResult);
     log(`  ${raw ? 'raw SQL sweep' : "daemon's sweep"}: ${seconds.toFixed(2)} s`);
   }
   try {
@@ -164,10 +148,8 @@ export async function measureWatchdog(a: WatchdogArgs, log: (line: string) => vo
 
 /** Run the section in a process of its own; its progress on this process's stderr. */
 export function measureWatchdogInChild(a: WatchdogArgs): WatchdogResult {
-  const r = spawnSync(process.execPath, [fileURLToPath(import.meta.url), JSON.stringify(a)], {
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const args = [fileURLToPath(import.meta.url), JSON.stringify(a)];
+  const r = spawnSync(process.execPath, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
   if (r.status !== 0) throw new Error(`the watchdog section failed (${r.status}); its output is above`);
   return JSON.parse(r.stdout) as WatchdogResult;
 }
@@ -175,8 +157,8 @@ export function measureWatchdogInChild(a: WatchdogArgs): WatchdogResult {
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   // The sweep runs in this process as it runs in the daemon's: with its V8 settings.
   applyV8Flags();
-  const result = await measureWatchdog(JSON.parse(process.argv[2]!) as WatchdogArgs, (l) =>
-    process.stderr.write(l + '\n'),
+  const log = (l: string) => process.stderr.write(l + '\n');
+  process.stdout.write(
+    JSON.stringify(await measureWatchdog(JSON.parse(process.argv[2]!) as WatchdogArgs, log)) + '\n',
   );
-  process.stdout.write(JSON.stringify(result) + '\n');
 }
