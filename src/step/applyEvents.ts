@@ -15,6 +15,7 @@ import type { Kysely } from 'kysely';
 import type { JobEventInput, StepItem } from '../../machines/index.js';
 import type { Database } from '../db/schema.js';
 import { objectKey, type RegisteredObject, type ResultObjectRule } from '../messages/resultObject.js';
+import { arrayLiteral } from './arrayLiteral.js';
 import { decideAndWrite } from './decideAndWrite.js';
 import type { ResultObjects, StepOutcome } from './effects.js';
 import { stepSqlOf, type StepSql, type StepTransaction } from './sql.js';
@@ -59,7 +60,10 @@ async function resultObjects(
   }
   const registered = new Map<string, RegisteredObject>();
   if (buckets.length === 0) return { rule, registered };
-  const rows = await sql.query<RegisteredObjectRow>(REGISTERED_OBJECTS, [buckets, keys]);
+  const rows = await sql.query<RegisteredObjectRow>(REGISTERED_OBJECTS, [
+    arrayLiteral('text', buckets, true),
+    arrayLiteral('text', keys),
+  ]);
   for (const r of rows)
     registered.set(objectKey(r), { bucket_role: r.bucket_role, created_by: r.created_by });
   return { rule, registered };

@@ -2,7 +2,7 @@
  * The write's wire format: the one statement every event path ends in (`WRITE`), its parameters'
  * layout, and the making of those parameters from a batch's effects. Its parameters are typed
  * arrays, one per column of each part (objects, jobs, files, transitions; `WRITE_PARAMETERS`), as
- * JavaScript arrays, which the driver sends as PostgreSQL arrays; each job's element carries a mask of the columns
+ * PostgreSQL array literals (`arrayLiteral.ts`); each job's element carries a mask of the columns
  * the machine assigned it (bit i for `CONTEXT_COLUMNS[i]`), a file change and a transition name
  * their job by its place among the job rows, a transition its detail by its place among the
  * batch's distinct documents; then the count of jobs, whether to return them, and the unlocked
@@ -19,6 +19,7 @@ import {
   type JobStatus,
 } from '../../machines/index.js';
 import { CONTEXT_COLUMNS, sameValue, type MutableJobColumn } from '../db/jobRow.js';
+import { arrayLiteral, type ArrayElement } from './arrayLiteral.js';
 import type { Effects } from './effects.js';
 import { defineStatement } from './statement.js';
 
@@ -323,12 +324,6 @@ export interface WriteContext {
   at: ReadonlyMap<string, { address: string | null; version: string | null }>;
 }
 
-/**
- * An element of one of the write's arrays: a string or a number (a time as an ISO 8601 string, a
- * document as its JSON text), or null.
- */
-type ArrayElement = string | number | null;
-
 /** An empty array per column of `part`. */
 function columnsOf<P extends WritePart>(part: P): Record<keyof (typeof WRITE_PARAMETERS)[P], ArrayElement[]> {
   const out = {} as Record<string, ArrayElement[]>;
@@ -360,22 +355,37 @@ function element(v: unknown): ArrayElement {
 }
 
 /**
- * Each part's arrays in the order of {@link WRITE_PARAMETERS}; an array of nulls only as null,
- * which the statement reads the same (its functions unnest the arrays side by side and give a
- * missing element as null) without PostgreSQL parsing an element. Each part has an array that
- * holds no null (the objects' buckets, the jobs' statuses, the files' and transitions' jobs), so
- * its rows are still counted.
+ * The text columns whose values come from a small set, the same from job to job: statuses and
+ * names ({@link arrayLiteral}'s `repeating`).
  */
-function arraysOf(
-  part: WritePart,
-  columns: Record<string, ArrayElement[]>,
-): Array<readonly ArrayElement[] | null> {
-  return Object.keys(WRITE_PARAMETERS[part]).map((c) => orNull(columns[c]!));
-}
+const REPEATING = {
+  objects: new Set(['bucket', 'created_by']),
+  jobs: new Set([
+    'status',
+    'service_name',
+    'service_version',
+    'error_code',
+    'result_schema_version',
+    'result_bucket',
+  ]),
+  files: new Set(['status', 'error_code']),
+  transitions: new Set(['from_status', 'to_status', 'event']),
+} satisfies { [P in WritePart]: ReadonlySet<keyof (typeof WRITE_PARAMETERS)[P]> };
 
-/** `values`, or null when every element is null. */
-function orNull<T>(values: readonly T[]): readonly T[] | null {
-  return values.every((v) => v === null) ? null : values;
+/**
+ * Each part's arrays as array literals of their types, in the order of {@link WRITE_PARAMETERS};
+ * an array of nulls only as null, which the statement reads the same (its functions unnest the
+ * arrays side by side and give a missing element as null) without PostgreSQL parsing an element.
+ * Each part has an array that holds no null (the objects' buckets, the jobs' statuses, the files'
+ * and transitions' jobs), so its rows are still counted.
+ */
+function literalsOf(part: WritePart, columns: Record<string, ArrayElement[]>): Array<string | null> {
+  const types = WRITE_PARAMETERS[part] as Record<string, string>;
+  const repeating: ReadonlySet<string> = REPEATING[part];
+  return Object.keys(types).map((c) => {
+    const values = columns[c]!;
+    return values.every((v) => v === null) ? null : arrayLiteral(types[c]!, values, repeating.has(c));
+  });
 }
 
 /**
@@ -468,8 +478,8 @@ function writeParams(fx: Effects, ctx: WriteContext): PlannedWrite | null {
     transitions.detail.push(previousPlace);
   }
   const parts: Record<WritePart, Record<string, ArrayElement[]>> = { objects, jobs, files, transitions };
-  const params = WRITE_PARTS.flatMap((part) => arraysOf(part, parts[part]));
-  const documents = details.size === 0 ? null : [...details.keys()];
+  const params = WRITE_PARTS.flatMap((part) => literalsOf(part, parts[part]));
+  const documents = details.size === 0 ? null : arrayLiteral('jsonb', [...details.keys()]);
   return { params: [...params, documents, jobIds.length], jobIds };
 }
 
@@ -505,10 +515,10 @@ export function unlockedWrite(fx: Effects, ctx: WriteContext, assumed: Assumptio
   const params = [
     ...w.params,
     true,
-    w.jobIds,
-    assumed.statuses,
-    assumed.targets,
-    orNull(assumed.resultFiles),
+    arrayLiteral('uuid', w.jobIds),
+    arrayLiteral('integer', assumed.statuses),
+    arrayLiteral('text', assumed.targets, true),
+    assumed.resultFiles.every((f) => f === null) ? null : arrayLiteral('text', assumed.resultFiles),
   ];
   return { params, jobIds: w.jobIds };
 }

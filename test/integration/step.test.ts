@@ -11,6 +11,7 @@ import { describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
 import { applyInboxBatchTx, decodeItem } from '../../src/daemon/inboxBatch.js';
 import { withPgClient } from '../../src/db/pgTransaction.js';
+import { arrayLiteral, type ArrayElement } from '../../src/step/arrayLiteral.js';
 import {
   applyEvents,
   applyUnlocked,
@@ -658,8 +659,8 @@ async function fillTables(client: pg.PoolClient): Promise<void> {
   await client.query({ text: 'ANALYZE stored_file, recognition_job' });
 }
 
-describe("the write's arrays", () => {
-  it('read back by PostgreSQL as the values the driver was given, for every type the write uses', async () => {
+describe("the write's array literals", () => {
+  it('read back by PostgreSQL as the values they were built from, for every type the write uses', async () => {
     const awkward = [
       '',
       'NULL',
@@ -674,7 +675,7 @@ describe("the write's arrays", () => {
       'ünï',
       null,
     ];
-    const cases: Array<[string, Array<string | number | null>, string]> = [
+    const cases: Array<[string, ArrayElement[], string]> = [
       ['text', awkward, 'v::text'],
       [
         'jsonb',
@@ -700,7 +701,7 @@ describe("the write's arrays", () => {
     for (const [type, values, asText] of cases) {
       const { rows } = await t.pool.query<{ v: string | null }>(
         `SELECT ${asText} AS v FROM unnest($1::${type}[]) WITH ORDINALITY AS u(v, n) ORDER BY n`,
-        [values],
+        [arrayLiteral(type, values)],
       );
       // A document as the value it parses to: jsonb keeps its keys in an order of its own.
       const expected = values.map((v) =>

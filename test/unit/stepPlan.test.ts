@@ -64,9 +64,25 @@ const failed = (jobId: string): JobEventInput => ({
 
 type Rows = Array<Record<string, unknown>>;
 
-/** The elements of one of the write's arrays, as text (null as null). */
-const elementsOf = (array: readonly unknown[]): Array<string | null> =>
-  array.map((v) => (v === null ? null : String(v)));
+/** The elements of a one-dimensional array literal (`NULL` as null, quoted elements unescaped). */
+function elementsOf(literal: string): Array<string | null> {
+  const out: Array<string | null> = [];
+  const body = literal.slice(1, -1);
+  for (let i = 0; i < body.length;) {
+    if (body[i] === '"') {
+      let text = '';
+      for (i++; body[i] !== '"'; i++) text += body[i] === '\\' ? body[++i] : body[i];
+      out.push(text);
+      i += 2;
+    } else {
+      const end = body.indexOf(',', i) === -1 ? body.length : body.indexOf(',', i);
+      const text = body.slice(i, end);
+      out.push(text === 'NULL' ? null : text);
+      i = end + 1;
+    }
+  }
+  return out;
+}
 
 /** The write's parameters as rows: each part's arrays zipped back into one object per element (as text). */
 function parsed(params: unknown[]): {
@@ -87,20 +103,20 @@ function parsed(params: unknown[]): {
   const out: Record<string, Rows> = {};
   for (const part of WRITE_PARTS) {
     const columns = Object.keys(WRITE_PARAMETERS[part]);
-    const given = columns.map(() => params[n++] as unknown[] | null);
+    const literals = columns.map(() => params[n++] as string | null);
     // An array of nulls goes as null; the longest array counts the part's rows, as unnest does.
-    const rows = Math.max(...given.map((a) => (a ?? []).length));
-    const arrays = given.map((a) => (a === null ? Array<null>(rows).fill(null) : elementsOf(a)));
+    const rows = Math.max(...literals.map((l) => elementsOf(l ?? '{}').length));
+    const arrays = literals.map((l) => (l === null ? Array<null>(rows).fill(null) : elementsOf(l)));
     out[part] = arrays[0]!.map((_, i) => Object.fromEntries(columns.map((c, k) => [c, arrays[k]![i]])));
   }
   expect(params).toHaveLength(n + 7);
-  const details = params[n] as string[] | null;
+  const details = params[n] as string | null;
   return {
     objects: out['objects']!,
     jobs: out['jobs']!,
     files: out['files']!,
     transitions: out['transitions']!,
-    details: details === null ? null : details.map((d) => JSON.parse(d) as unknown),
+    details: details === null ? null : elementsOf(details).map((d) => JSON.parse(d!) as unknown),
     count: params[n + 1],
     returnsJobs: params[n + 2],
     expectedIds: params[n + 3],
@@ -198,7 +214,7 @@ describe('planBatch', () => {
     // A column no job of the write sets (or sets only to null) goes as null, not as an array.
     expect(param(write!.params, 'jobs', 'published_at')).toBeNull();
     expect(param(write!.params, 'jobs', 'error_code')).toBeNull();
-    expect(param(write!.params, 'jobs', 'finished_at')).toEqual([NOW.toISOString()]);
+    expect(param(write!.params, 'jobs', 'finished_at')).toBe(`{${NOW.toISOString()}}`);
     // The batch's only chunk: the statement need not return where the job stands now.
     expect(parsed(write!.params).returnsJobs).toBe(false);
     // The locked paths' rows are locked already: no reads to check.
@@ -450,12 +466,12 @@ describe('planUnlocked (the unlocked path)', () => {
     expect(planned.details).toEqual(locked.details);
     expect(planned.transitions).toEqual(locked.transitions.map((t) => ({ ...t, from_status: null })));
     expect(planned).toMatchObject({ count: 2, returnsJobs: true });
-    expect(planned.expectedIds).toEqual(rows.map((r) => r.id));
+    expect(planned.expectedIds).toBe(`{${rows.map((r) => r.id).join(',')}}`);
     // A result is the same in pending, published and processing (bits 0–2); an ack only in published.
-    expect(planned.expectedStatuses).toEqual([7, 2]);
-    expect(planned.expectedTargets).toEqual([service.name, service.name]);
+    expect(planned.expectedStatuses).toBe('{7,2}');
+    expect(planned.expectedTargets).toBe(`{"${service.name}","${service.name}"}`);
     // The file the result object's key names, for the write to compare with the job's.
-    expect(planned.expectedFiles).toEqual([rows[0]!.file_id, null]);
+    expect(planned.expectedFiles).toBe(`{"${rows[0]!.file_id}",NULL}`);
   });
 
   it("plans nothing for a result whose key alone shows it is not its job's object", () => {
@@ -475,7 +491,7 @@ describe('planUnlocked (the unlocked path)', () => {
     const planned = parsed(
       plan({ bucket: 'arm-ka', key: `results/${other.file_id}/${row.id}/r.json` })!.params,
     );
-    expect(planned.expectedFiles).toEqual([other.file_id]);
+    expect(planned.expectedFiles).toBe(`{"${other.file_id}"}`);
     expect(() => planUnlocked([{ jobId: row.id, event: done(row) }])).toThrow(/results bucket/);
   });
 
