@@ -62,10 +62,9 @@ pre.preview { background: var(--band); border: 1px solid var(--line); padding: 0
 details summary { cursor: pointer; }
 figure.chart { margin: 0.5rem 0 1rem; border: 1px solid var(--line); padding: 0.5rem; overflow: auto; }
 figure.chart svg { max-width: 100%; height: auto; }
-figure.chart .current > polygon, figure.chart .current > ellipse, figure.chart .current > path { stroke: #c25400; stroke-width: 4; }
-figure.chart g.node.current > polygon, figure.chart g.node.current > path { fill: #ffe2c2; }
-figure.chart g.edge.taken > path { stroke: #c25400; stroke-width: 3; }
-figure.chart g.edge.taken > polygon { fill: #c25400; stroke: #c25400; }
+figure.chart g.node.current path, figure.chart g.node.current polygon { fill: #ffe2c2; stroke: #c25400; stroke-width: 4; }
+figure.chart g.edge.taken path { stroke: #c25400; stroke-width: 3; }
+figure.chart g.edge.taken polygon { fill: #c25400; stroke: #c25400; }
 .stepper { display: flex; gap: 0.75rem; align-items: center; margin: 0.25rem 0; }
 ol.timeline li[aria-current="step"] { background: #ffe2c2; }
 .pager { margin: 0.5rem 0; }

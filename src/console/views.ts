@@ -12,6 +12,7 @@ const LAYOUT = `<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title><%= it.title %> · recognition-core console</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="/assets/console.css">
 <% if (it.chart) { %><link rel="stylesheet" href="/assets/uPlot.min.css"><% } %>
 </head>
