@@ -7,8 +7,8 @@
  * 403); an action needs the identity's permission, its CSRF token and a same-origin request.
  */
 import { readFileSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { listening, type HttpServer } from '../http/server.js';
 import { sql, type Kysely } from 'kysely';
 import {
   FAILED_JOB_STATUSES,
@@ -73,11 +73,8 @@ export interface ConsoleOptions {
   inboxLag?: (() => Promise<InboxLag>) | undefined;
 }
 
-export interface ConsoleServer {
-  server: Server;
-  port: number;
-  close(): Promise<void>;
-}
+/** The console's listener: its server, bound port and close. */
+export type ConsoleServer = HttpServer;
 
 /** How long a session lasts after signing in. */
 export const SESSION_TTL_MS = 8 * 3_600_000;
@@ -747,22 +744,10 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
       else res.end();
     });
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(cfg.CONSOLE_PORT ?? 0, cfg.CONSOLE_HOST, () => resolve());
-  });
-  const port = (server.address() as AddressInfo).port;
+  const listener = await listening(server, cfg.CONSOLE_HOST, cfg.CONSOLE_PORT ?? 0);
   logger.info(
-    { event: 'console_started', console_port: port },
-    `operator console on http://${cfg.CONSOLE_HOST}:${port}/`,
+    { event: 'console_started', console_port: listener.port },
+    `operator console on http://${cfg.CONSOLE_HOST}:${listener.port}/`,
   );
-  return {
-    server,
-    port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  };
+  return listener;
 }

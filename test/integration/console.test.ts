@@ -5,15 +5,16 @@
  * next attempt and its audit row, which /audit and `recognition-core audit list` show; then the
  * same in headless Chromium, with a screenshot of each view (test-results/console/).
  */
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { JobEventInput } from '../../machines/index.js';
 import { listAudit } from '../../src/db/audit.js';
 import { applyEvent } from '../../src/step/index.js';
+import { launchChromium } from '../helpers/browser.js';
 import { runCli } from '../helpers/cliProcess.js';
 import { insertJob } from '../helpers/fixtures.js';
 import { useHarness } from '../helpers/harness.js';
@@ -37,7 +38,6 @@ const t = useHarness({
   },
 });
 
-const CHROMIUM = '/usr/bin/chromium';
 const SHOTS = fileURLToPath(new URL('../../test-results/console/', import.meta.url));
 const DOCS_SHOT = fileURLToPath(new URL('../../docs/console.png', import.meta.url));
 const base = () => `http://127.0.0.1:${t.daemon.console!.port}`;
@@ -301,25 +301,11 @@ describe('the console in headless Chromium', () => {
   });
 
   it('filters, opens a job, steps through its path, retries it, replays a quarantined message', async () => {
-    if (!existsSync(CHROMIUM))
-      throw new Error(
-        `${CHROMIUM} is missing: install Debian's chromium package (apt-get install -y chromium)`,
-      );
     mkdirSync(SHOTS, { recursive: true });
     const target = await failedJob('ocr-engine');
     await failedJob('tabular-parser');
     const q = await quarantinedAck();
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
-    });
+    browser = await launchChromium();
     const page = await browser.newPage({ viewport: { width: 1366, height: 768 } });
     const requests: string[] = [];
     page.on('request', (r) => requests.push(r.url()));

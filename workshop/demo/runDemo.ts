@@ -159,9 +159,11 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
     say,
     servers: opts.servers ?? 'private',
   });
+  const consoleToken = demoConsoleToken();
   try {
-    return await runOn(servers, opts, { started, out, say });
+    return await runOn(servers, opts, { started, out, say, consoleToken });
   } finally {
+    consoleToken.remove();
     await servers.close();
     if (servers.privateServers) say('Stopped and removed the private PostgreSQL and nats-server.');
   }
@@ -200,14 +202,18 @@ async function deleteOwnStreams(
 async function runOn(
   servers: DemoServers,
   opts: DemoOptions,
-  { started, out, say }: { started: number; out: DemoOut; say: Say },
+  {
+    started,
+    out,
+    say,
+    consoleToken,
+  }: { started: number; out: DemoOut; say: Say; consoleToken: { file: string; token: string } },
 ): Promise<DemoResult> {
   // 2. Configuration.
   const env = servers.env;
   const base = loadConfig(env);
   const dbUrl = new URL(base.DATABASE_URL);
   dbUrl.pathname = `/${opts.database}`;
-  const consoleToken = demoConsoleToken();
   const config: Config = loadConfig({
     ...env,
     ...DEMO_OVERRIDES,
@@ -337,7 +343,6 @@ async function runOn(
     return { counts, allFinal, service: stats, wallMs, databaseUrl: config.DATABASE_URL };
   } finally {
     await db.close();
-    consoleToken.remove();
   }
 }
 
