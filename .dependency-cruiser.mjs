@@ -35,6 +35,20 @@ const layers = [
     to: { path: srcFolders(['cli', 'http', 'statecharts']) },
   },
   {
+    name: 'operator-below-commands',
+    comment:
+      "src/operator is the operator's actions as a library for the CLI and the console: it never imports either",
+    from: { path: '^src/operator/' },
+    to: { path: srcFolders(['cli', 'console']) },
+  },
+  {
+    name: 'console-beside-cli',
+    comment:
+      'src/console acts through src/operator as the CLI does: it never imports the CLI, nor the daemon that starts it',
+    from: { path: '^src/console/' },
+    to: { path: srcFolders(['cli', 'daemon']) },
+  },
+  {
     name: 'daemon-below-cli',
     comment: 'src/daemon runs the loops: it never imports the CLI or the replays built on it',
     from: { path: '^src/daemon/' },
@@ -150,6 +164,9 @@ export const options = {
   doNotFollow: { path: 'node_modules' },
   exclude: { path: '^(service-kit/)?dist/' },
   moduleSystems: ['es6', 'cjs'],
+  // `require.resolve('pkg/file')` names a package's file the product serves (the console's assets):
+  // it counts as a dependency on that package.
+  exoticRequireStrings: ['require.resolve'],
   combinedDependencies: false,
   // Packages resolve as node resolves them for this ESM project: their `exports`, `import` first.
   enhancedResolveOptions: {

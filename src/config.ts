@@ -5,6 +5,7 @@
  * can hold a secret can be given as a file instead (`NAME_FILE`, see {@link FILE_VARIABLES}).
  */
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { fileProblem, PG_TLS_PARAMETERS, pgTlsFiles, pgTlsOf, type PgTlsParameter } from './db/pgTls.js';
 import { SPAN_FORMS, parseSpanMs } from './duration.js';
@@ -124,6 +125,46 @@ export const CONFIG_VARIABLES = {
     int(100),
     '5000',
     'bound of each read of those figures (its statement timeout) and of connecting for it or for the database check of /readyz',
+  ],
+  CONSOLE_PORT: [
+    z
+      .string()
+      .trim()
+      .refine((v) => v === '' || (/^\d+$/.test(v) && Number(v) <= 65535), 'must be a port (0-65535) or unset')
+      .transform((v) => (v === '' ? null : Number(v))),
+    '',
+    'port of the operator console (0 = any free port; unset: no console, as it can act on jobs)',
+  ],
+  CONSOLE_HOST: [z.string().trim().min(1), '127.0.0.1', 'address the operator console listens on'],
+  CONSOLE_TOKEN_FILE: [
+    z.string().trim(),
+    '',
+    'file of `name:token` lines (optionally `name:token:retry,replay,purge`): who may sign in to the console, and what they may do',
+  ],
+  CONSOLE_TRUSTED_PROXIES: [
+    z
+      .string()
+      .trim()
+      .refine(
+        (v) => v === '' || v.split(',').every((a) => isIP(a.trim()) !== 0),
+        'must be IP addresses, comma-separated',
+      )
+      .transform((v) => (v === '' ? [] : v.split(',').map((a) => a.trim()))),
+    '',
+    'IP addresses of the proxies whose CONSOLE_USER_HEADER names the console user (unset: the header is ignored)',
+  ],
+  CONSOLE_USER_HEADER: [
+    z
+      .string()
+      .trim()
+      .regex(/^[A-Za-z0-9-]+$/, 'must be a header name'),
+    'X-Forwarded-User',
+    'the header a trusted proxy names the signed-in user in',
+  ],
+  CONSOLE_TIMEOUT_MS: [
+    int(100),
+    '5000',
+    "bound of each of the console's database statements (its statement timeout) and of connecting for one",
   ],
   LOG_LEVEL: [
     z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {

@@ -31,3 +31,19 @@ export function formatSpan(ms: number): string {
   for (const [unit, size] of units) if (ms % size === 0) return `${ms / size}${unit}`;
   return `${ms}ms`;
 }
+
+/**
+ * A moment as operators write it: a span back from now (`90s`, `30m`, `1h`, `2d`, `1w`, taken
+ * back from the database clock by whoever reads it) or an ISO 8601 date or time; undefined when
+ * `text` is neither. Pure.
+ */
+export function parseMoment(text: string): { agoMs: number } | { at: Date } | undefined {
+  const trimmed = text.trim();
+  const agoMs = parseSpanMs(trimmed);
+  if (agoMs !== undefined) return { agoMs };
+  if (/^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}(:?\d{2})?)?)?$/.test(trimmed)) {
+    const at = new Date(trimmed);
+    if (!Number.isNaN(at.getTime())) return { at };
+  }
+  return undefined;
+}

@@ -5,7 +5,7 @@
  */
 import { userInfo } from 'node:os';
 import type { Kysely } from 'kysely';
-import { listAudit, recordAudit, type AuditEntry } from '../db/audit.js';
+import { audited as sharedAudited, listAudit, type AuditEntry } from '../db/audit.js';
 import type { Database } from '../db/schema.js';
 import type { AuditListOptions } from './audit.js';
 import { printRows, type Cell } from './rows.js';
@@ -20,31 +20,26 @@ export function cliActor(): string {
   }
 }
 
+/** The CLI's part of an audit row: its actor, `via: 'cli'`, the operator's note. */
+export function cliAudit(note: string | undefined) {
+  return { actor: cliActor(), via: 'cli' as const, note: note ?? null };
+}
+
 /** What an action of the CLI records; the actor and `via` are the CLI's. */
 export type CliAuditEntry = Omit<AuditEntry, 'actor' | 'via'>;
 
-/**
- * Run `work` and record what it did: `work` fills `entry.affected` and `entry.outcome` as it goes,
- * so an action that fails part-way is recorded with its error and what it had done.
- */
-export async function audited<T>(
+/** Says on stderr that the audit log did not take an action that failed. */
+export function warnUnrecorded(auditErr: unknown): void {
+  process.stderr.write(`warning: the audit log did not take this action: ${String(auditErr)}\n`);
+}
+
+/** Run `work` and record what it did as the CLI's action ({@link sharedAudited}). */
+export function audited<T>(
   db: Kysely<Database>,
   entry: CliAuditEntry,
   work: (entry: CliAuditEntry) => Promise<T>,
 ): Promise<T> {
-  const record = () => recordAudit(db, { ...entry, actor: cliActor(), via: 'cli' });
-  let result: T;
-  try {
-    result = await work(entry);
-  } catch (err) {
-    entry.outcome = { ...entry.outcome, error: err instanceof Error ? err.message : String(err) };
-    await record().catch((auditErr: unknown) => {
-      process.stderr.write(`warning: the audit log did not take this action: ${String(auditErr)}\n`);
-    });
-    throw err;
-  }
-  await record();
-  return result;
+  return sharedAudited(db, { ...entry, actor: cliActor(), via: 'cli' }, work, warnUnrecorded);
 }
 
 type AuditLine = Awaited<ReturnType<typeof listAudit>>[number];

@@ -4,33 +4,20 @@
  * client; the step (for retries), the progress bar, the inspector and the tracing API are loaded
  * by the commands that use them, when they do.
  */
-import { FAILED_JOB_STATUSES, FINAL_JOB_STATUSES, type FinalJobStatus } from '../../machines/statuses.js';
+import { FINAL_JOB_STATUSES, type FinalJobStatus } from '../../machines/statuses.js';
 import type { Db } from '../db/database.js';
-import {
-  assertUuid,
-  createJob,
-  findRetryCandidates,
-  listJobs,
-  loadJob,
-  loadTransitions,
-} from '../db/jobs.js';
+import { createJob, listJobs, loadJob, loadTransitions } from '../db/jobs.js';
 import { loadFinishedJobs, type FinishedKey } from '../db/retention.js';
 import { UsageError } from '../errors.js';
-import type { RetryOutcome, RetryRequest } from '../step/index.js';
+import type { RetryOutcome } from '../step/index.js';
 import type { TraceCarrier } from '../tracing/tracing.js';
 import { tracingStarted } from '../tracing/bootstrap.js';
 import { plural, print, type InspectOptions } from './plumbing.js';
 import { printRows, type Cell } from './rows.js';
 import type { CreateOptions, ExportOptions, ListOptions, RetryOptions } from './jobs.js';
-import { audited, type CliAuditEntry } from './auditActions.js';
+import { cliAudit, warnUnrecorded } from './auditActions.js';
+import { refusal, RETRY_BATCH, retryJobs, retryRequests } from '../operator/retryJobs.js';
 import { withDb } from './withDb.js';
-
-/**
- * Jobs retried per transaction. Each batch holds its jobs' and files' locks until it commits, so a
- * result or a deadline for one of them waits at most one batch; large enough that a bulk retry of
- * thousands costs a few dozen transactions.
- */
-export const RETRY_BATCH = 200;
 
 /** A progress bar on stderr for a batch of `total` jobs, when stderr is a terminal and the batch is large. */
 async function progressBar(total: number): Promise<{ increment(n: number): void; stop(): void }> {
@@ -42,20 +29,6 @@ async function progressBar(total: number): Promise<{ increment(n: number): void;
   );
   bar.start(total, 0);
   return { increment: (n) => bar.increment(n), stop: () => bar.stop() };
-}
-
-/** Why a retry of one job is refused, in one line. */
-function refusal(o: RetryOutcome): string {
-  switch (o.reason ?? o.decision) {
-    case 'unknown_job':
-      return `no recognition_job with id ${o.jobId}`;
-    case 'not_failed':
-      return `job ${o.jobId} is ${o.status}: only a failed job (${FAILED_JOB_STATUSES.join(', ')}) is retried`;
-    case 'file_not_current':
-      return `job ${o.jobId} is not the current job of file ${o.fileId} (that is job ${o.fileCurrentJobId ?? 'none'}): retry that one if it failed`;
-    default:
-      return `job ${o.jobId} was not retried (${o.reason ?? o.decision})`;
-  }
 }
 
 /** A retried job and its next attempt, as printed; a dry run's attempt has no id yet. */
@@ -92,79 +65,38 @@ const ATTEMPT_COLUMNS: ReadonlyArray<[string, (r: AttemptRow) => Cell]> = [
   ['WAS', (r) => r.retried_status],
 ];
 
-/**
- * Retry `requests` (or, dry, decide them and write nothing), batch by batch, each batch in its own
- * transaction. Resolves with every outcome, in order.
- */
-async function retryInBatches(
-  db: Db,
-  requests: readonly RetryRequest[],
-  dryRun: boolean,
-  onBatch: (outcomes: readonly RetryOutcome[]) => void = () => undefined,
-): Promise<RetryOutcome[]> {
-  const { applyRetries, previewRetries } = await import('../step/index.js');
-  const bar = await progressBar(requests.length);
-  const outcomes: RetryOutcome[] = [];
-  try {
-    for (let start = 0; start < requests.length; start += RETRY_BATCH) {
-      const batch = requests.slice(start, start + RETRY_BATCH);
-      const done = await db.db
-        .transaction()
-        .execute((tx) => (dryRun ? previewRetries(tx, batch) : applyRetries(tx, batch)));
-      outcomes.push(...done);
-      onBatch(done);
-      bar.increment(batch.length);
-    }
-  } finally {
-    bar.stop();
-  }
-  return outcomes;
-}
-
-/** New attempts' ids an audit row keeps: enough to follow a small retry, bounded for a bulk one. */
-const AUDITED_IDS = 100;
-
 /** The audit row of a retry, before it runs. */
-function retryAudit(id: string | undefined, o: RetryOptions): CliAuditEntry {
+function retryAudit(id: string | undefined, o: RetryOptions) {
   const selection: Record<string, unknown> =
     id !== undefined
       ? { job_id: id }
       : { status: o.status, service: o.service ?? null, since: o.since ?? null, limit: o.limit };
   if (o.toService !== undefined) selection['to_service'] = o.toService;
-  return { action: 'jobs retry', selection, affected: 0, note: o.note ?? null };
+  return { ...cliAudit(o.note), action: 'jobs retry' as const, selection };
 }
 
 async function retryCommand(db: Db, id: string | undefined, o: RetryOptions): Promise<void> {
   // Either an id or --status: checked when the command line is parsed (./jobs.ts).
   const bulk = o.status !== undefined;
-  const target = o.toService !== undefined ? { targetService: o.toService } : {};
-  let requests: RetryRequest[];
-  if (id !== undefined) {
-    assertUuid(id, 'job id');
-    requests = [{ jobId: id, ...target }];
-  } else {
-    const candidates = await findRetryCandidates(db.db, {
-      statuses: o.status!,
-      service: o.service,
-      finishedSince: o.since,
-      limit: o.limit,
+  const requests = await retryRequests(
+    db.db,
+    id !== undefined
+      ? { jobId: id }
+      : { filter: { statuses: o.status!, service: o.service, finishedSince: o.since, limit: o.limit } },
+    o.toService,
+  );
+  const bar = await progressBar(requests.length);
+  let outcomes: RetryOutcome[];
+  try {
+    outcomes = await retryJobs(db.db, requests, {
+      dryRun: o.dryRun === true,
+      audit: retryAudit(id, o),
+      onBatch: (done) => bar.increment(done.length),
+      onUnrecorded: warnUnrecorded,
     });
-    requests = candidates.map((c) => ({ jobId: c.id, ...target }));
+  } finally {
+    bar.stop();
   }
-  const outcomes =
-    o.dryRun === true
-      ? await retryInBatches(db, requests, true)
-      : await audited(db.db, retryAudit(id, o), (entry) => {
-          const attempts: string[] = [];
-          entry.outcome = { selected: requests.length, attempts };
-          return retryInBatches(db, requests, false, (done) => {
-            for (const r of done) {
-              if (r.next === null) continue;
-              entry.affected++;
-              if (attempts.length < AUDITED_IDS) attempts.push(r.next.jobId);
-            }
-          });
-        });
   const retried = outcomes.filter((r) => r.next !== null);
   if (id !== undefined && retried.length === 0) throw new UsageError(refusal(outcomes[0]!));
   printRows(

@@ -10,7 +10,7 @@ import type { Command } from 'commander';
 import { InvalidArgumentError } from './commander.js';
 import type { Since } from '../db/jobs.js';
 import { DEFAULT_INSPECT_PORT } from '../statecharts/inspectorDefaults.js';
-import { parseSpanMs } from '../duration.js';
+import { parseMoment } from '../duration.js';
 
 /** A commander parser for a whole number at least `min`. */
 export function wholeNumber(min: number) {
@@ -54,13 +54,8 @@ export function inspectOptions(cmd: Command): Command {
  * `1h`, `2d`, `1w`) or an ISO 8601 date or time.
  */
 export function sinceTime(value: string): Since {
-  const text = value.trim();
-  const agoMs = parseSpanMs(text);
-  if (agoMs !== undefined) return { agoMs };
-  if (/^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}(:?\d{2})?)?)?$/.test(text)) {
-    const at = new Date(text);
-    if (!Number.isNaN(at.getTime())) return { at };
-  }
+  const since = parseMoment(value);
+  if (since) return since;
   throw new InvalidArgumentError('must be a span back from now (90s, 30m, 1h, 2d, 1w) or an ISO 8601 time');
 }
 

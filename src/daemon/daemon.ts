@@ -23,6 +23,7 @@ import {
   type ReadinessChecks,
   type RouteHandler,
 } from '../http/server.js';
+import type { ConsoleServer } from '../console/server.js';
 import { startInbox, type Inbox, type InboxOptions } from './inbox.js';
 import { startCommitProbe, type CommitProbe } from './commitProbe.js';
 import { createStatechartRoutes } from '../statecharts/livePage.js';
@@ -67,6 +68,8 @@ export interface Daemon {
   nats: Nats;
   metrics: Metrics;
   http: HttpServer | undefined;
+  /** The operator console's listener (when `CONSOLE_PORT` is set). */
+  console: ConsoleServer | undefined;
   /** The HTTP endpoints' database figures, on a connection of their own (with the `http` loop). */
   figures: HttpFigures | undefined;
   inbox: Inbox | undefined;
@@ -117,7 +120,7 @@ function listenConnectionOf(cfg: Config): ClientConfig | null | undefined {
  *      refuse); migrations it carries that this build does not know are logged and counted;
  *   2. connect to NATS; create or update the streams and core-inbox (unless NATS_PROVISION=false);
  *   3. start the watchdog, the publisher, the dead-letter consumer, retention and the rollup;
- *   4. serve /healthz, /readyz, /metrics;
+ *   4. serve /healthz, /readyz, /metrics, and the operator console when CONSOLE_PORT is set;
  *   5. start the inbox, last: a start that fails has taken no envelope (they would wait out the
  *      ack wait before another instance got them), and the first envelopes of a backlog do not
  *      share the process's one thread with the start-up of everything else.
@@ -150,6 +153,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   let checkDb: Db | undefined;
   let figures: HttpFigures | undefined;
   let inbox: Inbox | undefined;
+  let consoleDb: Db | undefined;
+  let operatorConsole: ConsoleServer | undefined;
   /** The loops started so far: a start that fails later stops them again. */
   const started: Array<{ stop(): Promise<void> }> = [];
   try {
@@ -199,6 +204,11 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       database: () => figures?.databaseCheck() ?? dbReachable(db),
       nats: () => n.isConnected(),
     };
+    // The inbox's lag, for /metrics and the console: one JetStream request a second at most.
+    const inboxPending = sharedAnswer(async () => {
+      const info = await jsm.consumers.info(names.resultsStream, names.inboxConsumer);
+      return { pending: info.num_pending, ackPending: info.num_ack_pending };
+    }, 1_000);
     const metrics = createMetrics({
       // A scrape takes the database check's last answer: it never waits for PostgreSQL.
       readiness: async () =>
@@ -209,11 +219,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           })
         ).checks,
       jobsByStatus: () => Promise.resolve(figures?.current()),
-      // One JetStream request a second at most, however many scrapes.
-      inboxPending: sharedAnswer(async () => {
-        const info = await jsm.consumers.info(names.resultsStream, names.inboxConsumer);
-        return { pending: info.num_pending, ackPending: info.num_ack_pending };
-      }, 1_000),
+      inboxPending,
     });
     // Readiness follows progress too: `commits` is red while a write transaction cannot commit.
     if (loops.http) {
@@ -320,6 +326,24 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           routes: (opts.routes ?? createStatechartRoutes)({ db, metrics, figures: f }),
         })
       : undefined;
+    // The operator console, on a listener and a pool of its own, when CONSOLE_PORT is set.
+    if (cfg.CONSOLE_PORT !== null) {
+      consoleDb = openDb(cfg.DATABASE_URL, {
+        max: 2,
+        applicationName: 'recognition-core-console',
+        unnamedStatements: cfg.DATABASE_POOLER === 'transaction',
+        connectionTimeoutMillis: cfg.CONSOLE_TIMEOUT_MS,
+        onIdleError: (err) =>
+          logger.warn({ err, event: 'db_idle_error' }, 'idle PostgreSQL connection (console) failed'),
+      });
+      const { startConsole } = await import('../console/server.js');
+      operatorConsole = await startConsole({
+        config: cfg,
+        db: consoleDb.db,
+        logger,
+        inboxLag: loops.inbox ? inboxPending : undefined,
+      });
+    }
     // 5. The inbox, last.
     inbox = loops.inbox
       ? await startInbox({
@@ -356,6 +380,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       {
         event: 'started',
         http_port: http?.port,
+        console_port: operatorConsole?.port,
         loops,
         decision_path: decisions.path,
         ...(decisions.path === 'xstate' ? { decision_path_reason: decisions.reason } : {}),
@@ -369,6 +394,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       nats,
       metrics,
       http,
+      console: operatorConsole,
       figures,
       inbox,
       watchdog,
@@ -390,6 +416,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           ]);
           await n.nc.drain().catch(() => undefined);
           await http?.close();
+          await operatorConsole?.close();
+          await consoleDb?.close();
           await figures?.stop();
           await figuresDb?.close();
           await checkDb?.close();
@@ -402,6 +430,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   } catch (err) {
     await Promise.allSettled(started.map((loop) => loop.stop()));
     await http?.close().catch(() => undefined);
+    await operatorConsole?.close().catch(() => undefined);
+    await consoleDb?.close().catch(() => undefined);
     await figures?.stop();
     await figuresDb?.close().catch(() => undefined);
     await checkDb?.close().catch(() => undefined);

@@ -58,3 +58,26 @@ export async function listAudit(db: Kysely<Database>, f: AuditFilter): Promise<A
   if (f.beforeId) q = q.where('id', '<', f.beforeId);
   return q.execute();
 }
+
+/**
+ * Run `work` and record what it did: `work` fills `entry.affected` and `entry.outcome` as it goes,
+ * so an action that fails part-way is recorded with its error and what it had done. When that
+ * record fails too, `onUnrecorded` hears of it and the action's own error is the one thrown.
+ */
+export async function audited<T>(
+  db: Kysely<Database>,
+  entry: AuditEntry,
+  work: (entry: AuditEntry) => Promise<T>,
+  onUnrecorded: (err: unknown) => void = () => undefined,
+): Promise<T> {
+  let result: T;
+  try {
+    result = await work(entry);
+  } catch (err) {
+    entry.outcome = { ...entry.outcome, error: err instanceof Error ? err.message : String(err) };
+    await recordAudit(db, entry).catch(onUnrecorded);
+    throw err;
+  }
+  await recordAudit(db, entry);
+  return result;
+}

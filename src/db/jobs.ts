@@ -164,6 +164,11 @@ export interface JobFilter {
   fileId?: string | undefined;
   createdSince?: Since | undefined;
   finishedSince?: Since | undefined;
+  /**
+   * Only jobs after this job in the list's order (newest first): the next page after the last row
+   * shown, read from the index at that row's exact (created_at, id), never an OFFSET.
+   */
+  before?: string | undefined;
   limit: number;
 }
 
@@ -185,6 +190,7 @@ export async function listJobs(db: Kysely<Database>, filter: JobFilter): Promise
 /** The query of {@link listJobs}, not run: a test explains it. Throws a UsageError on a malformed file id. */
 export function listJobsQuery(db: Kysely<Database>, filter: JobFilter) {
   if (filter.fileId !== undefined) assertUuid(filter.fileId, 'file id');
+  if (filter.before !== undefined) assertUuid(filter.before, 'cursor job id');
   const statuses = filter.statuses?.length ? [...new Set(filter.statuses)] : [...JOB_STATUSES];
   const parts = statuses.map((status) => {
     // The status as a literal: the planner proves the partial index's predicate from it.
@@ -193,6 +199,12 @@ export function listJobsQuery(db: Kysely<Database>, filter: JobFilter) {
     if (filter.fileId !== undefined) q = q.where('file_id', '=', filter.fileId);
     if (filter.createdSince) q = q.where('created_at', '>=', sinceSql(filter.createdSince));
     if (filter.finishedSince) q = q.where('finished_at', '>=', sinceSql(filter.finishedSince));
+    if (filter.before !== undefined) {
+      // A row comparison with the cursor's own (created_at, id), read once by its primary key: the
+      // (status, created_at, id) index is read from the cursor on, at the column's full precision.
+      const cursor = sql`(SELECT c.created_at FROM recognition_job c WHERE c.id = ${filter.before}::uuid)`;
+      q = q.where(sql<boolean>`(created_at, id) < (${cursor}, ${filter.before}::uuid)`);
+    }
     const newest = q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(filter.limit);
     return db.selectFrom(newest.as('part')).selectAll();
   });
@@ -267,4 +279,67 @@ export async function loadTraceContexts(
     .execute();
   for (const r of rows) out.set(r.id, { traceparent: r.trace_parent!, tracestate: r.trace_state });
   return out;
+}
+
+/**
+ * The job an id names: a job id, a file id (its current job, else its latest attempt), or a
+ * message id (a job's `result_msg_id`, or a transition's `msg_id`). A message id is found through
+ * the job id it carries (`kind:<job_id>:<attempt>`, as the contract names them): every lookup is
+ * served by a primary key or the (file_id, attempt) and (job_id, id) indexes, never a scan.
+ * Resolves with the job's id, or undefined when nothing matches.
+ */
+export async function findJobId(db: Kysely<Database>, text: string): Promise<string | undefined> {
+  const id = text.trim();
+  if (UUID.test(id)) {
+    const job = await db.selectFrom('recognition_job').select('id').where('id', '=', id).executeTakeFirst();
+    if (job) return job.id;
+    const file = await db
+      .selectFrom('stored_file')
+      .select('current_recognition_job_id')
+      .where('id', '=', id)
+      .executeTakeFirst();
+    if (file?.current_recognition_job_id) return file.current_recognition_job_id;
+    const latest = await db
+      .selectFrom('recognition_job')
+      .select('id')
+      .where('file_id', '=', id)
+      .orderBy('attempt', 'desc')
+      .limit(1)
+      .executeTakeFirst();
+    return latest?.id;
+  }
+  for (const [carried] of id.matchAll(UUID_IN_TEXT)) {
+    const match = await db
+      .selectFrom('recognition_job as j')
+      .select('j.id')
+      .where('j.id', '=', carried)
+      .where((eb) =>
+        eb.or([
+          eb('j.result_msg_id', '=', id),
+          eb.exists(
+            eb
+              .selectFrom('recognition_job_transition as t')
+              .select('t.id')
+              .whereRef('t.job_id', '=', 'j.id')
+              .where('t.msg_id', '=', id),
+          ),
+        ]),
+      )
+      .executeTakeFirst();
+    if (match) return match.id;
+  }
+  return undefined;
+}
+
+const UUID_IN_TEXT = /[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi;
+
+/** Every attempt of a file, newest first (the unique (file_id, attempt) index). */
+export async function loadAttempts(db: Kysely<Database>, fileId: string): Promise<JobRow[]> {
+  assertUuid(fileId, 'file id');
+  return db
+    .selectFrom('recognition_job')
+    .selectAll()
+    .where('file_id', '=', fileId)
+    .orderBy('attempt', 'desc')
+    .execute();
 }

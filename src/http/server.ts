@@ -122,14 +122,21 @@ export async function startHttpServer(opts: HttpOptions): Promise<HttpServer> {
       }
     })();
   });
+  return listening(server, opts.host, opts.port);
+}
+
+/**
+ * `server` listening on `host`:`port` (0: a free port), with its bound port and a close that ends
+ * every connection, so a stop never waits for an idle keep-alive.
+ */
+export async function listening(server: Server, host: string, port: number): Promise<HttpServer> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(opts.port, opts.host, () => resolve());
+    server.listen(port, host, () => resolve());
   });
-  const port = (server.address() as AddressInfo).port;
   return {
     server,
-    port,
+    port: (server.address() as AddressInfo).port,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -10,7 +10,7 @@ import { existsSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { Registry } from 'prom-client';
 import WebSocket from 'ws';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -22,6 +22,7 @@ import { openDb, type Db } from '../../src/db/database.js';
 import { createLogger } from '../../src/logger.js';
 import { legalEdges } from '../../src/statecharts/machineGraph.js';
 import { createStatechartRoutes } from '../../src/statecharts/livePage.js';
+import { launchChromium } from '../helpers/browser.js';
 import { insertJob } from '../helpers/fixtures.js';
 import { freePort } from '../../workshop/localServers/freePort.js';
 import { useHarness } from '../helpers/harness.js';
@@ -30,7 +31,6 @@ const t = useHarness({ database: true });
 const CLI = fileURLToPath(new URL('../../bin/recognition-core.js', import.meta.url));
 const BUILT = fileURLToPath(new URL('../../dist/src/cli.js', import.meta.url));
 const SCENARIOS = fileURLToPath(new URL('../../visualizations/scenarios/', import.meta.url));
-const CHROMIUM = '/usr/bin/chromium';
 const service = { name: 'tabular-parser', version: '2.3.1' };
 
 const children: ChildProcess[] = [];
@@ -382,11 +382,6 @@ describe('GET /statechart in headless Chromium', () => {
   });
 
   it('shows every state with the counts in the database, and follows them as jobs move', async () => {
-    if (!existsSync(CHROMIUM)) {
-      throw new Error(
-        `${CHROMIUM} is missing: install Debian's chromium package (apt-get install -y chromium)`,
-      );
-    }
     // Jobs in several statuses, some moved through the step so there are transitions to count.
     const moving: string[] = [];
     for (const status of [
@@ -415,17 +410,7 @@ describe('GET /statechart in headless Chromium', () => {
       readiness: {},
       routes: createStatechartRoutes({ figures }),
     });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
-    });
+    browser = await launchChromium();
     const page = await browser.newPage();
     const requests: string[] = [];
     page.on('request', (r) => requests.push(r.url()));

@@ -113,6 +113,16 @@ const IMPORT_VIOLATIONS: Array<[rule: string, what: string, tree: Tree]> = [
     { 'src/replay/probe.ts': "import '../http/server.js';\n", 'src/http/server.ts': exportOne },
   ],
   [
+    'operator-below-commands',
+    'src/operator imports the CLI',
+    { 'src/operator/probe.ts': "import '../cli/jobs.js';\n", 'src/cli/jobs.ts': exportOne },
+  ],
+  [
+    'console-beside-cli',
+    'src/console imports the daemon',
+    { 'src/console/probe.ts': "import '../daemon/daemon.js';\n", 'src/daemon/daemon.ts': exportOne },
+  ],
+  [
     'daemon-below-cli',
     'src/daemon imports a replay',
     { 'src/daemon/probe.ts': "import '../replay/inboxReplay.js';\n", 'src/replay/inboxReplay.ts': exportOne },

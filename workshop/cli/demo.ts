@@ -51,6 +51,7 @@ export function registerDemoCommand(program: Command): void {
       'recognition_demo',
     )
     .option('--timeout <seconds>', 'stop waiting for final statuses after this long', wholeNumber(1), 45)
+    .option('--hold', 'once every job is final, keep the daemon and its operator console up until Ctrl-C')
     .option(
       '--trace',
       "trace the exchange (OpenTelemetry): to the OTEL_EXPORTER_OTLP_* endpoint if set, else to a local receiver; prints one job's trace",
@@ -63,6 +64,7 @@ export function registerDemoCommand(program: Command): void {
         database: string;
         timeout: number;
         trace?: boolean;
+        hold?: boolean;
         servers: DemoServerChoice;
       }) => {
         const { nameEnvTypos } = await import('../../src/cli/commandConfig.js');
@@ -78,6 +80,7 @@ export function registerDemoCommand(program: Command): void {
             servers: o.servers,
             timeoutMs: o.timeout * 1000,
             signal: stop.signal,
+            hold: o.hold === true,
             trace: o.trace ? { receiver: demoTraceReceiver(), flush: flushTracing } : undefined,
           });
           if (!result.allFinal) process.exitCode = 1;

@@ -5,7 +5,10 @@
  * default; with `servers: 'existing'` a database and exchange of its own (`demoNames`), deleted at
  * the end.
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { loadConfig, redactUrl, secretsOf, type Config } from '../../src/config.js';
 import { startDaemon, type Daemon } from '../../src/daemon/daemon.js';
@@ -51,7 +54,18 @@ const DEMO_OVERRIDES = {
   HTTP_HOST: '127.0.0.1',
   HTTP_PORT: '0',
   NATS_PROVISION: 'true',
+  CONSOLE_HOST: '127.0.0.1',
+  CONSOLE_PORT: '0',
 } as const;
+
+/** The operator console's sign-in of the demo: a token file of its own, one operator, every action. */
+function demoConsoleToken(): { file: string; token: string; remove(): void } {
+  const dir = mkdtempSync(join(tmpdir(), 'recognition-demo-console-'));
+  const token = randomBytes(18).toString('base64url');
+  const file = join(dir, 'tokens');
+  writeFileSync(file, `demo:${token}\n`, { mode: 0o600 });
+  return { file, token, remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
 
 /** Files and jobs created at once: quick, without starving the daemon's pool. */
 const CREATE_CONCURRENCY = 8;
@@ -84,6 +98,8 @@ export interface DemoOptions {
    * the local receiver `demo --trace` starts, print that job's span tree.
    */
   trace?: DemoTrace | undefined;
+  /** `--hold`: once every job is final, keep the daemon and its console up until `signal` aborts. */
+  hold?: boolean | undefined;
 }
 
 export interface DemoResult {
@@ -143,9 +159,11 @@ export async function runDemo(opts: DemoOptions): Promise<DemoResult> {
     say,
     servers: opts.servers ?? 'private',
   });
+  const consoleToken = demoConsoleToken();
   try {
-    return await runOn(servers, opts, { started, out, say });
+    return await runOn(servers, opts, { started, out, say, consoleToken });
   } finally {
+    consoleToken.remove();
     await servers.close();
     if (servers.privateServers) say('Stopped and removed the private PostgreSQL and nats-server.');
   }
@@ -184,14 +202,24 @@ async function deleteOwnStreams(
 async function runOn(
   servers: DemoServers,
   opts: DemoOptions,
-  { started, out, say }: { started: number; out: DemoOut; say: Say },
+  {
+    started,
+    out,
+    say,
+    consoleToken,
+  }: { started: number; out: DemoOut; say: Say; consoleToken: { file: string; token: string } },
 ): Promise<DemoResult> {
   // 2. Configuration.
   const env = servers.env;
   const base = loadConfig(env);
   const dbUrl = new URL(base.DATABASE_URL);
   dbUrl.pathname = `/${opts.database}`;
-  const config: Config = loadConfig({ ...env, ...DEMO_OVERRIDES, DATABASE_URL: dbUrl.toString() });
+  const config: Config = loadConfig({
+    ...env,
+    ...DEMO_OVERRIDES,
+    DATABASE_URL: dbUrl.toString(),
+    CONSOLE_TOKEN_FILE: consoleToken.file,
+  });
   const logger: Logger = createLogger({
     level: config.LOG_LEVEL,
     secrets: secretsOf(config),
@@ -242,6 +270,10 @@ async function runOn(
       say(
         `  daemon    reply timeout ${config.REPLY_TIMEOUT_MS} ms, watchdog every ${config.WATCHDOG_INTERVAL_MS} ms, metrics http://127.0.0.1:${daemon.http?.port}/metrics`,
       );
+      if (daemon.console)
+        say(
+          `  console   http://127.0.0.1:${daemon.console.port}/ (sign in with the token ${consoleToken.token}; open while the demo runs)`,
+        );
 
       // 6. The reference service.
       serviceNats = await connectNats(config, logger, { name: TABULAR_PARSER });
@@ -273,6 +305,14 @@ async function runOn(
         failed: () => createFailed,
       });
       await creating;
+      const signal = opts.signal;
+      if (opts.hold && signal && !signal.aborted) {
+        say();
+        say('holding: the daemon and its console stay up until Ctrl-C');
+        await new Promise<void>((resolve) =>
+          signal.addEventListener('abort', () => resolve(), { once: true }),
+        );
+      }
       if (!allFinal) {
         say();
         say(
