@@ -39,7 +39,7 @@ const o = new Command('bench')
   .option('--grown', 'add the grown section to a full run (a generated history: many minutes)')
   .option('--grown-jobs <n>', "finished jobs in the grown section's history", wholeNumber(1), 5_000_000)
   .option('--http', 'add the http section to a full run (a generated history: many minutes)')
-  .option('--http-jobs <n>', "jobs in the http section's history", wholeNumber(1), 1_000_000)
+  .option('--http-jobs <n>', "jobs in the http section's history", wholeNumber(1), 5_000_000)
   .option(
     '--only <sections>',
     `run some sections only (${SECTIONS.join(',')}); records nothing`,
@@ -200,9 +200,15 @@ try {
   }
   if (only.has('http')) {
     log(
-      `http: the inbox with and without 200 concurrent HTTP requests, on a history of ${n0(o.httpJobs)} jobs`,
+      `http: the inbox with and without 200 concurrent HTTP requests or 5 consoles, on a history of ${n0(o.httpJobs)} jobs`,
     );
-    const args = { jobs: o.httpJobs, batched: sizes.batched, warmup: sizes.warmup, concurrency: 200 };
+    const args = {
+      jobs: o.httpJobs,
+      batched: sizes.batched,
+      warmup: sizes.warmup,
+      concurrency: 200,
+      pollers: 5,
+    };
     report.http = await measureHttp(args, compared, log);
   }
   if (only.has('pooler')) {
