@@ -16,10 +16,8 @@ import { applyV8Flags } from '../src/process/v8Flags.js';
 export const CEILING = { batchSize: 200, lingerMs: 2, inFlight: 4 } as const;
 export const CEILING_NAME = `ceiling: one consume(), batches of ≤ ${CEILING.batchSize} or ${CEILING.lingerMs} ms, ${CEILING.inFlight} in flight`;
 /** The `application_name` of the ceiling process's backends; the name of its prepared statement. */
-export const [CEILING_PROCESS_APPLICATION, CEILING_STATEMENT] = [
-  'bench-ceiling-process',
-  'bench_ceiling_batch',
-];
+export const CEILING_PROCESS_APPLICATION = 'bench-ceiling-process';
+export const CEILING_STATEMENT = 'bench_ceiling_batch';
 
 /** One batch: $1…$11 hold one element per envelope; the transition's detail is the machine's. */
 export const CEILING_SQL = `
@@ -78,17 +76,9 @@ export const ceilingParameters = (): unknown[][] => Array.from({ length: 11 }, (
 export function addCeilingResult(values: unknown[][], r: ResultEnvelope, msgId: string): void {
   const { service, result_s3: s3, error } = r;
   const metrics = r.metrics ? JSON.stringify(r.metrics) : null;
-  const row = [
-    r.job_id,
-    msgId,
-    r.status,
-    service.name,
-    service.version,
-    r.result_schema_version ?? null,
-    metrics,
-  ];
-  const rest = [s3?.bucket ?? null, s3?.key ?? null, error?.code ?? null, error?.message ?? null];
-  [...row, ...rest].forEach((v, i) => values[i]!.push(v));
+  const result = [r.job_id, msgId, r.status, service.name, service.version, r.result_schema_version ?? null];
+  const rest = [metrics, s3?.bucket ?? null, s3?.key ?? null, error?.code ?? null, error?.message ?? null];
+  [...result, ...rest].forEach((v, i) => values[i]!.push(v));
 }
 
 /**

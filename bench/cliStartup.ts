@@ -8,15 +8,12 @@ import { median } from './env.js';
 
 export const CLI_LABELS = { node: 'node -e 0', help: 'recognition-core --help' } as const;
 /** Each command line's median wall time, by its role in {@link CLI_LABELS}. */
-export type CliResult = {
-  runs: number;
-  commands: Record<keyof typeof CLI_LABELS, { label: string; wallMs: number }>;
-};
+export type CliResult = ReturnType<typeof measureCliStartup>;
 
 const CLI = fileURLToPath(new URL('../../bin/recognition-core.js', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-export function measureCliStartup(runs: number): CliResult {
+export function measureCliStartup(runs: number) {
   const cases = [['node', ['-e', '0']] as const, ['help', [CLI, '--help']] as const];
   const env = { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: process.env['HOME'] ?? '/tmp' };
   const once = ([role, args]: (typeof cases)[number]) => {
@@ -28,9 +25,6 @@ export function measureCliStartup(runs: number): CliResult {
   cases.forEach(once);
   const times = cases.map(() => [] as number[]);
   for (let round = 0; round < runs; round++) cases.forEach((c, i) => times[i]!.push(once(c)));
-  const medians = cases.map(([role], i) => [
-    role,
-    { label: CLI_LABELS[role], wallMs: median(times[i]!, Number) },
-  ]);
-  return { runs, commands: Object.fromEntries(medians) as CliResult['commands'] };
+  const wall = (i: number) => ({ label: CLI_LABELS[cases[i]![0]], wallMs: median(times[i]!, Number) });
+  return { runs, commands: { node: wall(0), help: wall(1) } };
 }

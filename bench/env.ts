@@ -2,7 +2,7 @@
  * The bench's world: its own database (created, migrated, dropped after) and nats-server (a child on
  * a free port), the stream, the CPU split of a run, and the small tools every section uses.
  */
-import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { CONFIG_VARIABLES, loadConfig, type Config } from '../src/config.js';
@@ -10,21 +10,10 @@ import { createDatabaseIfMissing, dropDatabase, migrateToLatest, openDb } from '
 import { provisionStreams } from '../src/nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
 import { processCpuMs } from '../workshop/processStats.js';
-import { startNatsServer, type NatsServerHandle } from '../workshop/localServers/natsServer.js';
+import { startNatsServer } from '../workshop/localServers/natsServer.js';
 
-/** Everything a measurement needs; {@link BenchEnv.close} removes it all. */
-export interface BenchEnv {
-  databaseUrl: string;
-  nats: NatsServerHandle;
-  js: JetStreamClient;
-  jsm: JetStreamManager;
-  pool: pg.Pool;
-  /** The tables hold a history that runs keep: they remove and check their own fixtures only. */
-  history: boolean;
-  /** The daemon's configuration for this environment, with `overrides`. */
-  config(overrides?: Record<string, string>): Config;
-  close(): Promise<void>;
-}
+/** Everything a measurement needs; `close` removes it all. */
+export type BenchEnv = Awaited<ReturnType<typeof startBenchEnv>>;
 
 /** The daemon's configuration for these servers: the bench's environment's tuning, then `overrides`. */
 export function configFor(databaseUrl: string, natsUrl: string) {
@@ -45,7 +34,7 @@ export function benchPool(databaseUrl: string, applicationName: string, max = 4)
 }
 
 /** nats-server and a fresh migrated database on `BENCH_PG_URL`, `TEST_PG_URL` or the local server. */
-export async function startBenchEnv(): Promise<BenchEnv> {
+export async function startBenchEnv() {
   const nats = await startNatsServer();
   const server = process.env['BENCH_PG_URL'] ?? process.env['TEST_PG_URL'];
   const url = new URL(server ?? 'postgres://postgres@127.0.0.1:5432/postgres');
@@ -64,6 +53,7 @@ export async function startBenchEnv(): Promise<BenchEnv> {
       await dropDatabase(databaseUrl).catch(() => undefined);
       await nats.cleanup();
     };
+    // `history`: the tables hold a history that runs keep; they remove and check their own fixtures only.
     return { databaseUrl, nats, js, jsm, pool, config, close, history: false };
   } catch (err) {
     await dropDatabase(databaseUrl).catch(() => undefined);
@@ -74,7 +64,6 @@ export async function startBenchEnv(): Promise<BenchEnv> {
 
 /** Flush dirty buffers now, so a checkpoint does not land in the middle of a timed run. */
 export const checkpoint = (pool: pg.Pool) => pool.query('CHECKPOINT');
-/** Vacuum and analyse every table a run writes. */
 export const vacuumAnalyze = (pool: pg.Pool) =>
   pool.query('VACUUM ANALYZE s3_object, stored_file, recognition_job, recognition_job_transition');
 

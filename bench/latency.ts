@@ -77,19 +77,10 @@ export async function measureLatency(env: BenchEnv, rate: number, seconds: numbe
   if (latencies.some((l) => !Number.isFinite(l))) throw new Error('an envelope has no commit time');
   const early = `an envelope committed ${-latencies[0]!} ms before it was published`;
   if (latencies[0]! < 0) throw new Error(early);
-  const [p50Ms, p99Ms, maxMs] = [percentile(latencies, 50), percentile(latencies, 99), latencies.at(-1)!];
-  const [publisherLagMs, logLevel] = [published.lagMs, (daemon?.config.LOG_LEVEL ?? null) as string | null];
-  return {
-    consumer,
-    rate,
-    envelopes: latencies.length,
-    p50Ms,
-    p99Ms,
-    maxMs,
-    publisherLagMs,
-    logLevel,
-    ...pauses,
-  };
+  const p = (q: number) => percentile(latencies, q);
+  const figures = { p50Ms: p(50), p99Ms: p(99), maxMs: latencies.at(-1)!, publisherLagMs: published.lagMs };
+  const logLevel = (daemon?.config.LOG_LEVEL ?? null) as string | null;
+  return { consumer, rate, envelopes: latencies.length, ...figures, logLevel, ...pauses };
 }
 
 /** This process's garbage-collection pauses, as V8 reports them, from now until `stop()`. */

@@ -5,7 +5,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Session } from 'node:inspector/promises';
+import { Session, type HeapProfiler, type Profiler, type Runtime } from 'node:inspector/promises';
 import { Command, Option } from '../src/cli/commander.js';
 import { wholeNumber } from '../src/cli/plumbing.js';
 import { addCeilingResult, ceilingParameters, CEILING, CEILING_SQL, CEILING_STATEMENT } from './ceiling.js';
@@ -19,12 +19,6 @@ import { WRITE } from '../src/step/write.js';
 import { doneEnvelope, resultHeaders, seedPublishedJobs, type BenchJob } from '../workshop/benchFixtures.js';
 import { processCpuMs, threadCpuMs } from '../workshop/processStats.js';
 import { measureCeiling, measureInbox, type LogLevel, type TimedHooks } from './throughput.js';
-
-/** As much of a V8 CPU profile and of a sampling heap profile's node as the attribution reads. */
-type Frame = { functionName: string; url: string };
-type CpuProfile = { nodes: Array<{ id: number; callFrame: Frame; children?: number[] }>; samples: number[] };
-type HeapProfileNode = { callFrame: Frame; selfSize: number; children: HeapProfileNode[] };
-type Heap = { head: HeapProfileNode };
 
 /** The parts, by the frame's url (or function name), tried in order; the first match owns a sample. */
 const PARTS: ReadonlyArray<[part: string, url: RegExp, fn?: RegExp]> = [
@@ -48,12 +42,13 @@ const BACKGROUND = "V8's background threads (collection helpers, compiler)";
 /** One consumer's node CPU per envelope by part (µs) and its bytes allocated per envelope by part. */
 type Column = Record<'cpu' | 'allocated', Map<string, number>>;
 
-const partOf = (f: Frame) => PARTS.find(([, url, fn]) => url.test(f.url) || fn?.test(f.functionName))?.[0];
+const partOf = (f: Runtime.CallFrame) =>
+  PARTS.find(([, url, fn]) => url.test(f.url) || fn?.test(f.functionName))?.[0];
 
 /** Bytes allocated by part: each sample counts for the nearest frame of a part on its stack. */
-function attributeAllocation(head: HeapProfileNode): Map<string, number> {
+function attributeAllocation(head: HeapProfiler.SamplingHeapProfileNode): Map<string, number> {
   const bytes = new Map<string, number>();
-  const visit = (node: HeapProfileNode, inherited: string) => {
+  const visit = (node: HeapProfiler.SamplingHeapProfileNode, inherited: string) => {
     const part = partOf(node.callFrame) ?? inherited;
     if (node.selfSize > 0) bytes.set(part, (bytes.get(part) ?? 0) + node.selfSize);
     for (const child of node.children) visit(child, part);
@@ -63,13 +58,13 @@ function attributeAllocation(head: HeapProfileNode): Map<string, number> {
 }
 
 /** Each part's share of the profile's busy samples, by the same rule. */
-function attribute(profile: CpuProfile): Map<string, number> {
+function attribute(profile: Profiler.Profile): Map<string, number> {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
   for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
   const counts = new Map<string, number>();
   let busy = 0;
-  for (const id of profile.samples) {
+  for (const id of profile.samples ?? []) {
     const fn = byId.get(id)!.callFrame.functionName;
     if (fn === '(idle)') continue;
     busy += 1;
@@ -194,13 +189,13 @@ try {
     // The process's CPU and its main thread's over the timed window of each unprofiled drain.
     const rounds: Array<{ all: number; main: number }> = [];
     for (let i = 1; i < args.rounds; i++) rounds.push(await within(run, ownCpu, ownCpu));
-    const stopCpu = async () => (await session.post('Profiler.stop')).profile as unknown as CpuProfile;
+    const stopCpu = async () => (await session.post('Profiler.stop')).profile;
     const profile = await within(run, () => session.post('Profiler.start'), stopCpu);
     // One more drain under the sampling heap profiler, which slows allocation: apart from the CPU profile.
     const sampling = { samplingInterval: 1024 }; // mean bytes between two samples
     const collected = { includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true };
     const startHeap = () => session.post('HeapProfiler.startSampling', { ...sampling, ...collected });
-    const stopHeap = async () => (await session.post('HeapProfiler.stopSampling')).profile as unknown as Heap;
+    const stopHeap = async () => (await session.post('HeapProfiler.stopSampling')).profile;
     const heap = await within(run, startHeap, stopHeap);
     keep(name, 'cpuprofile', profile);
     keep(name, 'heapprofile', heap);

@@ -65,13 +65,13 @@ const LATENCY = { maxMs: 50, share: 0.8 };
 /** A daemon process's RSS while it drains a backlog stays under this. */
 const DRAIN_MAX_MIB = 300;
 
+const mid = (ws: readonly SweepResult[]) => median(ws, (w) => w.seconds).seconds;
 const mib = (v: number | undefined) => (v ?? NaN) / 2 ** 20;
 /** Envelopes/s of a throughput row, with its rounds when there were several. */
 const rateText = (t: ThroughputResult) =>
   `${n0(t.perSecond)} env/s${t.roundsPerSecond && t.roundsPerSecond.length > 1 ? ` (median of ${t.roundsPerSecond.map(n0).join(' / ')})` : ''}`;
 const times = (ws: readonly SweepResult[]) =>
-  `${median(ws, (w) => w.seconds).seconds.toFixed(2)} s${ws.length > 1 ? ` (median of ${ws.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : ''}`;
-/** A markdown table. */
+  `${mid(ws).toFixed(2)} s${ws.length > 1 ? ` (median of ${ws.map((w) => w.seconds.toFixed(2)).join(' / ')} s)` : ''}`;
 export const table = (header: string[], rows: string[][], rule = header.map(() => '---')) =>
   [header, rule, ...rows].map((c) => `| ${c.join(' | ')} |`).join('\n');
 
@@ -89,8 +89,8 @@ function latencyText(rounds: readonly LatencyResult[]): string {
 }
 
 type Out = ReturnType<typeof output>;
+type Run = ThroughputResult;
 type Spec<K extends keyof BenchReport> = (v: NonNullable<BenchReport[K]>, o: Out, r: BenchReport) => void;
-const mid = (ws: readonly SweepResult[]) => median(ws, (w) => w.seconds).seconds;
 const f1 = (v: number) => v.toFixed(1);
 
 /** The sections, in the table's order. */
@@ -207,15 +207,7 @@ function output(h: Headlines, rows: string[][]) {
       rows.push([what, result + ratio + more, target, met]);
     },
     /** A throughput over its ceiling's (both rates as context), and its row. */
-    rate(
-      key: string,
-      t: ThroughputResult,
-      c: ThroughputResult,
-      ceilingKey: string,
-      of: string,
-      what = t.name,
-      more = '',
-    ) {
+    rate(key: string, t: Run, c: Run, ceilingKey: string, of: string, what = t.name, more = '') {
       h.context[`${key}_env_per_s`] = Math.round(t.perSecond);
       h.context[`${ceilingKey}_env_per_s`] = Math.round(c.perSecond);
       o.ratio(key, t.perSecond, c.perSecond, c.name);

@@ -95,17 +95,12 @@ const report: BenchReport = {
   defaults: Object.fromEntries([...defaults, 'WATCHDOG_CONCURRENCY' as const].map((k) => [k, cfg[k]])),
 };
 
-/** Run `fn` once and log its figures. */
 async function runOnce(fn: () => Promise<ThroughputResult>): Promise<ThroughputResult> {
   const r = await fn();
-  const [startup, rss] = [
-    r.startupSeconds?.toFixed(2),
-    r.maxRssBytes && (r.maxRssBytes / 2 ** 20).toFixed(0),
-  ];
   log(
     `  ${r.name}: ${n0(r.perSecond)} envelopes/s (${r.envelopes} in ${r.seconds.toFixed(2)} s; CPU per envelope: ${cpuText(r.cpu)})` +
-      (startup !== undefined ? `; start → first delivery ${startup} s` : '') +
-      (rss !== undefined ? `; max RSS ${rss} MiB` : ''),
+      (r.startupSeconds !== undefined ? `; start → first delivery ${r.startupSeconds.toFixed(2)} s` : '') +
+      (r.maxRssBytes !== undefined ? `; max RSS ${(r.maxRssBytes / 2 ** 20).toFixed(0)} MiB` : ''),
   );
   return r;
 }

@@ -14,7 +14,7 @@ import { startDaemon, type DaemonOptions } from '../src/daemon/daemon.js';
 import { createLogger, logDestination } from '../src/logger.js';
 import { CEILING, CEILING_NAME, CEILING_PROCESS_APPLICATION, startCeiling } from './ceiling.js';
 import { checkpoint, firstDelivery, resetStream, startCpuSplit, waitAllAcked } from './env.js';
-import type { BenchEnv, CpuSplit } from './env.js';
+import type { BenchEnv } from './env.js';
 import { checkAllDone, prePublish, seedPublishedJobs } from '../workshop/benchFixtures.js';
 import { processCpuMs, rssBytes } from '../workshop/processStats.js';
 
@@ -22,15 +22,8 @@ import { processCpuMs, rssBytes } from '../workshop/processStats.js';
  * One measurement: `cpu` per envelope, `roundsPerSecond` every round's rate (this is the median
  * one), a process's start to its first delivery (not in `seconds`) and its largest RSS.
  */
-export type ThroughputResult = Record<
-  'envelopes' | 'seconds' | 'perSecond' | 'batchSize' | 'concurrency',
-  number
-> & {
-  name: string;
-  logLevel: LogLevel | null;
-  cpu: CpuSplit;
+export type ThroughputResult = Awaited<ReturnType<typeof drain>> & {
   roundsPerSecond?: number[];
-  startupSeconds?: number;
   maxRssBytes?: number;
 };
 /** Runs taking turns over the rounds, each reported as its median round (bench/run.ts). */
@@ -43,9 +36,12 @@ export type LogLevel = 'info' | 'warn';
 /** Generous: 200 envelopes/s would be a broken run, not a slow one. */
 export const timeoutFor = (n: number) => 60_000 + n * 5;
 
-const ceilingShape = { batchSize: CEILING.batchSize, concurrency: CEILING.inFlight, logLevel: null };
-const daemonShape = (c: Config, logLevel: LogLevel) =>
-  ({ batchSize: c.INBOX_BATCH_SIZE, concurrency: c.INBOX_CONCURRENCY, logLevel }) as const;
+/** What a run is: its name, its batching, its log level (null for the ceiling). */
+type Shape = { name: string; batchSize: number; concurrency: number; logLevel: LogLevel | null };
+const ceilingShape = (name: string) =>
+  ({ name, batchSize: CEILING.batchSize, concurrency: CEILING.inFlight, logLevel: null }) satisfies Shape;
+const daemonShape = (name: string, c: Config, logLevel: LogLevel) =>
+  ({ name, batchSize: c.INBOX_BATCH_SIZE, concurrency: c.INBOX_CONCURRENCY, logLevel }) satisfies Shape;
 
 /** What a drain starts: `stop` ends it; a process also tells its CPU so far. */
 type Consumer = { stop(): Promise<unknown>; cpuMs?: () => number | null };
@@ -57,7 +53,7 @@ type Consumer = { stop(): Promise<unknown>; cpuMs?: () => number | null };
 async function drain(
   env: BenchEnv,
   n: number,
-  o: { applicationName: string; timed?: TimedHooks | undefined; fromFirstDelivery?: boolean },
+  o: { shape: Shape; applicationName: string; timed?: TimedHooks | undefined; fromFirstDelivery?: boolean },
   start: () => Promise<Consumer>,
 ) {
   const jobs = await seedPublishedJobs(env.pool, n, env.history);
@@ -84,21 +80,20 @@ async function drain(
     await stop();
     await checkAllDone(env.pool, n, env.history);
     const startup = o.fromFirstDelivery ? { startupSeconds: (from - started) / 1000 } : {};
-    return { envelopes: n, seconds, perSecond: n / seconds, cpu, ...startup };
+    return { ...o.shape, envelopes: n, seconds, perSecond: n / seconds, cpu, ...startup };
   } finally {
     await stop();
   }
 }
 
 /** The inbox's ceiling (bench/ceiling.ts) in this process. */
-export async function measureCeiling(
-  env: BenchEnv,
-  n: number,
-  opts: { name?: string; timed?: TimedHooks | undefined } = {},
-): Promise<ThroughputResult> {
-  const o = { applicationName: 'bench-ceiling', timed: opts.timed };
-  const run = await drain(env, n, o, () => startCeiling(env.databaseUrl, env.js));
-  return { name: opts.name ?? CEILING_NAME, ...run, ...ceilingShape };
+export function measureCeiling(env: BenchEnv, n: number, o: { name?: string; timed?: TimedHooks } = {}) {
+  const run = {
+    shape: ceilingShape(o.name ?? CEILING_NAME),
+    applicationName: 'bench-ceiling',
+    timed: o.timed,
+  };
+  return drain(env, n, run, () => startCeiling(env.databaseUrl, env.js));
 }
 
 /** How the daemon runs in this process; `httpPort` turns its HTTP endpoints on (bench/http.ts). */
@@ -131,16 +126,15 @@ export async function startInboxDaemon(env: BenchEnv, o: InboxOptions) {
 }
 
 /** The daemon's inbox in this process ({@link startInboxDaemon}), end to end. */
-export async function measureInbox(
+export function measureInbox(
   env: BenchEnv,
-  opts: InboxOptions & { name: string; timed?: TimedHooks | undefined },
+  o: InboxOptions & { name: string; timed?: TimedHooks },
   n: number,
-): Promise<ThroughputResult> {
-  const config = env.config({ LOG_LEVEL: opts.logLevel, ...opts.overrides });
+) {
+  const shape = daemonShape(o.name, env.config({ LOG_LEVEL: o.logLevel, ...o.overrides }), o.logLevel);
   // The daemon's pool connects as `recognition-core` (src/db/database.ts).
-  const o = { applicationName: 'recognition-core', timed: opts.timed };
-  const run = await drain(env, n, o, () => startInboxDaemon(env, opts));
-  return { name: opts.name, ...run, ...daemonShape(config, opts.logLevel) };
+  const run = { shape, applicationName: 'recognition-core', timed: o.timed };
+  return drain(env, n, run, () => startInboxDaemon(env, o));
 }
 
 /** A run of the batched inbox at `LOG_LEVEL=warn` named `inbox, batched, LOG_LEVEL=warn, ${of}`. */
@@ -215,7 +209,6 @@ export function startProcess(env: BenchEnv, kind: ProcessKind, logLevel: LogLeve
     return { code, log };
   };
   return {
-    config,
     maxRss: () => maxRss,
     exitedEarly: () => exitedEarly,
     cpuMs: () => (child.pid === undefined ? null : processCpuMs(child.pid)),
@@ -226,20 +219,21 @@ export function startProcess(env: BenchEnv, kind: ProcessKind, logLevel: LogLeve
 /** A consumer process ({@link startProcess}) timed from its first delivery; SIGTERM after must exit 0. */
 export async function measureProcess(
   env: BenchEnv,
-  opts: { name: string; kind: ProcessKind; logLevel: LogLevel },
+  o: { name: string; kind: ProcessKind; logLevel: LogLevel },
   n: number,
 ): Promise<ThroughputResult> {
-  const daemon = opts.kind === 'daemon';
+  const daemon = o.kind === 'daemon';
   const applicationName = daemon ? 'recognition-core' : CEILING_PROCESS_APPLICATION;
+  const config = env.config({ LOG_LEVEL: o.logLevel });
+  const shape = daemon ? daemonShape(o.name, config, o.logLevel) : ceilingShape(o.name);
   let child: ReturnType<typeof startProcess> | undefined;
-  const run = await drain(env, n, { applicationName, fromFirstDelivery: true }, () => {
-    const c = (child = startProcess(env, opts.kind, opts.logLevel));
+  const run = await drain(env, n, { shape, applicationName, fromFirstDelivery: true }, () => {
+    const c = (child = startProcess(env, o.kind, o.logLevel));
     const stop = async () => {
       const { code } = await c.stop();
-      if (code !== 0) throw new Error(`the ${opts.kind} process exited with ${code}`);
+      if (code !== 0) throw new Error(`the ${o.kind} process exited with ${code}`);
     };
     return Promise.resolve({ stop, cpuMs: c.cpuMs });
   });
-  const shape = daemon ? daemonShape(child!.config, opts.logLevel) : ceilingShape;
-  return { name: opts.name, ...run, ...shape, maxRssBytes: child!.maxRss() };
+  return { ...run, maxRssBytes: child!.maxRss() };
 }
