@@ -247,7 +247,7 @@ export const CONFIG_VARIABLES = {
   ROLLUP_INTERVAL_MS: [
     int(0),
     '5000',
-    "pause between runs of the daemon's transition rollup, which the console's counts read (0 = the daemon runs none)",
+    "pause between runs of the daemon's transition rollup, which the console's counts read (0 = this instance runs none: another must, or the deltas only grow)",
   ],
   RETENTION_BATCH_SIZE: [
     int(1, 100000),
