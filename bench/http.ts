@@ -15,7 +15,7 @@ import { ROLLUP_KEEP_MS, rollUpTransitions } from '../src/db/rollup.js';
 import { METRICS_REUSE_MS } from '../src/http/server.js';
 import { acceptsTcp, freePort } from '../workshop/localServers/freePort.js';
 import { processCpuMs } from '../workshop/processStats.js';
-import { percentile, sleep, startBenchEnv, timeRuns } from './env.js';
+import { n0, percentile, sleep, startBenchEnv, timeRuns } from './env.js';
 import { growHistory } from './grown.js';
 import { measureInbox, startInboxDaemon, warnInbox } from './throughput.js';
 import type { Compared, ThroughputResult, TimedHooks } from './throughput.js';
@@ -54,7 +54,8 @@ type Target = { url: string; paths: string[]; metricsUrl: string };
  * Timed hooks that run wrk's `concurrency` connections while the run's clock runs, from when the
  * daemon's port accepts (its start is in the run); `loads` gets what each run's clients saw.
  */
-function clientsBeside(at: Target, concurrency: number, loads: HttpLoad[]): TimedHooks {
+function clientsBeside(at: Target, concurrency: number): TimedHooks & { loads: HttpLoad[] } {
+  const loads: HttpLoad[] = [];
   const wrk = spawnSync('sh', ['-c', 'command -v wrk'], { encoding: 'utf8' }).stdout.trim();
   const missing = "the http section needs wrk: install Debian's wrk package (apt-get install -y wrk)";
   if (!wrk) throw new Error(missing);
@@ -64,6 +65,7 @@ function clientsBeside(at: Target, concurrency: number, loads: HttpLoad[]): Time
   let stopped = false;
   let running: Promise<{ child: ReturnType<typeof spawn>; out: () => string; at: number } | undefined>;
   return {
+    loads,
     started() {
       stopped = false;
       running = (async () => {
@@ -175,13 +177,8 @@ export async function measureHttp(
     const overrides = { CONSOLE_PORT: String(consolePort), CONSOLE_HOST: '127.0.0.1' };
     const http = { logLevel: 'warn', httpPort: port, overrides } as const;
     await measureInbox(env, { name: 'warm-up', ...http }, o.warmup);
-    const [loads, polls]: [HttpLoad[], HttpLoad[]] = [[], []];
-    const timed = clientsBeside(
-      { url: baseUrl, paths: HTTP_PATHS, metricsUrl: baseUrl },
-      o.concurrency,
-      loads,
-    );
-    const polling = clientsBeside({ url: consoleUrl, paths: ['/'], metricsUrl: baseUrl }, o.pollers, polls);
+    const timed = clientsBeside({ url: baseUrl, paths: HTTP_PATHS, metricsUrl: baseUrl }, o.concurrency);
+    const polling = clientsBeside({ url: consoleUrl, paths: ['/'], metricsUrl: baseUrl }, o.pollers);
     const [quiet, loaded, polled] = await compared([
       warnInbox(env, o.batched, `${of}, HTTP idle`, http),
       warnInbox(env, o.batched, `${of}, ${o.concurrency} concurrent requests a second`, { ...http, timed }),
@@ -190,6 +187,7 @@ export async function measureHttp(
         timed: polling,
       }),
     ]);
+    const [loads, polls] = [timed.loads, polling.loads];
     for (const l of [...loads, ...polls]) log(`  clients: ${JSON.stringify(l)}`);
 
     // Single scrapes of the idle daemon, each past the reuse of the last one's body: every one renders.
@@ -208,14 +206,14 @@ export async function measureHttp(
     // The figures statement itself, on one connection, as the daemon runs it.
     const f = openDb(env.databaseUrl, { max: 1 });
     const readMs = await timeRuns(10, () => readFigures(f.db)).finally(() => f.close());
-    const scrape = { runs: SCRAPES, p50Ms: percentile(scrapeMs, 50), p95Ms: percentile(scrapeMs, 95) };
-    const maxMs = scrapeMs.at(-1)!;
-    const figuresRead = { runs: readMs.length, p50Ms: percentile(readMs, 50), maxMs: readMs.at(-1)! };
+    const spread = (ms: number[]) => ({ runs: ms.length, p50Ms: percentile(ms, 50), maxMs: ms.at(-1)! });
+    const scrape = { ...spread(scrapeMs), p95Ms: percentile(scrapeMs, 95) };
+    const figuresRead = spread(readMs);
     const [q, l, c, { concurrency, pollers }] = [quiet!, loaded!, polled!, o];
     const ratio = l.perSecond / q.perSecond;
     const run = { history, concurrency, waveMs: WAVE_MS, intervalMs, quiet: q, loaded: l, ratio };
     const console = { pollers, polled: c, ratio: c.perSecond / q.perSecond, polls, rolledUp, ...views };
-    return { ...run, loads, scrape: { ...scrape, maxMs }, figuresRead, console };
+    return { ...run, loads, scrape, figuresRead, console };
   } finally {
     await env.close();
   }
@@ -236,12 +234,12 @@ export function renderHttp(r: HttpResult): string {
   const during = `in the run's ${r.loaded.seconds.toFixed(1)} s and the daemon's start`;
   const reads = r.loads.map((l) => `${l.figuresReads ?? '?'} reads ${during}`).join('; ');
   const rounds = (t: ThroughputResult) => (t.roundsPerSecond ?? []).map(Math.round).join(', ');
+  const views = Object.entries(c.p95Ms).map(([v, p]) => `${v} ${ms(p)}`);
   const client = (l: HttpLoad, i: number) =>
     `- clients, round ${i + 1}: ${l.requests} answered (${l.perSecond.toFixed(0)}/s), ${l.failures} failed, p50 ${ms(l.p50Ms)}, p99 ${ms(l.p99Ms)}, max ${ms(l.maxMs)}; the clients' process took ${(l.cpuShare * 100).toFixed(0)} % of a core`;
   return (
     [
-      `HTTP endpoints on a history of ${r.history.jobs.toLocaleString('en-US')} jobs ` +
-        `(${r.history.transitions.toLocaleString('en-US')} transitions), HTTP_FIGURES_INTERVAL_MS=${r.intervalMs}:`,
+      `HTTP endpoints on a history of ${n0(r.history.jobs)} jobs (${n0(r.history.transitions)} transitions), HTTP_FIGURES_INTERVAL_MS=${r.intervalMs}:`,
       `- inbox with the endpoints idle: ${Math.round(r.quiet.perSecond)} envelopes/s (rounds: ${rounds(r.quiet)})`,
       `- inbox under ${r.concurrency} concurrent requests every ${r.waveMs / 1000} s: ${Math.round(r.loaded.perSecond)} envelopes/s (rounds: ${rounds(r.loaded)})`,
       `- ratio loaded / idle: ${r.ratio.toFixed(2)}× (target ≥ 0.90: ${r.ratio >= 0.9 ? 'met' : 'NOT met'})`,
@@ -252,11 +250,7 @@ export function renderHttp(r: HttpResult): string {
       `- the figures statement itself: p50 ${ms(r.figuresRead.p50Ms)}, max ${ms(r.figuresRead.maxMs)} over ${r.figuresRead.runs}`,
       `- inbox under ${c.pollers} consoles each reloading the overview once a second: ${Math.round(c.polled.perSecond)} envelopes/s (rounds: ${rounds(c.polled)}); ratio to idle ${c.ratio.toFixed(2)}× (target ≥ 0.95: ${c.ratio >= 0.95 ? 'met' : 'NOT met'})`,
       ...c.polls.map(client),
-      `- console views, idle daemon, p95 over ${c.runs} each (the rollup holding the history's last ${ROLLUP_KEEP_MS / 86_400_000} days, ${c.rolledUp.toLocaleString('en-US')} transitions): ${Object.entries(
-        c.p95Ms,
-      )
-        .map(([v, p]) => `${v} ${ms(p)}`)
-        .join(', ')} (target ≤ 200 ms: ${Object.values(c.p95Ms).every((p) => p <= 200) ? 'met' : 'NOT met'})`,
+      `- console views, idle daemon, p95 over ${c.runs} each (the rollup holding the history's last ${ROLLUP_KEEP_MS / 86_400_000} days, ${n0(c.rolledUp)} transitions): ${views.join(', ')} (target ≤ 200 ms: ${Object.values(c.p95Ms).every((p) => p <= 200) ? 'met' : 'NOT met'})`,
       `- sequential scans of the job and transition tables while the overview answered ${c.runs + 1} times: ${c.overviewSeqScans} (target 0: ${c.overviewSeqScans === 0 ? 'met' : 'NOT met'})`,
     ].join('\n') + '\n'
   );
