@@ -9,13 +9,12 @@ import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
-import { openDb } from '../src/db/database.js';
 import { readFigures } from '../src/db/figures.js';
 import { ROLLUP_KEEP_MS, rollUpTransitions } from '../src/db/rollup.js';
 import { METRICS_REUSE_MS } from '../src/http/server.js';
 import { acceptsTcp, freePort } from '../workshop/localServers/freePort.js';
 import { processCpuMs } from '../workshop/processStats.js';
-import { n0, percentile, sleep, startBenchEnv, timeRuns } from './env.js';
+import { n0, percentile, sleep, timeRuns, withBenchEnv, withDb } from './env.js';
 import { growHistory } from './grown.js';
 import { measureInbox, startInboxDaemon, warnInbox } from './throughput.js';
 import type { Compared, ThroughputResult, TimedHooks } from './throughput.js';
@@ -103,9 +102,8 @@ function clientsBeside(at: Target, concurrency: number): TimedHooks & { loads: H
  * The history's transitions of the rollup's window taken through the product's rollup, as a
  * daemon running all along would have: the generator writes them with triggers off.
  */
-async function rollUpHistory(databaseUrl: string) {
-  const { db, close } = openDb(databaseUrl, { max: 1, applicationName: 'bench-rollup' });
-  try {
+const rollUpHistory = (databaseUrl: string) =>
+  withDb(databaseUrl, 'bench-rollup', async (db) => {
     await sql`INSERT INTO recognition_transition_delta (job_id, from_status, to_status, event, at)
               SELECT job_id, from_status, to_status, event, at FROM recognition_job_transition
               WHERE at > now() - ${String(ROLLUP_KEEP_MS)}::bigint * interval '1 millisecond'`.execute(db);
@@ -113,15 +111,11 @@ async function rollUpHistory(databaseUrl: string) {
     for (let b = await rollUpTransitions(db); b.deltas > 0; b = await rollUpTransitions(db))
       deltas += b.deltas;
     return deltas;
-  } finally {
-    await close();
-  }
-}
+  });
 
 /** Each console view's p95 over `runs` requests (after an untimed one), and the overview's seq scans. */
-async function consoleViews(databaseUrl: string, url: string, runs = 40) {
-  const { db, close } = openDb(databaseUrl, { max: 1, applicationName: 'bench-console' });
-  try {
+const consoleViews = (databaseUrl: string, url: string, runs = 40) =>
+  withDb(databaseUrl, 'bench-console', async (db) => {
     const { rows } = await sql<Record<'job' | 'file' | 'service', string>>`
       SELECT id AS job, file_id AS file, target_service AS service
       FROM recognition_job WHERE status = 'error' ORDER BY created_at DESC LIMIT 1`.execute(db);
@@ -155,10 +149,7 @@ async function consoleViews(databaseUrl: string, url: string, runs = 40) {
       if (view === 'overview') overviewSeqScans = (await seqScans()) - before;
     }
     return { runs, p95Ms, overviewSeqScans };
-  } finally {
-    await close();
-  }
-}
+  });
 
 /** The section; `compared` takes the runs in turns over the rounds, as other sections do. */
 export async function measureHttp(
@@ -166,8 +157,7 @@ export async function measureHttp(
   compared: Compared,
   log: (line: string) => void,
 ) {
-  const env = await startBenchEnv();
-  try {
+  return withBenchEnv(async (env) => {
     const history = await growHistory(env, o.jobs, { randomIds: true, fillCrumbs: false }, log);
     const rolledUp = await rollUpHistory(env.databaseUrl);
     const [port, consolePort] = [await freePort(), await freePort()];
@@ -204,8 +194,9 @@ export async function measureHttp(
     log(`  /metrics on ${of}: ${jobsLines.join('; ')}`);
 
     // The figures statement itself, on one connection, as the daemon runs it.
-    const f = openDb(env.databaseUrl, { max: 1 });
-    const readMs = await timeRuns(10, () => readFigures(f.db)).finally(() => f.close());
+    const readMs = await withDb(env.databaseUrl, 'recognition-core', (db) =>
+      timeRuns(10, () => readFigures(db)),
+    );
     const spread = (ms: number[]) => ({ runs: ms.length, p50Ms: percentile(ms, 50), maxMs: ms.at(-1)! });
     const scrape = { ...spread(scrapeMs), p95Ms: percentile(scrapeMs, 95) };
     const figuresRead = spread(readMs);
@@ -214,9 +205,7 @@ export async function measureHttp(
     const run = { history, concurrency, waveMs: WAVE_MS, intervalMs, quiet: q, loaded: l, ratio };
     const console = { pollers, polled: c, ratio: c.perSecond / q.perSecond, polls, rolledUp, ...views };
     return { ...run, loads, scrape, figuresRead, console };
-  } finally {
-    await env.close();
-  }
+  });
 }
 
 const ms = (n: number | null) => (n === null ? '?' : `${n.toFixed(1)} ms`);
