@@ -7,6 +7,7 @@ import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { CONFIG_VARIABLES, loadConfig, type Config } from '../src/config.js';
 import { createDatabaseIfMissing, dropDatabase, migrateToLatest, openDb } from '../src/db/database.js';
+import type { Db } from '../src/db/database.js';
 import { provisionStreams } from '../src/nats/provision.js';
 import { INBOX_CONSUMER, RESULTS_STREAM } from '../src/nats/subjects.js';
 import { processCpuMs } from '../workshop/processStats.js';
@@ -42,8 +43,7 @@ export async function startBenchEnv() {
   const databaseUrl = url.toString();
   try {
     await createDatabaseIfMissing(databaseUrl);
-    const m = openDb(databaseUrl, { max: 1 });
-    await migrateToLatest(m.db).finally(() => m.close());
+    await withDb(databaseUrl, 'recognition-core', migrateToLatest);
     const nc = await connect({ servers: nats.url, name: 'bench' });
     const pool = benchPool(databaseUrl, 'bench');
     const [js, jsm, config] = [jetstream(nc), await jetstreamManager(nc), configFor(databaseUrl, nats.url)];
@@ -60,6 +60,18 @@ export async function startBenchEnv() {
     await nats.cleanup();
     throw err;
   }
+}
+
+/** `fn` on an environment of its own (a section's generated history), removed after. */
+export async function withBenchEnv<T>(fn: (env: BenchEnv) => Promise<T>): Promise<T> {
+  const env = await startBenchEnv();
+  return fn(env).finally(() => env.close());
+}
+
+/** `fn` on one connection of its own to `databaseUrl`, its backend named `applicationName`, closed after. */
+export function withDb<T>(databaseUrl: string, applicationName: string, fn: (db: Db['db']) => Promise<T>) {
+  const { db, close } = openDb(databaseUrl, { max: 1, applicationName });
+  return fn(db).finally(close);
 }
 
 /** Flush dirty buffers now, so a checkpoint does not land in the middle of a timed run. */

@@ -10,7 +10,7 @@ import type { FinishedKey } from '../src/db/retention.js';
 import { openDb } from '../src/db/database.js';
 import { listJobs, loadJob, loadTransitions } from '../src/db/jobs.js';
 import { fillFreeSpaceCrumbs, generateJobHistory } from '../workshop/localServers/jobHistory.js';
-import { checkpoint, percentile, sleep, startBenchEnv, timeRuns, vacuumAnalyze } from './env.js';
+import { checkpoint, percentile, sleep, timeRuns, vacuumAnalyze, withBenchEnv, withDb } from './env.js';
 import type { BenchEnv } from './env.js';
 import { measureInbox, warnInbox, type Compared } from './throughput.js';
 import { measureWatchdogInChild } from './watchdog.js';
@@ -48,21 +48,20 @@ export async function growHistory(env: BenchEnv, jobs: number, o: Options, log: 
 }
 
 /** p95 of the admin commands' queries over `runs` runs (random jobs, after an untimed one), ms. */
-async function adminP95({ databaseUrl }: BenchEnv, runs = 200) {
-  const { db, close } = openDb(databaseUrl, { max: 1, applicationName: 'bench-admin' });
-  const { rows: ids } = await sql<{ id: string }>`
-    SELECT id FROM recognition_job ORDER BY random() LIMIT ${runs}`.execute(db);
-  const queries = {
-    'jobs list --status error --limit 50': () => listJobs(db, { statuses: ['error'], limit: 50 }),
-    'jobs show': (id: string) => loadJob(db, id),
-    'jobs history': async (id: string) => [await loadJob(db, id), await loadTransitions(db, id)],
-  };
-  const p95: Record<string, number> = {};
-  for (const [name, query] of Object.entries(queries))
-    p95[name] = percentile(await timeRuns(runs, (i) => query(ids[i % ids.length]!.id)), 95);
-  await close();
-  return p95;
-}
+const adminP95 = ({ databaseUrl }: BenchEnv, runs = 200) =>
+  withDb(databaseUrl, 'bench-admin', async (db) => {
+    const { rows: ids } = await sql<{ id: string }>`
+      SELECT id FROM recognition_job ORDER BY random() LIMIT ${runs}`.execute(db);
+    const queries = {
+      'jobs list --status error --limit 50': () => listJobs(db, { statuses: ['error'], limit: 50 }),
+      'jobs show': (id: string) => loadJob(db, id),
+      'jobs history': async (id: string) => [await loadJob(db, id), await loadTransitions(db, id)],
+    };
+    const p95: Record<string, number> = {};
+    for (const [name, query] of Object.entries(queries))
+      p95[name] = percentile(await timeRuns(runs, (i) => query(ids[i % ids.length]!.id)), 95);
+    return p95;
+  });
 
 /** How often the inbox's waits on retention's locks are sampled: a wait seen at `a` lasted < `a` + this. */
 const LOCK_WAIT_SAMPLE_MS = 50;
@@ -131,8 +130,7 @@ export async function measureGrown(
   compared: Compared,
   log: (line: string) => void,
 ) {
-  const grownEnv = await startBenchEnv();
-  try {
+  return withBenchEnv(async (grownEnv) => {
     const history = await growHistory(grownEnv, o.jobs, { randomIds: false, fillCrumbs: true }, log);
     await measureInbox(env, { name: 'warm-up', logLevel: 'warn' }, o.warmup);
     const retention = retentionBeside(grownEnv);
@@ -154,7 +152,5 @@ export async function measureGrown(
     const watchdog = { empty: sweep(env, false), grown: sweep(grownEnv, true, history.jobs) };
     const inboxes = { empty: empty!, grown: grown!, duringRetention: duringRetention! };
     return { history, admin, inbox: inboxes, retention: retained, watchdog };
-  } finally {
-    await grownEnv.close();
-  }
+  });
 }

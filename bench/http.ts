@@ -9,13 +9,12 @@ import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sql } from 'kysely';
-import { openDb } from '../src/db/database.js';
 import { readFigures } from '../src/db/figures.js';
 import { ROLLUP_KEEP_MS, rollUpTransitions } from '../src/db/rollup.js';
 import { METRICS_REUSE_MS } from '../src/http/server.js';
 import { acceptsTcp, freePort } from '../workshop/localServers/freePort.js';
 import { processCpuMs } from '../workshop/processStats.js';
-import { percentile, sleep, startBenchEnv, timeRuns } from './env.js';
+import { n0, percentile, sleep, timeRuns, withBenchEnv, withDb } from './env.js';
 import { growHistory } from './grown.js';
 import { measureInbox, startInboxDaemon, warnInbox } from './throughput.js';
 import type { Compared, ThroughputResult, TimedHooks } from './throughput.js';
@@ -54,7 +53,8 @@ type Target = { url: string; paths: string[]; metricsUrl: string };
  * Timed hooks that run wrk's `concurrency` connections while the run's clock runs, from when the
  * daemon's port accepts (its start is in the run); `loads` gets what each run's clients saw.
  */
-function clientsBeside(at: Target, concurrency: number, loads: HttpLoad[]): TimedHooks {
+function clientsBeside(at: Target, concurrency: number): TimedHooks & { loads: HttpLoad[] } {
+  const loads: HttpLoad[] = [];
   const wrk = spawnSync('sh', ['-c', 'command -v wrk'], { encoding: 'utf8' }).stdout.trim();
   const missing = "the http section needs wrk: install Debian's wrk package (apt-get install -y wrk)";
   if (!wrk) throw new Error(missing);
@@ -64,6 +64,7 @@ function clientsBeside(at: Target, concurrency: number, loads: HttpLoad[]): Time
   let stopped = false;
   let running: Promise<{ child: ReturnType<typeof spawn>; out: () => string; at: number } | undefined>;
   return {
+    loads,
     started() {
       stopped = false;
       running = (async () => {
@@ -101,9 +102,8 @@ function clientsBeside(at: Target, concurrency: number, loads: HttpLoad[]): Time
  * The history's transitions of the rollup's window taken through the product's rollup, as a
  * daemon running all along would have: the generator writes them with triggers off.
  */
-async function rollUpHistory(databaseUrl: string) {
-  const { db, close } = openDb(databaseUrl, { max: 1, applicationName: 'bench-rollup' });
-  try {
+const rollUpHistory = (databaseUrl: string) =>
+  withDb(databaseUrl, 'bench-rollup', async (db) => {
     await sql`INSERT INTO recognition_transition_delta (job_id, from_status, to_status, event, at)
               SELECT job_id, from_status, to_status, event, at FROM recognition_job_transition
               WHERE at > now() - ${String(ROLLUP_KEEP_MS)}::bigint * interval '1 millisecond'`.execute(db);
@@ -111,15 +111,11 @@ async function rollUpHistory(databaseUrl: string) {
     for (let b = await rollUpTransitions(db); b.deltas > 0; b = await rollUpTransitions(db))
       deltas += b.deltas;
     return deltas;
-  } finally {
-    await close();
-  }
-}
+  });
 
 /** Each console view's p95 over `runs` requests (after an untimed one), and the overview's seq scans. */
-async function consoleViews(databaseUrl: string, url: string, runs = 40) {
-  const { db, close } = openDb(databaseUrl, { max: 1, applicationName: 'bench-console' });
-  try {
+const consoleViews = (databaseUrl: string, url: string, runs = 40) =>
+  withDb(databaseUrl, 'bench-console', async (db) => {
     const { rows } = await sql<Record<'job' | 'file' | 'service', string>>`
       SELECT id AS job, file_id AS file, target_service AS service
       FROM recognition_job WHERE status = 'error' ORDER BY created_at DESC LIMIT 1`.execute(db);
@@ -153,10 +149,7 @@ async function consoleViews(databaseUrl: string, url: string, runs = 40) {
       if (view === 'overview') overviewSeqScans = (await seqScans()) - before;
     }
     return { runs, p95Ms, overviewSeqScans };
-  } finally {
-    await close();
-  }
-}
+  });
 
 /** The section; `compared` takes the runs in turns over the rounds, as other sections do. */
 export async function measureHttp(
@@ -164,8 +157,7 @@ export async function measureHttp(
   compared: Compared,
   log: (line: string) => void,
 ) {
-  const env = await startBenchEnv();
-  try {
+  return withBenchEnv(async (env) => {
     const history = await growHistory(env, o.jobs, { randomIds: true, fillCrumbs: false }, log);
     const rolledUp = await rollUpHistory(env.databaseUrl);
     const [port, consolePort] = [await freePort(), await freePort()];
@@ -175,13 +167,8 @@ export async function measureHttp(
     const overrides = { CONSOLE_PORT: String(consolePort), CONSOLE_HOST: '127.0.0.1' };
     const http = { logLevel: 'warn', httpPort: port, overrides } as const;
     await measureInbox(env, { name: 'warm-up', ...http }, o.warmup);
-    const [loads, polls]: [HttpLoad[], HttpLoad[]] = [[], []];
-    const timed = clientsBeside(
-      { url: baseUrl, paths: HTTP_PATHS, metricsUrl: baseUrl },
-      o.concurrency,
-      loads,
-    );
-    const polling = clientsBeside({ url: consoleUrl, paths: ['/'], metricsUrl: baseUrl }, o.pollers, polls);
+    const timed = clientsBeside({ url: baseUrl, paths: HTTP_PATHS, metricsUrl: baseUrl }, o.concurrency);
+    const polling = clientsBeside({ url: consoleUrl, paths: ['/'], metricsUrl: baseUrl }, o.pollers);
     const [quiet, loaded, polled] = await compared([
       warnInbox(env, o.batched, `${of}, HTTP idle`, http),
       warnInbox(env, o.batched, `${of}, ${o.concurrency} concurrent requests a second`, { ...http, timed }),
@@ -190,6 +177,7 @@ export async function measureHttp(
         timed: polling,
       }),
     ]);
+    const [loads, polls] = [timed.loads, polling.loads];
     for (const l of [...loads, ...polls]) log(`  clients: ${JSON.stringify(l)}`);
 
     // Single scrapes of the idle daemon, each past the reuse of the last one's body: every one renders.
@@ -206,19 +194,18 @@ export async function measureHttp(
     log(`  /metrics on ${of}: ${jobsLines.join('; ')}`);
 
     // The figures statement itself, on one connection, as the daemon runs it.
-    const f = openDb(env.databaseUrl, { max: 1 });
-    const readMs = await timeRuns(10, () => readFigures(f.db)).finally(() => f.close());
-    const scrape = { runs: SCRAPES, p50Ms: percentile(scrapeMs, 50), p95Ms: percentile(scrapeMs, 95) };
-    const maxMs = scrapeMs.at(-1)!;
-    const figuresRead = { runs: readMs.length, p50Ms: percentile(readMs, 50), maxMs: readMs.at(-1)! };
+    const readMs = await withDb(env.databaseUrl, 'recognition-core', (db) =>
+      timeRuns(10, () => readFigures(db)),
+    );
+    const spread = (ms: number[]) => ({ runs: ms.length, p50Ms: percentile(ms, 50), maxMs: ms.at(-1)! });
+    const scrape = { ...spread(scrapeMs), p95Ms: percentile(scrapeMs, 95) };
+    const figuresRead = spread(readMs);
     const [q, l, c, { concurrency, pollers }] = [quiet!, loaded!, polled!, o];
     const ratio = l.perSecond / q.perSecond;
     const run = { history, concurrency, waveMs: WAVE_MS, intervalMs, quiet: q, loaded: l, ratio };
     const console = { pollers, polled: c, ratio: c.perSecond / q.perSecond, polls, rolledUp, ...views };
-    return { ...run, loads, scrape: { ...scrape, maxMs }, figuresRead, console };
-  } finally {
-    await env.close();
-  }
+    return { ...run, loads, scrape, figuresRead, console };
+  });
 }
 
 const ms = (n: number | null) => (n === null ? '?' : `${n.toFixed(1)} ms`);
@@ -236,12 +223,12 @@ export function renderHttp(r: HttpResult): string {
   const during = `in the run's ${r.loaded.seconds.toFixed(1)} s and the daemon's start`;
   const reads = r.loads.map((l) => `${l.figuresReads ?? '?'} reads ${during}`).join('; ');
   const rounds = (t: ThroughputResult) => (t.roundsPerSecond ?? []).map(Math.round).join(', ');
+  const views = Object.entries(c.p95Ms).map(([v, p]) => `${v} ${ms(p)}`);
   const client = (l: HttpLoad, i: number) =>
     `- clients, round ${i + 1}: ${l.requests} answered (${l.perSecond.toFixed(0)}/s), ${l.failures} failed, p50 ${ms(l.p50Ms)}, p99 ${ms(l.p99Ms)}, max ${ms(l.maxMs)}; the clients' process took ${(l.cpuShare * 100).toFixed(0)} % of a core`;
   return (
     [
-      `HTTP endpoints on a history of ${r.history.jobs.toLocaleString('en-US')} jobs ` +
-        `(${r.history.transitions.toLocaleString('en-US')} transitions), HTTP_FIGURES_INTERVAL_MS=${r.intervalMs}:`,
+      `HTTP endpoints on a history of ${n0(r.history.jobs)} jobs (${n0(r.history.transitions)} transitions), HTTP_FIGURES_INTERVAL_MS=${r.intervalMs}:`,
       `- inbox with the endpoints idle: ${Math.round(r.quiet.perSecond)} envelopes/s (rounds: ${rounds(r.quiet)})`,
       `- inbox under ${r.concurrency} concurrent requests every ${r.waveMs / 1000} s: ${Math.round(r.loaded.perSecond)} envelopes/s (rounds: ${rounds(r.loaded)})`,
       `- ratio loaded / idle: ${r.ratio.toFixed(2)}× (target ≥ 0.90: ${r.ratio >= 0.9 ? 'met' : 'NOT met'})`,
@@ -252,11 +239,7 @@ export function renderHttp(r: HttpResult): string {
       `- the figures statement itself: p50 ${ms(r.figuresRead.p50Ms)}, max ${ms(r.figuresRead.maxMs)} over ${r.figuresRead.runs}`,
       `- inbox under ${c.pollers} consoles each reloading the overview once a second: ${Math.round(c.polled.perSecond)} envelopes/s (rounds: ${rounds(c.polled)}); ratio to idle ${c.ratio.toFixed(2)}× (target ≥ 0.95: ${c.ratio >= 0.95 ? 'met' : 'NOT met'})`,
       ...c.polls.map(client),
-      `- console views, idle daemon, p95 over ${c.runs} each (the rollup holding the history's last ${ROLLUP_KEEP_MS / 86_400_000} days, ${c.rolledUp.toLocaleString('en-US')} transitions): ${Object.entries(
-        c.p95Ms,
-      )
-        .map(([v, p]) => `${v} ${ms(p)}`)
-        .join(', ')} (target ≤ 200 ms: ${Object.values(c.p95Ms).every((p) => p <= 200) ? 'met' : 'NOT met'})`,
+      `- console views, idle daemon, p95 over ${c.runs} each (the rollup holding the history's last ${ROLLUP_KEEP_MS / 86_400_000} days, ${n0(c.rolledUp)} transitions): ${views.join(', ')} (target ≤ 200 ms: ${Object.values(c.p95Ms).every((p) => p <= 200) ? 'met' : 'NOT met'})`,
       `- sequential scans of the job and transition tables while the overview answered ${c.runs + 1} times: ${c.overviewSeqScans} (target 0: ${c.overviewSeqScans === 0 ? 'met' : 'NOT met'})`,
     ].join('\n') + '\n'
   );

@@ -6,7 +6,7 @@
 import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CLI_LABELS, type CliResult } from './cliStartup.js';
-import { median, n0 } from './env.js';
+import { median, n0, type CpuSplit } from './env.js';
 import type { GrownResult } from './grown.js';
 import type { HttpResult } from './http.js';
 import type { LatencyResult } from './latency.js';
@@ -234,15 +234,13 @@ export const headlines = (r: BenchReport): Headlines => build(r).h;
 /** The markdown of a report: the run, the measurements with their targets, the CPU per envelope. */
 export function renderTable(r: BenchReport): string {
   const parts = ['nodeUs', 'postgresUs', 'natsUs'] as const;
-  type Us = (p: (typeof parts)[number]) => number | null;
-  const cpuRow = (name: string, us: Us) => [name, ...parts.map((p) => us(p)?.toFixed(0) ?? '–')];
   const { ceiling: c, warn: w, info } = r.inbox ?? {};
-  const cpuRows: string[][] = [];
-  for (const t of [c, w, info, r.cold?.ceiling, r.cold?.ceilingProcess, r.cold?.daemon, r.drain]) {
-    if (t) cpuRows.push(cpuRow(t.name, (p) => t.cpu[p]));
-    const excess: Us = (p) => (w?.cpu[p] == null || c?.cpu[p] == null ? null : w.cpu[p] - c.cpu[p]);
-    if (t && t === info) cpuRows.push(cpuRow(`_inbox (warn) above the ceiling_`, excess));
-  }
+  const minus = (a?: number | null, b?: number | null) => (a == null || b == null ? null : a - b);
+  const excess = Object.fromEntries(parts.map((p) => [p, minus(w?.cpu[p], c?.cpu[p])])) as CpuSplit;
+  const above = info && { name: '_inbox (warn) above the ceiling_', cpu: excess };
+  const cpuRows = [c, w, info, above, r.cold?.ceiling, r.cold?.ceilingProcess, r.cold?.daemon, r.drain]
+    .filter((t) => t !== undefined)
+    .map((t) => [t.name, ...parts.map((p) => t.cpu[p]?.toFixed(0) ?? '–')]);
   const defaults = Object.entries(r.defaults).map(([k, v]) => `${k}=${v}`);
   const run =
     `Run ${r.date.slice(0, 16).replace('T', ' ')} UTC, commit ${r.commit}${r.dirty ? ' (+ uncommitted changes)' : ''}, scale ${r.scale}` +

@@ -197,13 +197,7 @@ try {
     log(
       `http: the inbox with and without 200 concurrent HTTP requests or 5 consoles, on a history of ${n0(o.httpJobs)} jobs`,
     );
-    const args = {
-      jobs: o.httpJobs,
-      batched: sizes.batched,
-      warmup: sizes.warmup,
-      concurrency: 200,
-      pollers: 5,
-    };
+    const args = { ...sizes, jobs: o.httpJobs, concurrency: 200, pollers: 5 };
     report.http = await measureHttp(args, compared, log);
   }
   if (only.has('pooler')) {

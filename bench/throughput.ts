@@ -22,10 +22,7 @@ import { processCpuMs, rssBytes } from '../workshop/processStats.js';
  * One measurement: `cpu` per envelope, `roundsPerSecond` every round's rate (this is the median
  * one), a process's start to its first delivery (not in `seconds`) and its largest RSS.
  */
-export type ThroughputResult = Awaited<ReturnType<typeof drain>> & {
-  roundsPerSecond?: number[];
-  maxRssBytes?: number;
-};
+export type ThroughputResult = Awaited<ReturnType<typeof drain>> & { roundsPerSecond?: number[] };
 /** Runs taking turns over the rounds, each reported as its median round (bench/run.ts). */
 export type Compared = (runs: Array<() => Promise<ThroughputResult>>) => Promise<ThroughputResult[]>;
 /** Called when a run's clock starts and when it stops (profiles, HTTP clients, retention run between). */
@@ -43,8 +40,8 @@ const ceilingShape = (name: string) =>
 const daemonShape = (name: string, c: Config, logLevel: LogLevel) =>
   ({ name, batchSize: c.INBOX_BATCH_SIZE, concurrency: c.INBOX_CONCURRENCY, logLevel }) satisfies Shape;
 
-/** What a drain starts: `stop` ends it; a process also tells its CPU so far. */
-type Consumer = { stop(): Promise<unknown>; cpuMs?: () => number | null };
+/** What a drain starts: `stop` ends it; a process also tells its CPU so far and its largest RSS. */
+type Consumer = { stop(): Promise<unknown>; cpuMs?: () => number | null; maxRss?: () => number };
 
 /**
  * Seed `n` jobs, publish their results, checkpoint; then drain them with what `start` starts, its
@@ -80,7 +77,8 @@ async function drain(
     await stop();
     await checkAllDone(env.pool, n, env.history);
     const startup = o.fromFirstDelivery ? { startupSeconds: (from - started) / 1000 } : {};
-    return { ...o.shape, envelopes: n, seconds, perSecond: n / seconds, cpu, ...startup };
+    const rss = consumer.maxRss ? { maxRssBytes: consumer.maxRss() } : {};
+    return { ...o.shape, envelopes: n, seconds, perSecond: n / seconds, cpu, ...startup, ...rss };
   } finally {
     await stop();
   }
@@ -226,14 +224,12 @@ export async function measureProcess(
   const applicationName = daemon ? 'recognition-core' : CEILING_PROCESS_APPLICATION;
   const config = env.config({ LOG_LEVEL: o.logLevel });
   const shape = daemon ? daemonShape(o.name, config, o.logLevel) : ceilingShape(o.name);
-  let child: ReturnType<typeof startProcess> | undefined;
-  const run = await drain(env, n, { shape, applicationName, fromFirstDelivery: true }, () => {
-    const c = (child = startProcess(env, o.kind, o.logLevel));
+  return drain(env, n, { shape, applicationName, fromFirstDelivery: true }, () => {
+    const c = startProcess(env, o.kind, o.logLevel);
     const stop = async () => {
       const { code } = await c.stop();
       if (code !== 0) throw new Error(`the ${o.kind} process exited with ${code}`);
     };
-    return Promise.resolve({ stop, cpuMs: c.cpuMs });
+    return Promise.resolve({ stop, cpuMs: c.cpuMs, maxRss: c.maxRss });
   });
-  return { ...run, maxRssBytes: child!.maxRss() };
 }

@@ -86,12 +86,12 @@ export const RAW_SWEEP_SQL = `
   SELECT id, status, 'timeout', 'DEADLINE_PASSED' FROM due`;
 
 /** Jobs timed out and files in ERROR (TIMEOUT) so far: a sweep adds as many of each. */
-async function timedOut(pool: pg.Pool): Promise<string> {
+async function timedOut(pool: pg.Pool): Promise<Record<'jobs' | 'files', number>> {
   const { rows } = await pool.query<{ jobs: number; files: number }>(
     `SELECT (SELECT count(*) FROM recognition_job WHERE status = 'timeout')::int AS jobs,
             (SELECT count(*) FROM stored_file WHERE status = 'ERROR' AND error_code = 'TIMEOUT')::int AS files`,
   );
-  return `${rows[0]!.jobs - rows[0]!.files} ${rows[0]!.jobs}`;
+  return rows[0]!;
 }
 
 /** The section: seed, then `rounds` × (the daemon's sweep, the raw SQL sweep) of `due` jobs. */
@@ -115,8 +115,8 @@ export async function measureWatchdog(a: WatchdogArgs, log: (line: string) => vo
     const started = performance.now();
     const n = await sweep();
     const seconds = (performance.now() - started) / 1000;
-    const [diff, jobs] = before.split(' ').map(Number);
-    if (n !== a.due || (await timedOut(pool)) !== `${diff} ${jobs! + a.due}`)
+    const after = await timedOut(pool);
+    if (n !== a.due || after.jobs !== before.jobs + a.due || after.files !== before.files + a.due)
       throw new Error(`a sweep timed out ${n} of ${a.due} due jobs`);
     const sweepResult = { rows: a.rows, due: a.due, seconds, batchSize: raw ? null : batchSize };
     (raw ? result.rawSweeps : result.sweeps).push(sweepResult);
