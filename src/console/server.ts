@@ -9,6 +9,7 @@
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { listening, type HttpServer } from '../http/server.js';
+import { sharedAnswer } from '../http/shared.js';
 import { sql, type Kysely } from 'kysely';
 import {
   FAILED_JOB_STATUSES,
@@ -82,6 +83,11 @@ export const SESSION_TTL_MS = 8 * 3_600_000;
 const PAGE = 50;
 /** Payload bytes a quarantined message shows. */
 export const PREVIEW_BYTES = 2_048;
+/**
+ * The overview's and the services' figures are read at most once in this time, whoever asks: any
+ * number of open consoles cost the database one read each (the rollup is as old anyway).
+ */
+export const FIGURES_REUSE_MS = 5_000;
 /** The largest form body taken. */
 const MAX_BODY = 64 * 1024;
 
@@ -176,6 +182,9 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   const assets = loadAssets();
   const render = createViews();
   const timeout = cfg.CONSOLE_TIMEOUT_MS;
+  const bounded = { statementTimeoutMs: timeout };
+  const overviewFigures = sharedAnswer(() => readOverview(db, bounded), FIGURES_REUSE_MS);
+  const serviceFigures = sharedAnswer(() => readServices(db, bounded), FIGURES_REUSE_MS);
 
   /** A read-only transaction bounded by the console's statement timeout. */
   const read = <T>(fn: (tx: Kysely<Database>) => Promise<T>) =>
@@ -231,7 +240,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   // -------------------------------------------------------------------------------------------
 
   async function overview(res: ServerResponse, who: Identity | undefined) {
-    const f = await readOverview(db, { statementTimeoutMs: timeout });
+    const f = await overviewFigures();
     let lag: InboxLag | undefined;
     let lagError: string | undefined;
     if (opts.inboxLag) {
@@ -451,7 +460,7 @@ export async function startConsole(opts: ConsoleOptions): Promise<ConsoleServer>
   }
 
   async function services(res: ServerResponse, who: Identity | undefined) {
-    const rows = await readServices(db, { statementTimeoutMs: timeout });
+    const rows = await serviceFigures();
     const pct = (x: number | null | undefined) =>
       x === null || x === undefined ? '—' : `${(x * 100).toFixed(x > 0 && x < 0.01 ? 2 : 1)} %`;
     const ms = (x: number | null) =>
