@@ -385,8 +385,14 @@ describe('the console in headless Chromium', () => {
       .executeTakeFirstOrThrow();
     expect(job.status).toBe('processing');
 
+    // The services' figures are as old as the rollup's last run and the console's shared read.
     await page.getByRole('link', { name: 'Services', exact: true }).click();
-    expect(await page.locator('main').textContent()).toContain('ocr-engine');
+    await expect
+      .poll(async () => (await page.reload(), await page.locator('main').textContent()), {
+        timeout: 20_000,
+        interval: 500,
+      })
+      .toContain('ocr-engine');
     await page.screenshot({ path: join(SHOTS, 'services.png'), fullPage: true });
 
     // Self-contained: nothing but the console itself.
